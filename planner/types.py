@@ -1,0 +1,140 @@
+"""Plain data shared by the planner, the simulator and the gateway's loop.
+
+No I/O, no imports from the project's I/O layers. Units: seconds unless a name
+says `_ms`; token counts are ints.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class NodePhase(str, enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class PlannerMode(str, enum.Enum):
+    AUTO = "auto"  # decide and act
+    ADVISORY = "advisory"  # decide and record, never act
+    MANUAL = "manual"  # never act; operators switch by hand
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """One engine iteration on one node (vLLM's per-iteration details)."""
+
+    node_id: str
+    phase: NodePhase
+    t: float  # end of the iteration, unix seconds (or sim seconds)
+    batch_size: int  # requests in the batch
+    uncached_prompt_tokens: int  # prompt tokens computed this iteration
+    cached_prompt_tokens: int  # prefix tokens of those requests served from cache
+    generated_tokens: int  # decode tokens produced this iteration
+    context_tokens: int  # total KV tokens attended by the decode requests
+    elapsed_ms: float
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    """One finished request as the gateway saw it (workload estimate input)."""
+
+    t: float  # arrival time
+    uncached_prompt_tokens: int
+    cached_prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node_id: str
+    phase: NodePhase
+    draining: bool = False
+    pinned: bool = False  # an operator pinned this node's phase
+    queue: int = 0  # waiting requests
+    running: int = 0
+    kv_usage: float = 0.0  # 0..1 of device KV in use
+    kv_capacity_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Operator override. A split pin fixes the number of prefill nodes."""
+
+    prefill_nodes: int | None = None
+    node_phases: dict[str, NodePhase] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float = 2.0  # target P95 time to first token
+    tpot_s: float = 0.2  # target mean time per output token
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Everything a planner sees at one tick."""
+
+    now: float
+    nodes: tuple[NodeState, ...]
+    mode: PlannerMode = PlannerMode.AUTO
+    pin: Pin | None = None
+    slo: SLO = SLO()
+    last_switch_t: float | None = None
+
+
+@dataclass(frozen=True)
+class SwitchAction:
+    node_id: str
+    to_phase: NodePhase
+
+
+@dataclass(frozen=True)
+class SplitPrediction:
+    prefill_nodes: int
+    decode_nodes: int
+    throughput_rps: float
+    throughput_lo_rps: float  # lower confidence bound
+    throughput_hi_rps: float
+    tokens_per_s: float
+    ttft_s: float
+    tpot_s: float
+    feasible: bool  # meets SLOs and KV capacity
+    switch_cost_s: float  # node-seconds of capacity lost to move here
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One planner tick's outcome; persisted whether acted on or not."""
+
+    t: float
+    planner: str
+    current_split: tuple[int, int]
+    chosen_split: tuple[int, int]
+    actions: tuple[SwitchAction, ...]
+    acted: bool
+    reason: str
+    confidence: float = 0.0
+    predictions: tuple[SplitPrediction, ...] = ()
+    inputs: dict[str, float] = field(default_factory=dict)
+
+
+class Planner(Protocol):
+    """A planner strategy. Pure: no I/O, no clock reads, no randomness.
+
+    Call order per tick: `observe_iterations` and `observe_requests` with the
+    records gathered since the last tick (possibly empty), then `decide` once.
+    `decide` returns actions only when the view's mode is AUTO and no pin
+    forbids them; in other modes it still returns the Decision it would have
+    taken, with `acted=False`.
+    """
+
+    name: str
+
+    def observe_iterations(self, records: list[IterationRecord]) -> None: ...
+
+    def observe_requests(self, samples: list[RequestSample]) -> None: ...
+
+    def decide(self, view: ClusterView) -> Decision: ...

@@ -1,0 +1,236 @@
+"""Wire models of the worker's internal API (gateway <-> worker).
+
+The gateway is the only client. Every body is one of these models; the
+streaming generate endpoint answers with newline-delimited JSON, one
+`GenerateChunk` per line, the last one carrying `finish_reason`.
+
+Endpoints (all under the worker's base URL):
+
+    POST /internal/generate      GenerateRequest  -> GenerateChunk (json) or NDJSON stream
+    POST /internal/abort         AbortRequest     -> AbortResponse
+    POST /internal/migrate       MigrateRequest   -> MigrateResponse
+    GET  /internal/phase                          -> PhaseStatus
+    POST /internal/phase         PhaseChangeRequest -> PhaseChangeResult
+    GET  /internal/stats?since=N                  -> WorkerStats
+    GET  /internal/kv/agent                       -> KVAgentInfo   (NIXL metadata of this node)
+    GET  /healthz                                 -> {"status": "ok"}
+    GET  /readyz                                  -> {"status": "ready"} or 503
+
+Errors are `ErrorBody` with a 4xx/5xx status; `retryable` tells the gateway it
+may send the same request to another node (wrong phase, draining, overload).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+MAX_TOKENS_LIMIT = 1_000_000
+
+
+class Phase(str, enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class Role(str, enum.Enum):
+    """What one generate call asks of the worker.
+
+    PREFILL: compute the prompt, return exactly one token, save the prompt's
+    full blocks to the host store and report them in the final chunk.
+    DECODE: load the prefix named in `kv` (if any) and generate to the end.
+    """
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SamplingOptions(_Model):
+    max_tokens: int = Field(16, ge=1, le=MAX_TOKENS_LIMIT)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
+    ignore_eos: bool = False
+
+
+class BlockLocation(_Model):
+    """One KV block in some node's host store.
+
+    `block_hash` is the hex chained hash from `kvpool.hashing`; `slot` is the
+    block's index in that node's host store region.
+    """
+
+    block_hash: str = Field(min_length=1, max_length=64)
+    node_id: str = Field(min_length=1, max_length=128)
+    slot: int = Field(ge=0)
+
+
+class KVTransferSpec(_Model):
+    """How the worker gets the prompt's cached prefix, resolved by the gateway.
+
+    `load` lists, in prompt order, where each full block of the longest cached
+    prefix lives (block i covers tokens [i*B, (i+1)*B)). The worker pulls
+    them before it schedules the request (`mode="async"`, vLLM's
+    WAITING_FOR_REMOTE_KVS) or layer by layer during the forward pass
+    (`mode="layerwise"`). `save` asks the worker to save the prompt's new full
+    blocks to its host store and report them.
+    """
+
+    load: list[BlockLocation] = Field(default_factory=list)
+    mode: str = Field("async", pattern="^(async|layerwise)$")
+    save: bool = True
+
+
+class GenerateRequest(_Model):
+    request_id: str
+    prompt_token_ids: list[int] = Field(min_length=1)
+    sampling: SamplingOptions = Field(default_factory=SamplingOptions)
+    role: Role = Role.DECODE
+    stream: bool = True
+    tenant_salt: str = Field("", max_length=128)
+    branch_id: str | None = Field(None, max_length=128)
+    kv: KVTransferSpec | None = None
+
+    @field_validator("request_id")
+    @classmethod
+    def _check_request_id(cls, v: str) -> str:
+        if not REQUEST_ID_RE.match(v):
+            raise ValueError("request_id must be 1-128 chars of [A-Za-z0-9._:-]")
+        return v
+
+    @field_validator("prompt_token_ids")
+    @classmethod
+    def _check_tokens(cls, v: list[int]) -> list[int]:
+        if any(t < 0 for t in v):
+            raise ValueError("token ids must be non-negative")
+        return v
+
+
+class GenerateChunk(_Model):
+    """One step of output. The final chunk has `finish_reason` set.
+
+    finish_reason: "stop" | "length" | "abort" | "migrated" | "error".
+    On "migrated", `saved_blocks` names where the request's KV (prompt and
+    generated tokens, full blocks only) now lives, so the gateway can resume
+    it elsewhere.
+    """
+
+    request_id: str
+    token_ids: list[int] = Field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    external_cached_tokens: int = 0
+    saved_blocks: list[BlockLocation] | None = None
+    error: str | None = None
+
+
+class AbortRequest(_Model):
+    request_id: str
+
+
+class AbortResponse(_Model):
+    request_id: str
+    aborted: bool
+
+
+class MigrateRequest(_Model):
+    """Stop the named in-flight decodes (all when empty) and save their KV."""
+
+    request_ids: list[str] = Field(default_factory=list)
+
+
+class MigrateResponse(_Model):
+    migrated: list[str]
+
+
+class PhaseStatus(_Model):
+    node_id: str
+    phase: Phase
+    draining_to: Phase | None = None
+    inflight_prefill: int = 0
+    inflight_decode: int = 0
+
+
+class PhaseChangeRequest(_Model):
+    phase: Phase
+    # In-flight decodes get this long to finish before they are migrated
+    # (migrate=True) or aborted with finish_reason "abort" (migrate=False).
+    deadline_s: float = Field(30.0, ge=0.0, le=3600.0)
+    migrate: bool = True
+
+
+class PhaseChangeResult(_Model):
+    node_id: str
+    from_phase: Phase
+    to_phase: Phase
+    drain_s: float
+    migrate_s: float
+    total_s: float
+    migrated: list[str] = Field(default_factory=list)
+
+
+class IterationRecordWire(_Model):
+    """One engine iteration, from vLLM's per-iteration scheduler details."""
+
+    index: int
+    t: float  # unix seconds at the end of the iteration
+    phase: Phase
+    batch_size: int
+    uncached_prompt_tokens: int
+    cached_prompt_tokens: int
+    generated_tokens: int
+    context_tokens: int
+    elapsed_ms: float
+
+
+class HostStoreStats(_Model):
+    capacity_blocks: int = 0
+    used_blocks: int = 0
+    block_bytes: int = 0
+
+
+class WorkerStats(_Model):
+    node_id: str
+    phase: Phase
+    draining_to: Phase | None = None
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    block_size: int
+    tokens_per_s: float = 0.0
+    host_store: HostStoreStats = Field(default_factory=HostStoreStats)
+    iterations: list[IterationRecordWire] = Field(default_factory=list)
+    # Blocks saved to / dropped from the host store since the last stats call;
+    # the gateway publishes them to the directory.
+    saved_blocks: list[BlockLocation] = Field(default_factory=list)
+    dropped_blocks: list[BlockLocation] = Field(default_factory=list)
+
+
+class KVAgentInfo(_Model):
+    node_id: str
+    agent_name: str
+    metadata_b64: str
+    region_base: int
+    block_bytes: int
+    capacity_blocks: int
+
+
+class ErrorBody(_Model):
+    type: str
+    message: str
+    retryable: bool = False
+
+
+class ErrorResponse(_Model):
+    error: ErrorBody
