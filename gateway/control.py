@@ -61,3 +61,9 @@ class ClusterControl(Protocol):
         """Pin one node's phase (None unpins). Switches it now if needed."""
 
     async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome: ...
+
+
+class ClusterHistory(Protocol):
+    async def split_history(self, since_s: float) -> list[dict[str, Any]]:
+        """Samples over the last `since_s` seconds, oldest first:
+        [{"t": unix_s, "prefill": int, "decode": int, "tokens_per_s": float}]"""
