@@ -1,0 +1,53 @@
+"""`evolving-infra worker`: one dual-phase worker process."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from workers.engine import EngineConfig
+from workers.protocol import Phase
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = parser or argparse.ArgumentParser(prog="evolving-infra worker")
+    p.add_argument("--model", required=True, help="local Hugging Face model folder")
+    p.add_argument("--port", type=int, default=8100)
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
+    p.add_argument("--phase", choices=[x.value for x in Phase], default="decode")
+    p.add_argument("--node-id", default=None, help="defaults to w<port>")
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--kvcache-gib", type=int, default=1, help="device KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    p.add_argument("--kv-store-gib", type=float, default=0.25, help="host block store shared via the KV pool")
+    p.add_argument("--no-kv-pool", action="store_true", help="run without the KV pool connector")
+    p.add_argument("--threads-bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND, e.g. 0 or 0-1")
+    p.add_argument("--run-dir", default="data/run")
+    p.add_argument("--cluster-token", default=None,
+                   help="require this bearer token on /internal (default: env EVOLVING_CLUSTER_TOKEN)")
+    return p
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = EngineConfig(
+        model=args.model, node_id=args.node_id or f"w{args.port}", block_size=args.block_size,
+        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, kvcache_gib=args.kvcache_gib,
+        kv_store_gib=args.kv_store_gib, kv_pool=not args.no_kv_pool, threads_bind=args.threads_bind,
+        run_dir=args.run_dir,
+    )
+    token = args.cluster_token or os.environ.get("EVOLVING_CLUSTER_TOKEN") or None
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
+        raise SystemExit("a worker bound beyond loopback needs --cluster-token (or EVOLVING_CLUSTER_TOKEN)")
+    import uvicorn
+
+    from workers.server import create_app
+
+    app = create_app(config, Phase(args.phase), cluster_token=token)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run())

@@ -1,0 +1,253 @@
+"""The in-process vLLM engine of one worker, and the requests in flight on it.
+
+`WorkerEngine` owns one `AsyncLLM` (its EngineCore runs in a child process,
+as vLLM always does). It turns `GenerateRequest`s into vLLM calls and vLLM
+outputs into `GenerateChunk`s, keeps the table of in-flight requests that
+draining and migration act on, and never raises vLLM's own exceptions to the
+HTTP layer: they become `EngineError`s with a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from workers.events import KVEventChannel
+from workers.iterations import IterationLog, make_stat_logger_factory
+from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, Phase, Role
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str
+    node_id: str = "w0"
+    block_size: int = 32  # vLLM's CPU attention needs a multiple of 32
+    max_model_len: int = 4096
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048  # chunked-prefill token budget per step
+    kvcache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE: device (paged) KV cache
+    kv_store_gib: float = 0.25  # host block store shared through the KV pool
+    kv_pool: bool = True  # load the KV connector (kvpool.connector)
+    threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "1"
+    enforce_eager: bool = True  # faster start on CPU; compile cache helps later
+    run_dir: str = "data/run"
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size % 32:
+            raise ValueError("block_size must be a positive multiple of 32")
+        if self.max_model_len < self.block_size:
+            raise ValueError("max_model_len must be >= block_size")
+        if self.kvcache_gib < 1:
+            raise ValueError("kvcache_gib must be >= 1 (vLLM-CPU takes whole GiB)")
+
+
+class EngineError(Exception):
+    """A request the engine cannot serve (bad input or engine failure)."""
+
+    def __init__(self, message: str, *, status: int = 400, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.retryable = status, retryable
+
+
+@dataclass
+class Inflight:
+    request_id: str
+    role: Role
+    prompt_tokens: int
+    generated: int = 0
+    migrate: bool = False  # set when the request is being migrated away
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class WorkerEngine:
+    def __init__(self, config: EngineConfig, phase_of) -> None:
+        self.config = config
+        self.iterations = IterationLog()
+        self.inflight: dict[str, Inflight] = {}
+        self._phase_of = phase_of
+        self._llm = None
+        self.vocab_size = 0
+        self.kv_events: KVEventChannel | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kvcache_gib)
+        if cfg.threads_bind:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.threads_bind
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        kv_transfer_config = None
+        if cfg.kv_pool:
+            run_dir = pathlib.Path(cfg.run_dir) / cfg.node_id
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self.kv_events = KVEventChannel(str(run_dir / "kv-events.sock"))
+            await self.kv_events.start()
+            kv_transfer_config = {
+                "kv_connector": "PoolConnector",
+                "kv_connector_module_path": "kvpool.connector",
+                "kv_role": "kv_both",
+                "kv_load_failure_policy": "recompute",
+                "kv_connector_extra_config": {
+                    "node_id": cfg.node_id,
+                    "store_gib": cfg.kv_store_gib,
+                    "run_dir": str(run_dir),
+                    "events_socket": self.kv_events.path,
+                },
+            }
+        args = AsyncEngineArgs(
+            model=cfg.model,
+            dtype="bfloat16",
+            block_size=cfg.block_size,
+            max_model_len=cfg.max_model_len,
+            max_num_seqs=cfg.max_num_seqs,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            enable_prefix_caching=True,
+            enable_chunked_prefill=True,
+            enforce_eager=cfg.enforce_eager,
+            enable_logging_iteration_details=True,
+            disable_log_stats=False,
+            kv_transfer_config=kv_transfer_config,
+        )
+        factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens)
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+        self.vocab_size = self._llm.model_config.get_vocab_size()
+
+    async def stop(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+        if self.kv_events is not None:
+            self.kv_events.close()
+
+    @property
+    def ready(self) -> bool:
+        return self._llm is not None
+
+    def _context_tokens(self) -> int:
+        return sum(r.prompt_tokens + r.generated for r in self.inflight.values() if r.role is Role.DECODE)
+
+    def counts(self) -> tuple[int, int]:
+        """(in-flight prefills, in-flight decodes)."""
+        p = sum(1 for r in self.inflight.values() if r.role is Role.PREFILL)
+        return p, len(self.inflight) - p
+
+    # -- requests ----------------------------------------------------------
+    def validate(self, req: GenerateRequest) -> None:
+        cfg = self.config
+        bad = [t for t in req.prompt_token_ids if t >= self.vocab_size]
+        if bad:
+            raise EngineError(f"token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
+        max_tokens = 1 if req.role is Role.PREFILL else req.sampling.max_tokens
+        if len(req.prompt_token_ids) + max_tokens > cfg.max_model_len:
+            raise EngineError(
+                f"prompt ({len(req.prompt_token_ids)} tokens) + max_tokens ({max_tokens}) "
+                f"exceeds the model's context length {cfg.max_model_len}"
+            )
+        if req.request_id in self.inflight:
+            raise EngineError(f"request {req.request_id} is already in flight", status=409)
+
+    def _sampling_params(self, req: GenerateRequest):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        s = req.sampling
+        return SamplingParams(
+            max_tokens=1 if req.role is Role.PREFILL else s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=s.stop or None,
+            stop_token_ids=s.stop_token_ids or None,
+            ignore_eos=s.ignore_eos,
+            output_kind=RequestOutputKind.DELTA,
+            extra_args={"kv_transfer_params": self._kv_params(req)} if self.kv_events else None,
+        )
+
+    def _kv_params(self, req: GenerateRequest) -> dict:
+        kv = req.kv.model_dump() if req.kv else {"load": [], "mode": "async", "save": True}
+        kv.update(rid=req.request_id, salt=req.tenant_salt)
+        return kv
+
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        """Run one request; yields delta chunks, the last with finish_reason."""
+        if self._llm is None:
+            raise EngineError("engine not ready", status=503, retryable=True)
+        self.validate(req)
+        from vllm.inputs import TokensPrompt
+
+        params = self._sampling_params(req)
+        state = Inflight(req.request_id, req.role, len(req.prompt_token_ids))
+        self.inflight[req.request_id] = state
+        finished = False
+        try:
+            stream = self._llm.generate(TokensPrompt(prompt_token_ids=req.prompt_token_ids), params, req.request_id)
+            async for out in stream:
+                comp = out.outputs[0]
+                state.generated += len(comp.token_ids)
+                chunk = GenerateChunk(
+                    request_id=req.request_id,
+                    token_ids=list(comp.token_ids),
+                    text=comp.text,
+                    prompt_tokens=len(req.prompt_token_ids),
+                    cached_tokens=out.num_cached_tokens or 0,
+                )
+                if out.finished:
+                    finished = True
+                    chunk.finish_reason = comp.finish_reason or "stop"
+                    await self._finish_chunk(chunk, state, req)
+                yield chunk
+        except EngineError:
+            raise
+        except (ValueError, TypeError) as exc:  # vLLM's input validation
+            raise EngineError(str(exc)) from exc
+        finally:
+            self.inflight.pop(req.request_id, None)
+            state.done.set()
+            if not finished and self._llm is not None:
+                # The client went away (or we failed): free the engine's slot.
+                await self._llm.abort(req.request_id)
+
+    async def _finish_chunk(self, chunk: GenerateChunk, state: Inflight, req: GenerateRequest) -> None:
+        saved = None
+        if self.kv_events is not None and (req.role is Role.PREFILL or state.migrate):
+            # The connector saves the request's full blocks when it finishes
+            # (or is aborted for migration) and publishes where they went.
+            saved = await self.kv_events.wait_saved(req.request_id, timeout=10.0)
+        if saved is not None:
+            chunk.saved_blocks = [BlockLocation(block_hash=h, node_id=self.config.node_id, slot=s) for h, s in saved["blocks"]]
+            chunk.external_cached_tokens = saved.get("external_tokens", 0)
+        if state.migrate:
+            chunk.finish_reason = "migrated"
+
+    async def abort(self, request_id: str) -> bool:
+        if request_id not in self.inflight or self._llm is None:
+            return False
+        await self._llm.abort(request_id)
+        return True
+
+    async def migrate(self, request_ids: list[str]) -> list[str]:
+        """Stop in-flight decodes so they can resume elsewhere from the pool."""
+        targets = [r for rid, r in self.inflight.items() if r.role is Role.DECODE and (not request_ids or rid in request_ids)]
+        for r in targets:
+            r.migrate = True
+        if targets and self._llm is not None:
+            await self._llm.abort([r.request_id for r in targets])
+        for r in targets:
+            await asyncio.wait_for(r.done.wait(), timeout=30.0)
+        return [r.request_id for r in targets]
+
+    async def wait_idle(self, role: Role, deadline: float) -> bool:
+        """Wait until no request of `role` is in flight or `deadline` (monotonic)."""
+        while any(r.role is role for r in self.inflight.values()):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True

@@ -1,0 +1,212 @@
+"""The worker's HTTP server: the internal API of workers/protocol.py.
+
+Thin shell: each handler validates (pydantic), asks the phase machine, calls
+the engine, and turns failures into `ErrorResponse`s. The phase change reads
+as decide -> drain/migrate -> flip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import pathlib
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from workers import phase as ph
+from workers.engine import EngineConfig, EngineError, WorkerEngine
+from workers.protocol import (
+    AbortRequest, AbortResponse, ErrorBody, ErrorResponse, GenerateChunk, GenerateRequest, HostStoreStats,
+    KVAgentInfo, MigrateRequest, MigrateResponse, Phase, PhaseChangeRequest, PhaseChangeResult, PhaseStatus,
+    Role, WorkerStats,
+)
+
+
+def _error(status: int, type_: str, message: str, retryable: bool = False) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(type=type_, message=message, retryable=retryable))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+class WorkerState:
+    """Phase + engine; the only mutable state of the server."""
+
+    def __init__(self, engine: WorkerEngine, initial: Phase) -> None:
+        self.engine = engine
+        self.state = ph.from_phase(initial)
+        self.switch_lock = asyncio.Lock()
+
+    @property
+    def phase(self) -> Phase:
+        return ph.stable_phase(self.state)
+
+
+def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str | None = None,
+               engine: WorkerEngine | None = None) -> FastAPI:
+    holder: dict[str, WorkerState] = {}
+    eng = engine or WorkerEngine(config, phase_of=lambda: holder["w"].phase)
+    holder["w"] = ws = WorkerState(eng, initial_phase)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await eng.start()
+        try:
+            yield
+        finally:
+            await eng.stop()
+
+    app = FastAPI(title="evolving-infra worker", lifespan=lifespan)
+    app.state.worker = ws
+
+    @app.middleware("http")
+    async def _cluster_auth(request: Request, call_next):
+        if cluster_token and request.url.path.startswith("/internal"):
+            got = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(got, cluster_token):
+                return _error(401, "authentication_error", "missing or wrong cluster token")
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return _error(400, "invalid_request", f"{where}: {first.get('msg', 'invalid body')}")
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz():
+        if not eng.ready:
+            return _error(503, "not_ready", "engine starting", retryable=True)
+        return {"status": "ready", "phase": ws.phase.value}
+
+    @app.post("/internal/generate")
+    async def generate(req: GenerateRequest):
+        if not ph.accepts(ws.state, req.role):
+            return _error(409, "wrong_phase", f"node is {ws.state.value}; it does not take {req.role.value} requests",
+                          retryable=True)
+        try:
+            eng.validate(req)
+        except EngineError as exc:
+            return _error(exc.status, "invalid_request", str(exc), exc.retryable)
+        agen = eng.generate(req)
+        if not req.stream:
+            return await _collect(agen, req)
+        # Pull the first chunk before answering so engine errors become a
+        # proper status instead of a broken stream.
+        try:
+            first = await agen.__anext__()
+        except EngineError as exc:
+            return _error(exc.status, "invalid_request", str(exc), exc.retryable)
+        return StreamingResponse(_ndjson(first, agen), media_type="application/x-ndjson")
+
+    @app.post("/internal/abort", response_model=AbortResponse)
+    async def abort(req: AbortRequest):
+        return AbortResponse(request_id=req.request_id, aborted=await eng.abort(req.request_id))
+
+    @app.post("/internal/migrate", response_model=MigrateResponse)
+    async def migrate(req: MigrateRequest):
+        return MigrateResponse(migrated=await eng.migrate(req.request_ids))
+
+    @app.get("/internal/phase", response_model=PhaseStatus)
+    async def get_phase():
+        p, d = eng.counts()
+        return PhaseStatus(node_id=config.node_id, phase=ws.phase, draining_to=_draining_to(ws.state),
+                           inflight_prefill=p, inflight_decode=d)
+
+    @app.post("/internal/phase")
+    async def set_phase(req: PhaseChangeRequest):
+        if ws.switch_lock.locked():
+            return _error(409, "switch_in_progress", "a phase change is already in progress", retryable=True)
+        async with ws.switch_lock:
+            return await _change_phase(ws, config.node_id, req)
+
+    @app.get("/internal/stats", response_model=WorkerStats)
+    async def stats(since: int = 0):
+        saved, dropped = eng.kv_events.drain() if eng.kv_events else ([], [])
+        loc = lambda h, s: {"block_hash": h, "node_id": config.node_id, "slot": s}  # noqa: E731
+        running, waiting, kv_usage = eng.iterations.scheduler
+        return WorkerStats(
+            node_id=config.node_id, phase=ws.phase, draining_to=_draining_to(ws.state),
+            num_running=running, num_waiting=waiting, kv_usage=kv_usage, block_size=config.block_size,
+            tokens_per_s=eng.iterations.tokens_per_s(), host_store=_store_stats(config),
+            iterations=eng.iterations.since(max(0, since)),
+            saved_blocks=[loc(h, s) for h, s in saved], dropped_blocks=[loc(h, s) for h, s in dropped],
+        )
+
+    @app.get("/internal/kv/agent", response_model=KVAgentInfo)
+    async def kv_agent():
+        path = pathlib.Path(config.run_dir) / config.node_id / "kv-agent.json"
+        if not path.exists():
+            return _error(404, "not_found", "this worker has no KV pool agent")
+        return KVAgentInfo(**json.loads(path.read_text()))
+
+    return app
+
+
+def _draining_to(state: ph.PhaseState) -> Phase | None:
+    return ph.stable_phase(state) if ph.leaving_phase(state) else None
+
+
+def _store_stats(config: EngineConfig) -> HostStoreStats:
+    path = pathlib.Path(config.run_dir) / config.node_id / "kv-agent.json"
+    if not path.exists():
+        return HostStoreStats()
+    info = json.loads(path.read_text())
+    return HostStoreStats(capacity_blocks=info["capacity_blocks"], block_bytes=info["block_bytes"])
+
+
+async def _change_phase(ws: WorkerState, node_id: str, req: PhaseChangeRequest):
+    """Drain the phase being left, migrate what outlives the deadline, flip."""
+    eng, start, frm = ws.engine, time.monotonic(), ws.phase
+    if req.phase is frm and ph.leaving_phase(ws.state) is None:
+        return PhaseChangeResult(node_id=node_id, from_phase=frm, to_phase=frm, drain_s=0, migrate_s=0, total_s=0)
+    try:
+        ws.state = ph.next_state(ws.state, ph.begin_event(req.phase))
+    except ph.InvalidTransition as exc:
+        return _error(409, "invalid_transition", str(exc))
+    leaving = Role.PREFILL if frm is Phase.PREFILL else Role.DECODE
+    drained = await eng.wait_idle(leaving, start + req.deadline_s)
+    drain_s = time.monotonic() - start
+    migrated: list[str] = []
+    if not drained:
+        if leaving is Role.DECODE and req.migrate:
+            migrated = await eng.migrate([])
+        else:
+            for rid, r in list(eng.inflight.items()):
+                if r.role is leaving:
+                    await eng.abort(rid)
+        await eng.wait_idle(leaving, time.monotonic() + 30.0)
+    migrate_s = time.monotonic() - start - drain_s
+    ws.state = ph.next_state(ws.state, ph.PhaseEvent.DRAINED)
+    return PhaseChangeResult(node_id=node_id, from_phase=frm, to_phase=req.phase, drain_s=drain_s,
+                             migrate_s=migrate_s, total_s=time.monotonic() - start, migrated=migrated)
+
+
+async def _ndjson(first: GenerateChunk, agen):
+    yield first.model_dump_json(exclude_none=True) + "\n"
+    try:
+        async for chunk in agen:
+            yield chunk.model_dump_json(exclude_none=True) + "\n"
+    except EngineError as exc:
+        yield GenerateChunk(request_id=first.request_id, finish_reason="error", error=str(exc)).model_dump_json() + "\n"
+
+
+async def _collect(agen, req: GenerateRequest):
+    out = GenerateChunk(request_id=req.request_id)
+    try:
+        async for chunk in agen:
+            out.token_ids += chunk.token_ids
+            out.text += chunk.text
+            for f in ("finish_reason", "prompt_tokens", "cached_tokens", "external_cached_tokens", "saved_blocks"):
+                if getattr(chunk, f):
+                    setattr(out, f, getattr(chunk, f))
+    except EngineError as exc:
+        return _error(exc.status, "invalid_request", str(exc), exc.retryable)
+    return JSONResponse(out.model_dump(exclude_none=True))
