@@ -188,7 +188,10 @@ class WorkerEngine:
         self.inflight[req.request_id] = state
         finished = False
         try:
-            stream = self._llm.generate(TokensPrompt(prompt_token_ids=req.prompt_token_ids), params, req.request_id)
+            prompt = TokensPrompt(prompt_token_ids=req.prompt_token_ids)
+            if req.tenant_salt:
+                prompt["cache_salt"] = req.tenant_salt  # tenants never share device cache either
+            stream = self._llm.generate(prompt, params, req.request_id)
             async for out in stream:
                 comp = out.outputs[0]
                 state.generated += len(comp.token_ids)

@@ -86,6 +86,9 @@ class KVTransferSpec(_Model):
     """
 
     load: list[BlockLocation] = Field(default_factory=list)
+    # Base URLs of the nodes named in `load`, so the worker can fetch each
+    # peer's NIXL agent metadata once (GET {url}/internal/kv/agent).
+    peers: dict[str, str] = Field(default_factory=dict)
     mode: str = Field("async", pattern="^(async|layerwise)$")
     save: bool = True
 

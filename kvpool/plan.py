@@ -1,0 +1,144 @@
+"""Scheduler-side bookkeeping of the KV connector (pure, no torch, no I/O).
+
+vLLM runs the connector's scheduler half in the EngineCore process and its
+worker half in the model-runner process. The scheduler half alone decides
+which host-store slot holds which block, so its `SlotIndex` is the truth
+about the local store; the worker half only copies bytes where it is told
+(`LoadItem`, `SaveItem`, carried in the per-step connector metadata).
+
+Slot lifecycle here: free -> reserved (a save or a staging load in flight,
+pinned) -> committed (in the index, LRU-ordered) -> free (evicted). Pinned
+slots are never evicted; a read by a peer of a slot evicted meanwhile is
+caught by the store's tags on the reading side.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RemoteRead:
+    node_id: str
+    remote_slot: int
+    local_slot: int
+
+
+@dataclass(frozen=True)
+class LoadItem:
+    """Copy host slots into the request's device blocks (after remote reads)."""
+
+    req_id: str
+    device_blocks: tuple[int, ...]
+    local_slots: tuple[int, ...]  # one per device block
+    hashes: tuple[str, ...]
+    remote: tuple[RemoteRead, ...] = ()  # reads that fill some local_slots first
+    layerwise: bool = False  # load inside the forward pass, layer by layer
+
+
+@dataclass(frozen=True)
+class SaveItem:
+    """Copy the request's device blocks into host slots."""
+
+    req_id: str
+    device_blocks: tuple[int, ...]
+    slots: tuple[int, ...]
+    hashes: tuple[str, ...]
+
+
+@dataclass
+class StepPlan:
+    loads: list[LoadItem] = field(default_factory=list)
+    saves: list[SaveItem] = field(default_factory=list)
+    peers: dict[str, str] = field(default_factory=dict)  # node_id -> base URL
+
+
+class SlotIndex:
+    """hash -> slot of the local host store, LRU, with reservations and pins."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity <= 0:
+            raise ValueError("capacity must be > 0")
+        self.capacity = capacity
+        self._free = list(range(capacity - 1, -1, -1))  # pop() gives slot 0 first
+        self._ready: OrderedDict[str, int] = OrderedDict()  # LRU first
+        self._pins: dict[int, int] = {}
+        self._reserved: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def lookup(self, block_hash: str) -> int | None:
+        slot = self._ready.get(block_hash)
+        if slot is not None:
+            self._ready.move_to_end(block_hash)
+        return slot
+
+    def pin(self, slots) -> None:
+        for s in slots:
+            self._pins[s] = self._pins.get(s, 0) + 1
+
+    def unpin(self, slots) -> None:
+        for s in slots:
+            n = self._pins.get(s, 0) - 1
+            if n <= 0:
+                self._pins.pop(s, None)
+            else:
+                self._pins[s] = n
+
+    def reserve(self, n: int) -> tuple[list[int], list[tuple[str, int]]]:
+        """Take `n` slots (evicting LRU unpinned blocks). Returns (slots,
+        dropped (hash, slot) pairs). Fewer than n slots when the rest are
+        pinned or reserved."""
+        slots: list[int] = []
+        dropped: list[tuple[str, int]] = []
+        while len(slots) < n and self._free:
+            slots.append(self._free.pop())
+        if len(slots) < n:
+            for h in list(self._ready):
+                if len(slots) >= n:
+                    break
+                s = self._ready[h]
+                if s in self._pins:
+                    continue
+                del self._ready[h]
+                dropped.append((h, s))
+                slots.append(s)
+        self._reserved.update(slots)
+        return slots, dropped
+
+    def commit(self, block_hash: str, slot: int) -> None:
+        """A reserved slot now holds `block_hash`."""
+        self._reserved.discard(slot)
+        old = self._ready.pop(block_hash, None)
+        if old is not None and old != slot:
+            self._free.append(old)  # an older copy of the same block
+        self._ready[block_hash] = slot
+
+    def release(self, slot: int) -> None:
+        """A reserved slot was not filled (failed or cancelled)."""
+        if slot in self._reserved:
+            self._reserved.discard(slot)
+            self._free.append(slot)
+
+
+def plan_prefix_sources(hashes: list[str], start_block: int, max_blocks: int, index: SlotIndex,
+                        remote: dict[int, tuple[str, str, int]]) -> list[tuple[int, str, str | None, int]]:
+    """Walk blocks from `start_block` while each is local or offered remotely.
+
+    `remote[i] = (hash, node_id, slot)` as resolved by the gateway. Returns
+    [(block_index, hash, node_id or None for local, slot)], stopping at the
+    first block found nowhere (a prefix must be contiguous).
+    """
+    out = []
+    for i in range(start_block, min(max_blocks, len(hashes))):
+        slot = index.lookup(hashes[i])
+        if slot is not None:
+            out.append((i, hashes[i], None, slot))
+            continue
+        offer = remote.get(i)
+        if offer is None or offer[0] != hashes[i]:
+            break
+        out.append((i, hashes[i], offer[1], offer[2]))
+    return out

@@ -1,0 +1,194 @@
+"""Worker half of `PoolConnector`: bytes between vLLM's paged cache and the pool.
+
+Runs in vLLM's model-runner process. Owns the host store buffer (one
+`HostBlockStore` region: data slots + hash tags) registered with NIXL, and
+does exactly what the scheduler half's `StepPlan` says:
+
+- saves: device blocks -> host slots, synchronously at the start of the
+  next step (a memcpy; the blocks are held for us until we report them);
+- async loads: on a background thread, pull remote slots over NIXL into
+  staging slots, verify their tags, copy host -> device, report the request
+  in `finished_recving`;
+- layerwise loads: pull during the step, copy each layer as the forward
+  pass reaches it.
+
+A failed load reports its device blocks as invalid; vLLM recomputes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import logging
+import pathlib
+import threading
+
+import httpx
+import torch
+
+from kvpool.hashing import hash_tag
+from kvpool.plan import LoadItem, StepPlan
+from kvpool.store import HostBlockStore, StoreConfig
+
+log = logging.getLogger(__name__)
+
+
+class WorkerSide:
+    def __init__(self, node_id: str, block_bytes: int, capacity: int, extra: dict) -> None:
+        self.node_id, self.block_bytes, self.capacity = node_id, block_bytes, capacity
+        self.run_dir = pathlib.Path(extra.get("run_dir", "data/run"))
+        self.use_nixl = bool(extra.get("nixl", True))
+        self.layers: list[tuple[str, torch.Tensor, int]] = []  # (layer, u8 view [blocks, bytes], offset)
+        self.store: HostBlockStore | None = None
+        self.transport = None
+        self._peers: dict[str, str] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kv-load")
+        self._lock = threading.Lock()
+        self._done_recv: set[str] = set()
+        self._done_send: set[str] = set()
+        self._errors: set[int] = set()
+        self._layerwise: list[tuple[LoadItem, bool]] = []
+
+    # -- set-up --------------------------------------------------------------
+    def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        offset = 0
+        for name, t in kv_caches.items():
+            for view in _block_views(t):
+                self.layers.append((name, view, offset))
+                offset += view.shape[1]
+        if offset != self.block_bytes:
+            raise RuntimeError(f"KV layout is {offset} B per block, scheduler expects {self.block_bytes} B")
+        self.store = HostBlockStore(StoreConfig(block_bytes=self.block_bytes, capacity_blocks=self.capacity))
+        info = {"node_id": self.node_id, "agent_name": "", "metadata_b64": "", "region_base": 0,
+                "block_bytes": self.block_bytes, "capacity_blocks": self.capacity}
+        if self.use_nixl:
+            from kvpool.transport.nixl import NixlTransport, NixlTransportConfig
+
+            self.transport = NixlTransport(self.node_id, self.store, NixlTransportConfig(progress_interval_s=0.05))
+            info.update(agent_name=self.node_id, metadata_b64=base64.b64encode(self.transport.local_descriptor()).decode(),
+                        region_base=self.store.buffer.data_ptr())
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.run_dir / "kv-agent.json.tmp"
+        tmp.write_text(json.dumps(info))
+        tmp.rename(self.run_dir / "kv-agent.json")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- per step ------------------------------------------------------------
+    def start_step(self, plan: StepPlan) -> None:
+        self._peers.update(plan.peers)
+        for save in plan.saves:
+            self._copy_to_host(list(save.device_blocks), list(save.slots), list(save.hashes))
+            with self._lock:
+                self._done_send.add(save.req_id)
+        self._layerwise = []
+        for load in plan.loads:
+            if load.layerwise:
+                ok = self._pull_remote(load)
+                self._layerwise.append((load, ok))
+                if not ok:
+                    self._fail(load)
+            else:
+                self._pool.submit(self._async_load, load)
+
+    def layer_reached(self, layer_name: str) -> None:
+        for load, ok in self._layerwise:
+            if ok:
+                self._copy_to_device(list(load.local_slots), list(load.device_blocks), only=layer_name)
+
+    def finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        with self._lock:
+            send, self._done_send = self._done_send, set()
+            recv, self._done_recv = self._done_recv, set()
+        return send or None, recv or None
+
+    def take_load_errors(self) -> set[int]:
+        with self._lock:
+            errors, self._errors = self._errors, set()
+        return errors
+
+    # -- internals -----------------------------------------------------------
+    def _async_load(self, load: LoadItem) -> None:
+        try:
+            if self._pull_remote(load):
+                self._copy_to_device(list(load.local_slots), list(load.device_blocks))
+            else:
+                self._fail(load)
+        except Exception:  # noqa: BLE001 - any failure means "recompute", never a hang
+            log.exception("async KV load for %s failed; blocks will be recomputed", load.req_id)
+            self._fail(load)
+        finally:
+            with self._lock:
+                self._done_recv.add(load.req_id)
+
+    def _fail(self, load: LoadItem) -> None:
+        with self._lock:
+            self._errors.update(load.device_blocks)
+
+    def _pull_remote(self, load: LoadItem) -> bool:
+        """Read the load's remote slots into its staging slots; verify tags."""
+        if not load.remote:
+            return True
+        if self.transport is None:
+            return False
+        from kvpool.transport.base import TransferError
+
+        by_node: dict[str, list] = {}
+        for r in load.remote:
+            by_node.setdefault(r.node_id, []).append(r)
+        try:
+            for node, reads in by_node.items():
+                self._ensure_peer(node)
+                self.transport.read_blocks_sync(node, [r.remote_slot for r in reads], [r.local_slot for r in reads],
+                                                timeout_s=10.0)
+        except (TransferError, ValueError, httpx.HTTPError) as exc:
+            log.warning("KV pull for %s failed: %s", load.req_id, exc)
+            return False
+        expected = dict(zip(load.local_slots, load.hashes))
+        assert self.store is not None
+        for r in load.remote:
+            if self.store.tags[r.local_slot].numpy().tobytes() != hash_tag(expected[r.local_slot]):
+                log.warning("peer %s slot %d no longer holds the block; recomputing", r.node_id, r.remote_slot)
+                return False
+        return True
+
+    def _ensure_peer(self, node_id: str) -> None:
+        if node_id in self.transport.peers():
+            return
+        url = self._peers.get(node_id)
+        if url is None:
+            raise ValueError(f"no address for peer {node_id}")
+        info = httpx.get(f"{url}/internal/kv/agent", timeout=5.0).raise_for_status().json()
+        self.transport.add_peer(node_id, base64.b64decode(info["metadata_b64"]))
+
+    def _copy_to_host(self, device_blocks: list[int], slots: list[int], hashes: list[str]) -> None:
+        assert self.store is not None
+        dev = torch.tensor(device_blocks, dtype=torch.long)
+        dst = torch.tensor(slots, dtype=torch.long)
+        for _, view, off in self.layers:
+            self.store.data[dst, off:off + view.shape[1]] = view.index_select(0, dev)
+        for s, h in zip(slots, hashes):
+            self.store.tags[s].copy_(torch.frombuffer(bytearray(hash_tag(h)), dtype=torch.uint8))
+
+    def _copy_to_device(self, slots: list[int], device_blocks: list[int], only: str | None = None) -> None:
+        assert self.store is not None
+        src = torch.tensor(slots, dtype=torch.long)
+        dev = torch.tensor(device_blocks, dtype=torch.long)
+        for name, view, off in self.layers:
+            if only is None or name == only:
+                view.index_copy_(0, dev, self.store.data.index_select(0, src)[:, off:off + view.shape[1]])
+
+
+def _block_views(t: torch.Tensor) -> list[torch.Tensor]:
+    """Byte views [num_blocks, bytes_per_block] of one layer's KV tensor.
+
+    CPU layout [blocks, heads, block_size, 2*head] is block-major (one view);
+    a GPU layout [2, blocks, ...] gives one view for K and one for V.
+    """
+    if t.dim() >= 2 and t.shape[0] == 2 and t.shape[1] > 2:
+        return [t[i].reshape(t.shape[1], -1).view(torch.uint8) for i in range(2)]
+    return [t.reshape(t.shape[0], -1).view(torch.uint8)]
