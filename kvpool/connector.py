@@ -124,6 +124,7 @@ class _SchedulerSide:
         self.inflight_loads: dict[str, LoadItem] = {}
         self.done_loads: set[str] = set()
         self.aborted_loading: set[str] = set()
+        self.pulled: set[str] = set()  # requests that already tried a remote pull
         self.save_meta: dict[str, tuple[str, list[str]]] = {}  # vLLM id -> (worker rid, all hashes)
 
     @staticmethod
@@ -139,6 +140,8 @@ class _SchedulerSide:
         # vLLM must compute at least the last prompt token itself.
         max_blocks = (len(request.prompt_token_ids) - 1) // bs
         remote = {i: (loc["block_hash"], loc["node_id"], loc["slot"]) for i, loc in enumerate(p.get("load", []))}
+        if request.request_id in self.pulled:
+            remote = {}  # one pull per request: after a failed one, recompute instead of retrying
         sources = plan_prefix_sources(hashes, num_computed_tokens // bs, max_blocks, self.index, remote)
         if not sources:
             return 0, False
@@ -149,6 +152,9 @@ class _SchedulerSide:
         sources = self.pending_loads.pop(request.request_id, None)
         if not sources or num_external_tokens == 0:
             return
+        if request.request_id in self.inflight_loads:  # a retry after a failed load
+            self._end_load(request.request_id)
+            self.done_loads.discard(request.request_id)
         p = self._params(request)
         device = blocks.get_block_ids()[0]
         staging, dropped = self.index.reserve(sum(1 for s in sources if s[2] is not None))
@@ -171,6 +177,8 @@ class _SchedulerSide:
             self.index.release(s)
         self.index.pin(item.local_slots)
         self.inflight_loads[request.request_id] = item
+        if reads:
+            self.pulled.add(request.request_id)
         if item.layerwise:
             self.done_loads.add(request.request_id)  # completes within its step
         self.plan.loads.append(item)
@@ -187,6 +195,7 @@ class _SchedulerSide:
             self.aborted_loading.add(request.request_id)
             return True, None
         self.done_loads.discard(request.request_id)
+        self.pulled.discard(request.request_id)
         self._end_load(request.request_id)
         p = self._params(request)
         if not p or not p.get("save", True):
