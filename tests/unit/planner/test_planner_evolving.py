@@ -1,0 +1,165 @@
+"""Evolving planner: persistence vs bursts, SLO floor, pins, modes, cooldown."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner.bench import synthetic_samples
+from planner.evolving import EvolvingConfig, EvolvingPlanner
+from planner.profile import Profile
+from planner.types import SLO, ClusterView, Decision, NodePhase, NodeState, Pin, PlannerMode, RequestSample
+
+COEFFS = {"prefill": (10.0, 0.05, 0.002, 0.01), "decode": (10.0, 0.5, 0.0002)}
+DECODE_HEAVY = {"uncached": 1000, "cached": 2000, "output": 800}  # reasoning phase
+PREFILL_HEAVY = {"uncached": 6000, "cached": 20000, "output": 50}  # tool outputs appended
+LAX = SLO(ttft_s=100.0, tpot_s=1.0)
+
+
+def _planner(**cfg: object) -> EvolvingPlanner:
+    return EvolvingPlanner(EvolvingConfig(**cfg), Profile.from_coefficients(**COEFFS))  # type: ignore[arg-type]
+
+
+def _view(prefill: int, n: int, now: float = 0.0, **kw: object) -> ClusterView:
+    nodes = tuple(NodeState(f"n{i}", NodePhase.PREFILL if i < prefill else NodePhase.DECODE, queue=i % 3)
+                  for i in range(n))
+    return ClusterView(now=now, nodes=nodes, **kw)  # type: ignore[arg-type]
+
+
+def _apply(view: ClusterView, d: Decision) -> ClusterView:
+    to = {a.node_id: a.to_phase for a in d.actions}
+    return dataclasses.replace(view, nodes=tuple(dataclasses.replace(n, phase=to.get(n.node_id, n.phase))
+                                                 for n in view.nodes))
+
+
+def _run(planner: EvolvingPlanner, traffic: list[list[RequestSample]], view: ClusterView,
+         start: int = 130, end: int = 400) -> list[Decision]:
+    for samples in traffic:
+        planner.observe_requests(samples)
+    out = []
+    for t in range(start, end, 5):
+        view = dataclasses.replace(view, now=float(t))
+        d = planner.decide(view)
+        out.append(d)
+        if d.acted:
+            view = _apply(view, d)
+    return out
+
+
+def test_persisted_shift_switches_toward_prefill() -> None:
+    traffic = [synthetic_samples(0, 200, 2.0, seed=1, **DECODE_HEAVY),
+               synthetic_samples(200, 400, 1.2, seed=2, **PREFILL_HEAVY)]
+    decisions = _run(_planner(), traffic, _view(1, 8, slo=LAX))
+    acted = [d for d in decisions if d.acted]
+    assert acted, "a shift that persisted must be acted on"
+    first = acted[0]
+    assert 200 + 45 <= first.t <= 200 + 90  # after the persistence span, not before
+    assert first.chosen_split[0] > 1 and first.reason.startswith("gain")
+    assert decisions[-1].chosen_split[0] >= 4  # ends near the prefill-heavy optimum
+    assert first.predictions and len(first.predictions) == 7
+    assert 0.5 < first.confidence <= 1.0
+    assert first.inputs["net_gain_lcb_frac"] >= 0.05
+
+
+def test_sub_agent_burst_does_not_switch() -> None:
+    traffic = [synthetic_samples(0, 400, 2.0, seed=1, **DECODE_HEAVY),
+               synthetic_samples(200, 210, 20.0, seed=2, **PREFILL_HEAVY)]  # 200 sub-agents in 10 s
+    decisions = _run(_planner(), traffic, _view(1, 8, slo=LAX))
+    assert not any(d.acted for d in decisions)
+    # The window average did favour a switch: only the persistence gate stopped it.
+    assert any("not persisted" in d.reason for d in decisions)
+
+
+def test_slo_floor_respected() -> None:
+    traffic = [synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY)]
+    tight = SLO(ttft_s=0.15, tpot_s=1.0)
+    # Capacity alone would go to 1 prefill node (see the lax run); TTFT needs 3.
+    lax = _run(_planner(), traffic, _view(4, 8, slo=LAX), end=300)
+    assert [d.chosen_split for d in lax if d.acted] == [(1, 7)]
+    decisions = _run(_planner(), traffic, _view(4, 8, slo=tight), end=300)
+    floor = decisions[-1].inputs["ttft_floor_prefill"]
+    assert floor == 3
+    assert all(d.chosen_split[0] >= floor for d in decisions)
+    assert decisions[-1].current_split == (3, 5)
+    # From below the floor, a breach that persisted is repaired.
+    repair = _run(_planner(), traffic, _view(1, 8, slo=tight), end=200)
+    acted = [d for d in repair if d.acted]
+    assert acted and acted[0].reason.startswith("SLO repair (TTFT)") and acted[0].chosen_split[0] >= 3
+
+
+def test_min_nodes_and_max_moves() -> None:
+    traffic = [synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY)]
+    decisions = _run(_planner(min_prefill=2, max_nodes_per_decision=1), traffic, _view(4, 8, slo=LAX), end=300)
+    moves = [d for d in decisions if d.acted]
+    assert [d.chosen_split[0] for d in moves] == [3, 2]  # one node per decision, never below 2
+
+
+def test_insufficient_data_holds() -> None:
+    d = _planner().decide(_view(2, 8, now=10.0))
+    assert not d.acted and "insufficient data" in d.reason and d.predictions == ()
+
+
+def test_cooldown_blocks_model_moves() -> None:
+    planner = _planner(cooldown_s=60.0)
+    planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
+    held = planner.decide(_view(4, 8, now=200.0, slo=LAX, last_switch_t=170.0))
+    assert not held.acted and held.reason == "hold: cooldown" and held.inputs["cooldown_left_s"] == 30.0
+    assert held.predictions  # predictions are still reported
+    assert planner.decide(_view(4, 8, now=200.0, slo=LAX, last_switch_t=100.0)).acted
+
+
+def test_draining_node_holds() -> None:
+    planner = _planner()
+    planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
+    view = _view(4, 8, now=200.0, slo=LAX)
+    view = dataclasses.replace(view, nodes=(dataclasses.replace(view.nodes[0], draining=True),) + view.nodes[1:])
+    assert planner.decide(view).reason == "hold: switch in progress"
+
+
+@pytest.mark.parametrize("mode", [PlannerMode.ADVISORY, PlannerMode.MANUAL])
+def test_non_auto_modes_record_only(mode: PlannerMode) -> None:
+    planner = _planner()
+    planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
+    d = planner.decide(_view(4, 8, now=200.0, slo=LAX, mode=mode))
+    assert not d.acted and d.actions == ()
+    assert d.chosen_split == (1, 7) and d.reason.startswith(f"{mode.value}: would gain")
+    assert "->decode" in d.reason
+    assert planner.decide(_view(4, 8, now=205.0, slo=LAX, mode=PlannerMode.AUTO)).acted  # no cooldown was started
+
+
+def test_split_pin_wins_without_data() -> None:
+    d = _planner().decide(_view(2, 8, now=5.0, pin=Pin(prefill_nodes=5)))
+    assert d.acted and d.chosen_split == (5, 3) and d.reason.startswith("split pin")
+    assert {a.to_phase for a in d.actions} == {NodePhase.PREFILL} and len(d.actions) == 3
+
+
+def test_split_pin_beats_model_and_node_pins_never_move() -> None:
+    planner = _planner()
+    planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
+    view = _view(4, 8, now=200.0, slo=LAX, pin=Pin(prefill_nodes=4))
+    assert not planner.decide(view).acted  # the model wants 1; the pin holds 4
+    nodes = list(_view(4, 8).nodes)
+    nodes[0] = dataclasses.replace(nodes[0], pinned=True)  # n0: least loaded prefill node, pinned
+    view = ClusterView(now=200.0, nodes=tuple(nodes), slo=LAX, pin=Pin(node_phases={"n1": NodePhase.PREFILL}))
+    d = planner.decide(view)
+    moved = {a.node_id for a in d.actions}
+    assert "n0" not in moved and "n1" not in moved
+    assert d.chosen_split == (2, 6)  # the model wants 1, but n0 and n1 stay prefill
+    assert moved == {"n2", "n3"}
+
+
+def test_node_pin_to_other_phase_is_applied() -> None:
+    view = _view(2, 4, now=1.0, pin=Pin(node_phases={"n3": NodePhase.PREFILL}))
+    d = _planner().decide(view)
+    assert d.acted and [(a.node_id, a.to_phase) for a in d.actions] == [("n3", NodePhase.PREFILL)]
+    assert d.chosen_split == (3, 1)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        EvolvingConfig(min_decode=0)
+    with pytest.raises(ValueError):
+        EvolvingConfig(slo_margin=0.0)
+    with pytest.raises(ValueError):
+        EvolvingConfig(persist_s=10_000.0)

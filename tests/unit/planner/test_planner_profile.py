@@ -1,0 +1,53 @@
+"""Iteration-time profile: record classification, fitting, persistence, hold-out MAPE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.bench import TRUE_DECODE, TRUE_PREFILL, fit_mape_from_records, synthetic_records
+from planner.profile import Profile, classify, fit_mape
+from planner.types import IterationRecord, NodePhase
+
+
+def _rec(phase: NodePhase, u: int, c: int, batch: int, ctx: int, ms: float = 10.0) -> IterationRecord:
+    return IterationRecord("n0", phase, 0.0, batch, u, c, batch, ctx, ms)
+
+
+def test_classification_rule() -> None:
+    assert classify(_rec(NodePhase.PREFILL, 500, 100, 2, 0)) == "prefill"
+    assert classify(_rec(NodePhase.DECODE, 200, 0, 1, 0)) == "prefill"  # local prefill, nothing else in the batch
+    assert classify(_rec(NodePhase.DECODE, 0, 0, 8, 4000)) == "decode"
+    assert classify(_rec(NodePhase.DECODE, 200, 0, 9, 4000)) is None  # mixed batch trains neither
+    assert classify(_rec(NodePhase.PREFILL, 0, 0, 0, 0)) is None
+
+
+def test_recovers_known_coefficients_with_outliers() -> None:
+    profile = Profile.from_records(synthetic_records(4000, seed=7, noise=0.02, outlier_rate=0.03))
+    a, b, c, d = profile.prefill.rls.theta
+    assert (a, b, c, d) == pytest.approx(TRUE_PREFILL, rel=0.15, abs=2.0)
+    assert profile.decode.rls.theta == pytest.approx(TRUE_DECODE, rel=0.1, abs=1.0)
+    mean, sd = profile.predict_prefill_ms(4000, 8000)
+    true = TRUE_PREFILL[0] + TRUE_PREFILL[1] * 4000 + TRUE_PREFILL[2] * 8000 + TRUE_PREFILL[3] * 4000 * 12000 / 1e4
+    assert mean == pytest.approx(true, rel=0.03)
+    assert sd > 0
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    profile = Profile.from_records(synthetic_records(200, seed=8))
+    path = tmp_path / "profile.json"
+    profile.to_json(path)
+    loaded = Profile.from_json(path)
+    assert loaded.predict_decode_ms(16, 40_000) == pytest.approx(profile.predict_decode_ms(16, 40_000))
+    assert loaded.predict_prefill_ms(900, 0) == pytest.approx(profile.predict_prefill_ms(900, 0))
+
+
+def test_fit_mape_on_held_back_records() -> None:
+    records = synthetic_records(3000, seed=9, noise=0.05, outlier_rate=0.01)
+    report = fit_mape(records, holdout_fraction=0.3)
+    assert report.test_prefill == 450 and report.train_prefill == 1050
+    assert report.mape_prefill is not None and report.mape_prefill < 0.1
+    assert report.mape_decode is not None and report.mape_decode < 0.1
+    only_decode = [r for r in records if r.uncached_prompt_tokens == 0]
+    assert fit_mape_from_records(only_decode)["fit_mape_prefill"] is None
