@@ -1,0 +1,243 @@
+"""Pydantic schemas of the admin API (separate from the store's tables)."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.store.records import MAX_PRIORITY, Policy
+
+T = TypeVar("T")
+Phase = Literal["prefill", "decode"]
+Mode = Literal["auto", "advisory", "manual"]
+Role = Literal["viewer", "operator"]
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+
+
+class WhoAmI(BaseModel):
+    name: str
+    role: Role
+
+
+# -- cluster -----------------------------------------------------------------
+
+class NodeOut(BaseModel):
+    node_id: str
+    url: str
+    phase: str
+    draining_to: str | None
+    healthy: bool
+    pinned_phase: str | None
+    queue: int
+    running: int
+    kv_usage: float
+    tokens_per_s: float
+
+
+class ClusterOut(BaseModel):
+    nodes: list[NodeOut]
+    split: tuple[int, int] = Field(description="(prefill nodes, decode nodes)")
+    split_pin: int | None
+    directory: dict[str, float]
+    top_branches: list[dict[str, Any]]
+
+
+class HistoryPoint(BaseModel):
+    t: float
+    prefill: int
+    decode: int
+    tokens_per_s: float
+
+
+class HistoryOut(BaseModel):
+    items: list[HistoryPoint]
+
+
+class PlannerModeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Mode
+
+
+class PinsOut(BaseModel):
+    split: int | None = Field(description="pinned number of prefill nodes")
+    nodes: dict[str, str] = Field(description="node_id -> pinned phase")
+
+
+class SplitPinIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prefill_nodes: int = Field(ge=0)
+
+
+class NodePinIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    phase: Phase
+
+
+class SwitchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node_id: str = Field(min_length=1)
+    to_phase: Phase
+    reason: str = Field(default="manual", max_length=1000)
+
+
+class SwitchOut(BaseModel):
+    node_id: str
+    from_phase: str
+    to_phase: str
+    drain_s: float
+    migrate_s: float
+    total_s: float
+    outcome: str
+    detail: str
+
+
+class SwitchEventOut(SwitchOut):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    t: float
+    reason: str
+    who: str
+
+
+class DecisionOut(BaseModel):
+    id: int
+    t: float
+    planner: str
+    mode: str
+    current_split: tuple[int, int]
+    chosen_split: tuple[int, int]
+    acted: bool
+    confidence: float
+    reason: str
+    inputs: dict[str, Any] | None
+    predictions: list[dict[str, Any]] | None
+    actions: list[dict[str, Any]] | None
+
+
+# -- tenants -----------------------------------------------------------------
+
+class PolicyBody(BaseModel):
+    """A tenant policy. Null limits mean unlimited; null `allowed_models` means all."""
+
+    model_config = ConfigDict(extra="forbid")
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1, description="prompt + max_tokens")
+    max_concurrent: int | None = Field(default=None, ge=1)
+    priority: int = Field(default=1, ge=0, le=MAX_PRIORITY, description="0 = admitted first under load")
+    allowed_models: list[str] | None = Field(default=None, max_length=1000)
+    max_active_branches: int | None = Field(default=None, ge=1)
+    kv_retention_blocks: int | None = Field(default=None, ge=0)
+    cache_isolation: bool = Field(default=True, description="tenant salt in KV block hashes")
+
+    @field_validator("allowed_models")
+    @classmethod
+    def _models(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if any(not m.strip() for m in value):
+                raise ValueError("model names must be non-empty")
+            if len(set(value)) != len(value):
+                raise ValueError("model names must not repeat")
+        return value
+
+    def to_policy(self) -> Policy:
+        data = self.model_dump()
+        if data["allowed_models"] is not None:
+            data["allowed_models"] = tuple(data["allowed_models"])
+        return Policy(**data)
+
+    @classmethod
+    def of(cls, policy: Policy) -> "PolicyBody":
+        return cls(**{**policy.__dict__, "allowed_models": None if policy.allowed_models is None
+                      else list(policy.allowed_models)})
+
+
+class TenantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    id: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    policy: PolicyBody | None = None
+
+
+class TenantPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+
+
+class TenantOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    name: str
+    created_at: float
+
+
+class ApiKeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(default="", max_length=200)
+
+
+class ApiKeyOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    name: str
+    prefix: str
+    created_at: float
+    revoked_at: float | None
+
+
+class ApiKeyCreated(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    secret: str = Field(description="shown once; only a hash is stored")
+
+
+class UsageRow(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    minute: int = Field(description="unix seconds at the start of the minute")
+    model: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+class AuditOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    t: float
+    actor: str
+    action: str
+    target: str
+    before: Any
+    after: Any
+
+
+# -- admin tokens ------------------------------------------------------------
+
+class AdminTokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    role: Role
+
+
+class AdminTokenOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    name: str
+    role: Role
+    prefix: str
+    created_at: float
+    revoked_at: float | None
+
+
+class AdminTokenCreated(BaseModel):
+    id: str
+    name: str
+    role: Role
+    prefix: str
+    secret: str = Field(description="shown once; only a hash is stored")

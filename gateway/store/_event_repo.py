@@ -1,0 +1,197 @@
+"""Repository functions for the event history: planner decisions, switch
+events, the audit log, per-minute usage and operator overrides.
+
+Keyword-only, take a session, never commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from gateway.control import SwitchOutcome
+from gateway.store.records import Overrides
+from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent, UsageMinute
+from planner.types import Decision
+
+SPLIT_PIN = "split_pin"
+PLANNER_MODE = "planner_mode"
+NODE_PIN_PREFIX = "node_pin:"
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON: dataclasses/enums/tuples flattened, non-finite floats -> None
+    (PostgreSQL rejects NaN in JSON, and one bad row must not block a batch)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if hasattr(value, "value"):  # enums
+        return json_safe(value.value)
+    return str(value)
+
+
+def _window(stmt: sa.Select, column: Any, since: float | None, until: float | None) -> sa.Select:
+    if since is not None:
+        stmt = stmt.where(column >= since)
+    if until is not None:
+        stmt = stmt.where(column < until)
+    return stmt
+
+
+def _page(session: Session, stmt: sa.Select, *, limit: int, offset: int) -> tuple[list, int]:
+    total = session.scalar(sa.select(sa.func.count()).select_from(stmt.order_by(None).subquery())) or 0
+    return list(session.scalars(stmt.limit(limit).offset(offset))), int(total)
+
+
+# -- planner decisions -------------------------------------------------------
+
+def add_decision(session: Session, *, decision: Decision, mode: str) -> PlannerDecision:
+    row = PlannerDecision(
+        t=decision.t, planner=decision.planner, mode=mode,
+        current_prefill=decision.current_split[0], current_decode=decision.current_split[1],
+        chosen_prefill=decision.chosen_split[0], chosen_decode=decision.chosen_split[1],
+        acted=decision.acted, confidence=json_safe(decision.confidence) or 0.0, reason=decision.reason,
+        inputs=json_safe(decision.inputs), predictions=json_safe(decision.predictions),
+        actions=json_safe(decision.actions))
+    session.add(row)
+    return row
+
+
+def list_decisions(session: Session, *, since: float | None = None, until: float | None = None,
+                   acted: bool | None = None, limit: int = 100,
+                   offset: int = 0) -> tuple[list[PlannerDecision], int]:
+    """Newest first."""
+    stmt = _window(sa.select(PlannerDecision), PlannerDecision.t, since, until)
+    if acted is not None:
+        stmt = stmt.where(PlannerDecision.acted.is_(acted))
+    return _page(session, stmt.order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc()),
+                 limit=limit, offset=offset)
+
+
+# -- switch events -----------------------------------------------------------
+
+def add_switch_event(session: Session, *, t: float, outcome: SwitchOutcome, reason: str,
+                     who: str) -> SwitchEvent:
+    row = SwitchEvent(t=t, node_id=outcome.node_id, from_phase=outcome.from_phase,
+                      to_phase=outcome.to_phase, reason=reason, who=who,
+                      drain_s=json_safe(outcome.drain_s) or 0.0, migrate_s=json_safe(outcome.migrate_s) or 0.0,
+                      total_s=json_safe(outcome.total_s) or 0.0, outcome=outcome.outcome, detail=outcome.detail)
+    session.add(row)
+    return row
+
+
+def list_switch_events(session: Session, *, since: float | None = None, until: float | None = None,
+                       node_id: str | None = None, reason: str | None = None, outcome: str | None = None,
+                       limit: int = 100, offset: int = 0) -> tuple[list[SwitchEvent], int]:
+    """Newest first; `reason` matches as a case-insensitive substring."""
+    stmt = _window(sa.select(SwitchEvent), SwitchEvent.t, since, until)
+    if node_id is not None:
+        stmt = stmt.where(SwitchEvent.node_id == node_id)
+    if outcome is not None:
+        stmt = stmt.where(SwitchEvent.outcome == outcome)
+    if reason is not None:
+        stmt = stmt.where(sa.func.lower(SwitchEvent.reason).contains(reason.lower(), autoescape=True))
+    return _page(session, stmt.order_by(SwitchEvent.t.desc(), SwitchEvent.id.desc()), limit=limit, offset=offset)
+
+
+# -- audit log ---------------------------------------------------------------
+
+def add_audit(session: Session, *, actor: str, action: str, target: str, before: Any = None,
+              after: Any = None, t: float | None = None) -> AuditEntry:
+    row = AuditEntry(t=time.time() if t is None else t, actor=actor, action=action, target=target,
+                     before=json_safe(before), after=json_safe(after))
+    session.add(row)
+    return row
+
+
+def list_audit(session: Session, *, since: float | None = None, until: float | None = None,
+               actor: str | None = None, action: str | None = None, limit: int = 100,
+               offset: int = 0) -> tuple[list[AuditEntry], int]:
+    """Newest first."""
+    stmt = _window(sa.select(AuditEntry), AuditEntry.t, since, until)
+    if actor is not None:
+        stmt = stmt.where(AuditEntry.actor == actor)
+    if action is not None:
+        stmt = stmt.where(AuditEntry.action == action)
+    return _page(session, stmt.order_by(AuditEntry.t.desc(), AuditEntry.id.desc()), limit=limit, offset=offset)
+
+
+# -- usage -------------------------------------------------------------------
+
+def minute_of(t: float) -> int:
+    """Start of the minute containing unix time `t`."""
+    return int(t // 60) * 60
+
+
+def add_usage(session: Session, *, tenant_id: str, minute: int, model: str, requests: int,
+              prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> None:
+    """Add to the (tenant, minute, model) row, creating it if needed (upsert-add)."""
+    counts = {"requests": requests, "prompt_tokens": prompt_tokens, "cached_tokens": cached_tokens,
+              "completion_tokens": completion_tokens}
+    keys = {"tenant_id": tenant_id, "minute": minute, "model": model}
+    dialect = session.get_bind().dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(UsageMinute)
+        stmt = insert.values(**keys, **counts)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(keys),
+            set_={name: getattr(UsageMinute, name) + getattr(stmt.excluded, name) for name in counts})
+        session.execute(stmt)
+        return
+    row = session.get(UsageMinute, (tenant_id, minute, model))
+    if row is None:
+        session.add(UsageMinute(**keys, **counts))
+    else:
+        for name, value in counts.items():
+            setattr(row, name, getattr(row, name) + value)
+
+
+def list_usage(session: Session, *, tenant_id: str, since: float | None = None,
+               until: float | None = None) -> list[UsageMinute]:
+    """Oldest first."""
+    stmt = _window(sa.select(UsageMinute).where(UsageMinute.tenant_id == tenant_id),
+                   UsageMinute.minute, since, until)
+    return list(session.scalars(stmt.order_by(UsageMinute.minute, UsageMinute.model)))
+
+
+# -- overrides ---------------------------------------------------------------
+
+def set_override(session: Session, *, key: str, value: Any, who: str, t: float | None = None) -> None:
+    """Set (or, with None, clear) one override."""
+    row = session.get(Override, key)
+    if value is None:
+        if row is not None:
+            session.delete(row)
+        return
+    row = row or Override(key=key)
+    row.value = json_safe(value)
+    row.updated_at = time.time() if t is None else t
+    row.updated_by = who
+    session.add(row)
+
+
+def get_overrides(session: Session) -> Overrides:
+    split_pin: int | None = None
+    mode: str | None = None
+    nodes: dict[str, str] = {}
+    for row in session.scalars(sa.select(Override)):
+        if row.key == SPLIT_PIN:
+            split_pin = int(row.value)
+        elif row.key == PLANNER_MODE:
+            mode = str(row.value)
+        elif row.key.startswith(NODE_PIN_PREFIX):
+            nodes[row.key[len(NODE_PIN_PREFIX):]] = str(row.value)
+    return Overrides(split_pin=split_pin, node_pins=nodes, planner_mode=mode)

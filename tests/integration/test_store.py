@@ -1,0 +1,195 @@
+"""Store integration tests on SQLite and PostgreSQL: migrations up/down and
+every repository function against the real database."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from gateway import errors
+from gateway.control import SwitchOutcome
+from gateway.dbcli import db_downgrade, db_revision, db_upgrade
+from gateway.store import Database, Policy, repository
+from gateway.store.secrets import TENANT_KEY_PREFIX, verify_secret
+from gateway.store.tables import Base
+from planner.types import Decision, NodePhase, SplitPrediction, SwitchAction
+from tests.integration.conftest_store import migrated_db, store_url  # noqa: F401 (fixtures)
+
+STORE_TABLES = {"tenants", "api_keys", "tenant_policies", "planner_decisions", "switch_events", "overrides",
+                "audit_log", "usage_minutes", "admin_tokens"}
+
+
+def _tables(url: str) -> set[str]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_migrations_up_down_and_match_models(store_url: str) -> None:
+    assert db_revision(store_url) is None
+    db_upgrade(store_url)
+    assert db_revision(store_url) == "0001"
+    assert STORE_TABLES <= _tables(store_url)
+    engine = sa.create_engine(store_url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    engine.dispose()
+    assert diff == []
+    db_downgrade(store_url, "base")
+    assert db_revision(store_url) is None
+    assert not (STORE_TABLES & _tables(store_url))
+    db_upgrade(store_url)  # and up again
+    assert db_revision(store_url) == "0001"
+
+
+def test_tenant_key_policy_roundtrip(migrated_db: Database) -> None:
+    db = migrated_db
+    policy = Policy(requests_per_minute=10, tokens_per_minute=1000, max_concurrent=2, priority=0,
+                    allowed_models=("m1", "m2"), max_active_branches=3, kv_retention_blocks=50,
+                    cache_isolation=False)
+    with db.session() as s:
+        tenant = repository.create_tenant(s, name="acme", policy=policy, now=100.0)
+        key, secret = repository.create_api_key(s, tenant_id=tenant.id, name="ci", pepper=db.pepper, now=101.0)
+    assert secret.startswith(TENANT_KEY_PREFIX) and key.prefix == secret[:12]
+    assert secret not in (key.secret_hash, key.salt)
+    assert verify_secret(secret, salt=key.salt, pepper=db.pepper, secret_hash=key.secret_hash)
+    assert not verify_secret(secret, salt=key.salt, pepper="other", secret_hash=key.secret_hash)
+    with db.session() as s:
+        assert repository.get_policy(s, tenant_id=tenant.id) == policy
+        grants = repository.load_key_grants(s)
+        assert [(g.key_id, g.tenant_id, g.tenant_name, g.policy) for g in grants] == [
+            (key.id, tenant.id, "acme", policy)]
+        assert repository.load_key_grants(s, prefix="nope") == []
+        with pytest.raises(errors.Conflict):
+            repository.create_tenant(s, name="acme")
+    with db.session() as s:
+        assert repository.revoke_api_key(s, tenant_id=tenant.id, key_id=key.id, now=200.0).revoked_at == 200.0
+        assert repository.revoke_api_key(s, tenant_id="other", key_id=key.id) is None
+    with db.session() as s:
+        assert repository.load_key_grants(s) == []
+        rows, total = repository.list_api_keys(s, tenant_id=tenant.id)
+        assert total == 1 and rows[0].revoked_at == 200.0
+        assert repository.rename_tenant(s, tenant_id=tenant.id, name="acme2").name == "acme2"
+    with db.session() as s:
+        assert repository.delete_tenant(s, tenant_id=tenant.id)
+    with db.session() as s:
+        assert repository.get_tenant(s, tenant_id=tenant.id) is None
+        assert repository.list_api_keys(s, tenant_id=tenant.id) == ([], 0)
+        assert repository.get_policy(s, tenant_id=tenant.id) == Policy()
+
+
+def test_tenant_paging(migrated_db: Database) -> None:
+    with migrated_db.session() as s:
+        for i in range(5):
+            repository.create_tenant(s, name=f"t{i}", tenant_id=f"t{i}", now=float(i))
+    with migrated_db.session() as s:
+        rows, total = repository.list_tenants(s, limit=2, offset=1)
+    assert total == 5 and [t.id for t in rows] == ["t1", "t2"]
+
+
+def _decision(t: float, acted: bool) -> Decision:
+    pred = SplitPrediction(prefill_nodes=1, decode_nodes=3, throughput_rps=2.0, throughput_lo_rps=1.5,
+                           throughput_hi_rps=2.5, tokens_per_s=300.0, ttft_s=0.4, tpot_s=0.05, feasible=True,
+                           switch_cost_s=math.inf)
+    return Decision(t=t, planner="online", current_split=(2, 2), chosen_split=(1, 3),
+                    actions=(SwitchAction("n1", NodePhase.DECODE),), acted=acted, reason="decode-heavy",
+                    confidence=0.97, predictions=(pred,), inputs={"arrival_rps": 1.5, "bad": math.nan})
+
+
+def test_decisions_and_switch_events(migrated_db: Database) -> None:
+    with migrated_db.session() as s:
+        for i in range(4):
+            repository.add_decision(s, decision=_decision(1000.0 + i, acted=i % 2 == 0), mode="auto")
+        for i, outcome in enumerate(["ok", "failed", "ok"]):
+            repository.add_switch_event(
+                s, t=2000.0 + i, outcome=SwitchOutcome(f"n{i % 2}", "prefill", "decode", 1.0, 2.0, 3.5, outcome),
+                reason="Planner: decode-heavy" if i else "manual", who="planner" if i else "alice")
+    with migrated_db.session() as s:
+        rows, total = repository.list_decisions(s, acted=True)
+        assert total == 2 and [r.t for r in rows] == [1002.0, 1000.0]
+        row = rows[0]
+        assert (row.current_prefill, row.current_decode, row.chosen_prefill, row.chosen_decode) == (2, 2, 1, 3)
+        assert row.inputs == {"arrival_rps": 1.5, "bad": None}
+        assert row.predictions[0]["switch_cost_s"] is None and row.predictions[0]["ttft_s"] == 0.4
+        assert row.actions == [{"node_id": "n1", "to_phase": "decode"}]
+        rows, total = repository.list_decisions(s, since=1001.0, until=1003.0)
+        assert total == 2 and [r.t for r in rows] == [1002.0, 1001.0]
+        rows, total = repository.list_decisions(s, limit=1, offset=3)
+        assert total == 4 and rows[0].t == 1000.0
+        rows, total = repository.list_switch_events(s, reason="DECODE-heavy")
+        assert total == 2 and {r.outcome for r in rows} == {"ok", "failed"}
+        rows, total = repository.list_switch_events(s, node_id="n0", outcome="ok")
+        assert total == 2 and [r.who for r in rows] == ["planner", "alice"]
+        assert rows[0].total_s == 3.5
+
+
+def test_usage_upsert_adds(migrated_db: Database) -> None:
+    minute = repository.minute_of(6_000_030.5)
+    assert minute == 6_000_000
+    for _ in range(2):
+        with migrated_db.session() as s:
+            repository.add_usage(s, tenant_id="t1", minute=minute, model="m", requests=2, prompt_tokens=100,
+                                 cached_tokens=40, completion_tokens=7)
+    with migrated_db.session() as s:
+        repository.add_usage(s, tenant_id="t1", minute=minute + 60, model="m", requests=1, prompt_tokens=1,
+                             cached_tokens=0, completion_tokens=1)
+        rows = repository.list_usage(s, tenant_id="t1")
+        assert [(r.minute, r.requests, r.prompt_tokens, r.cached_tokens, r.completion_tokens) for r in rows] == [
+            (minute, 4, 200, 80, 14), (minute + 60, 1, 1, 0, 1)]
+        assert len(repository.list_usage(s, tenant_id="t1", since=minute + 1)) == 1
+        assert repository.list_usage(s, tenant_id="t2") == []
+
+
+def test_overrides_and_audit(migrated_db: Database) -> None:
+    with migrated_db.session() as s:
+        repository.set_override(s, key=repository.SPLIT_PIN, value=2, who="alice")
+        repository.set_override(s, key=repository.PLANNER_MODE, value="advisory", who="alice")
+        repository.set_override(s, key=repository.NODE_PIN_PREFIX + "n1", value="prefill", who="bob")
+        repository.add_audit(s, actor="alice", action="pins.split", target="split", before={"prefill_nodes": None},
+                             after={"prefill_nodes": 2}, t=10.0)
+        repository.add_audit(s, actor="bob", action="pins.node", target="node:n1", t=11.0)
+    with migrated_db.session() as s:
+        o = repository.get_overrides(s)
+        assert (o.split_pin, o.planner_mode, o.node_pins) == (2, "advisory", {"n1": "prefill"})
+        repository.set_override(s, key=repository.SPLIT_PIN, value=None, who="alice")
+    with migrated_db.session() as s:
+        assert repository.get_overrides(s).split_pin is None
+        rows, total = repository.list_audit(s)
+        assert total == 2 and [r.actor for r in rows] == ["bob", "alice"]
+        assert rows[1].after == {"prefill_nodes": 2} and rows[0].before is None
+        assert repository.list_audit(s, actor="alice")[1] == 1
+
+
+def test_admin_tokens(migrated_db: Database) -> None:
+    db = migrated_db
+    with db.session() as s:
+        row, secret = repository.create_admin_token(s, name="ops", role="operator", pepper=db.pepper)
+        imported, same = repository.create_admin_token(s, name="env", role="viewer", pepper=db.pepper,
+                                                       secret="x" * 20)
+    assert same == "x" * 20
+    with db.session() as s:
+        assert repository.find_admin_token(s, secret=secret, pepper=db.pepper).id == row.id
+        assert repository.find_admin_token(s, secret="x" * 20, pepper=db.pepper).id == imported.id
+        assert repository.find_admin_token(s, secret=secret + "x", pepper=db.pepper) is None
+        assert repository.count_active_admin_tokens(s) == 2
+        repository.revoke_admin_token(s, token_id=imported.id)
+    with db.session() as s:
+        assert repository.find_admin_token(s, secret="x" * 20, pepper=db.pepper) is None
+        assert repository.count_active_admin_tokens(s, role="operator") == 1
+
+
+def test_policy_check_constraint_on_database(migrated_db: Database) -> None:
+    from gateway.store.tables import TenantPolicy
+
+    with migrated_db.session() as s:
+        repository.create_tenant(s, name="c", tenant_id="c")
+    with pytest.raises(sa.exc.IntegrityError):
+        with migrated_db.session() as s:
+            row = s.get(TenantPolicy, "c")
+            row.priority = 9

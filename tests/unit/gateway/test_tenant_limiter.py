@@ -1,0 +1,87 @@
+"""TenantLimiter: allow-list, concurrency, request and token buckets, branches."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import errors
+from gateway.policy.limits import TenantLimiter
+from gateway.store.records import Policy
+
+
+def test_unlimited_policy_admits_everything() -> None:
+    lim = TenantLimiter(Policy(), now=0.0)
+    for _ in range(1000):
+        lim.acquire(model="any", tokens=10**6, now=0.0)
+    assert lim.in_flight == 1000
+
+
+def test_model_allow_list() -> None:
+    lim = TenantLimiter(Policy(allowed_models=("a",)), now=0.0)
+    lim.acquire(model="a", tokens=1, now=0.0)
+    with pytest.raises(errors.PermissionDenied) as exc:
+        lim.acquire(model="b", tokens=1, now=0.0)
+    assert exc.value.status == 403 and exc.value.code == "model_not_allowed" and exc.value.param == "model"
+    assert lim.in_flight == 1
+
+
+def test_concurrency_cap_and_release() -> None:
+    lim = TenantLimiter(Policy(max_concurrent=2), now=0.0)
+    lim.acquire(model="m", tokens=1, now=0.0)
+    lim.acquire(model="m", tokens=1, now=0.0)
+    with pytest.raises(errors.RateLimited) as exc:
+        lim.acquire(model="m", tokens=1, now=0.0)
+    assert exc.value.code == "concurrency_limit_exceeded" and exc.value.headers == {"Retry-After": "1"}
+    lim.release()
+    lim.acquire(model="m", tokens=1, now=0.0)
+
+
+def test_requests_per_minute_retry_after() -> None:
+    lim = TenantLimiter(Policy(requests_per_minute=2), now=0.0)
+    lim.acquire(model="m", tokens=1, now=0.0)
+    lim.acquire(model="m", tokens=1, now=0.0)
+    with pytest.raises(errors.RateLimited) as exc:
+        lim.acquire(model="m", tokens=1, now=0.0)
+    assert exc.value.retry_after_s == pytest.approx(30.0)  # 2/min refills one every 30 s
+    assert exc.value.headers["Retry-After"] == "30"
+    lim.acquire(model="m", tokens=1, now=30.0)
+
+
+def test_tokens_per_minute_all_or_nothing() -> None:
+    lim = TenantLimiter(Policy(requests_per_minute=10, tokens_per_minute=600), now=0.0)
+    lim.acquire(model="m", tokens=500, now=0.0)
+    with pytest.raises(errors.RateLimited) as exc:
+        lim.acquire(model="m", tokens=200, now=0.0)
+    assert exc.value.code == "tokens_per_minute_exceeded"
+    assert exc.value.retry_after_s == pytest.approx(10.0)  # 100 missing at 10 tokens/s
+    assert lim.in_flight == 1
+    lim.acquire(model="m", tokens=9, now=0.0)  # the failed attempt took no request token
+    with pytest.raises(errors.RateLimited) as big:
+        lim.acquire(model="m", tokens=601, now=0.0)
+    assert big.value.retry_after_s == 60.0 and "too large" in big.value.message
+
+
+def test_cancel_refunds() -> None:
+    lim = TenantLimiter(Policy(requests_per_minute=1, tokens_per_minute=100), now=0.0)
+    lim.acquire(model="m", tokens=100, now=0.0)
+    lim.cancel(tokens=100, now=0.0)
+    assert lim.in_flight == 0
+    lim.acquire(model="m", tokens=100, now=0.0)
+
+
+def test_policy_update_keeps_in_flight() -> None:
+    lim = TenantLimiter(Policy(max_concurrent=1), now=0.0)
+    lim.acquire(model="m", tokens=1, now=0.0)
+    lim.update_policy(Policy(max_concurrent=2, requests_per_minute=1), now=0.0)
+    lim.acquire(model="m", tokens=1, now=0.0)
+    with pytest.raises(errors.RateLimited):
+        lim.acquire(model="m", tokens=1, now=0.0)
+
+
+def test_branch_limit() -> None:
+    lim = TenantLimiter(Policy(max_active_branches=2), now=0.0)
+    lim.check_branches(1, retry_after_s=5.0)
+    with pytest.raises(errors.RateLimited) as exc:
+        lim.check_branches(2, retry_after_s=5.0)
+    assert exc.value.code == "branch_limit_exceeded" and exc.value.headers == {"Retry-After": "5"}
+    TenantLimiter(Policy(), now=0.0).check_branches(10**6, retry_after_s=5.0)
