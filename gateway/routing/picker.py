@@ -54,8 +54,10 @@ def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = Route
     prefillers = _eligible(nodes, "prefill")
     if not decoders:
         # A cluster that is all-prefill for a moment still serves: any healthy
-        # node runs the whole request.
+        # node runs the whole request (no separate prefill: that would put
+        # both halves on prefill-phase nodes, or on the same node twice).
         decoders = [n for n in nodes if n.healthy and not n.draining] or [n for n in nodes if n.healthy]
+        prefillers = []
     if not decoders:
         raise NoNodeAvailable("no healthy worker")
 
@@ -68,7 +70,7 @@ def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = Route
     cached = max(req.pool_cached_tokens, req.cached_by_node.get(decode.node_id, 0))
     uncached = max(0, req.prompt_tokens - cached)
     if uncached <= config.local_prefill_max_tokens or not prefillers:
-        why = "short uncached suffix" if prefillers else "no prefill node"
+        why = "short uncached suffix" if prefillers else "no separate prefill node"
         return RouteDecision(decode.node_id, None, cached, f"local prefill: {why} ({uncached} tokens)")
 
     pl, pq = config.prefill_weights

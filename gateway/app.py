@@ -1,0 +1,174 @@
+"""The gateway application factory.
+
+`create_app(settings, ...)` wires the parts; every collaborator can be
+injected (tests pass fakes), the rest is built from `settings`:
+
+    tokenizer      PromptTokenizer.from_dir(settings.model_dir)
+    worker_client  HttpWorkerClient (one keep-alive pool)
+    cache          DirectoryPrefixCache over kvpool's memory directory (Redis with
+                   settings.directory_url)
+    tenant_gate    OpenTenantGate (no auth); the control plane passes its gate
+    admin_router   factory (ClusterControl, ClusterHistory) -> APIRouter, mounted as is
+    switch_sinks   extra switch recorders (event store); metrics are always one
+    planner_tick   coroutine run every `planner_interval_s` (see gateway.cluster)
+
+Nothing touches the network before startup: the lifespan registers the
+workers, starts the heartbeat, cluster/planner and branch-expiry loops, and
+stops them (and closes the pool) on shutdown. The live objects are on
+`app.state.runtime` (`GatewayRuntime`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway.cache import DirectoryPrefixCache, PrefixCache
+from gateway.cluster import ClusterRuntime, PlannerTick
+from gateway.control import ClusterControl, ClusterHistory
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.metrics import GatewayMetrics
+from gateway.openai_api.routes import openai_router
+from gateway.openai_api.service import OpenAIService
+from gateway.orchestrator import Orchestrator, OrchestratorConfig
+from gateway.registry import WorkerRegistry
+from gateway.routing import RouterConfig
+from gateway.settings import GatewaySettings
+from gateway.switcher import PhaseSwitcher, SwitchSink
+from gateway.tenancy import OpenTenantGate, TenantGate
+from gateway.tokenize import PromptTokenizer
+from gateway.worker_client import HttpWorkerClient, WorkerAPI
+
+log = logging.getLogger(__name__)
+
+AdminRouterFactory = Callable[[ClusterControl, ClusterHistory], APIRouter]
+
+
+@dataclass
+class GatewayRuntime:
+    settings: GatewaySettings
+    client: WorkerAPI
+    cache: PrefixCache
+    registry: WorkerRegistry
+    orchestrator: Orchestrator
+    switcher: PhaseSwitcher
+    cluster: ClusterRuntime
+    metrics: GatewayMetrics
+    service: OpenAIService
+
+
+def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None = None,
+               worker_client: WorkerAPI | None = None, cache: PrefixCache | None = None,
+               tenant_gate: TenantGate | None = None, admin_router: AdminRouterFactory | None = None,
+               switch_sinks: list[SwitchSink] | None = None, planner_tick: PlannerTick | None = None,
+               planner_interval_s: float = 1.0) -> FastAPI:
+    if tokenizer is None:
+        if not settings.model_dir:
+            raise ValueError("settings.model_dir (or a tokenizer) is required")
+        tokenizer = PromptTokenizer.from_dir(settings.model_dir)
+    client = worker_client or HttpWorkerClient(cluster_token=settings.cluster_token,
+                                               connect_timeout_s=settings.connect_timeout_s,
+                                               read_timeout_s=settings.stream_idle_timeout_s,
+                                               max_connections=settings.max_connections)
+    if cache is None:
+        from kvpool.directory import create_directory
+
+        directory = (create_directory("redis", url=settings.directory_url) if settings.directory_url
+                     else create_directory("memory"))
+        cache = DirectoryPrefixCache(directory, block_size=settings.block_size, branch_ttl_s=settings.branch_ttl_s)
+    metrics = GatewayMetrics()
+    registry = WorkerRegistry(client, cache, failures_to_unhealthy=settings.heartbeat_failures)
+    orchestrator = Orchestrator(registry, client, cache, OrchestratorConfig(
+        router=RouterConfig(local_prefill_max_tokens=settings.local_prefill_max_tokens),
+        max_node_attempts=settings.max_node_attempts))
+    switcher = PhaseSwitcher(registry, client, deadline_s=settings.switch_deadline_s,
+                             sinks=[metrics.observe_switch, *(switch_sinks or [])])
+    cluster = ClusterRuntime(registry, switcher, cache, planner_tick=planner_tick)
+    service = OpenAIService(model_name=settings.served_model, tokenizer=tokenizer, orchestrator=orchestrator,
+                            gate=tenant_gate or OpenTenantGate(), cache=cache, metrics=metrics,
+                            default_max_tokens=settings.default_max_tokens)
+    runtime = GatewayRuntime(settings, client, cache, registry, orchestrator, switcher, cluster, metrics, service)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.gather(*(registry.add(url) for url in settings.worker_urls))
+        tasks = [asyncio.create_task(registry.run(settings.heartbeat_interval_s), name="heartbeat"),
+                 asyncio.create_task(cluster.run(planner_interval_s), name="cluster"),
+                 asyncio.create_task(_expire_branches(cache, settings.branch_ttl_s), name="branch-expiry")]
+        try:
+            yield
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await client.aclose()
+
+    app = FastAPI(title="evolving-infra gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.runtime = runtime
+    _install_error_handlers(app, metrics)
+    app.include_router(openai_router(service, max_body_bytes=settings.max_body_bytes))
+    if admin_router is not None:
+        app.include_router(admin_router(cluster, cluster))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        healthy = registry.healthy_count()
+        body = {"status": "ready" if healthy else "no healthy worker", "workers": healthy}
+        return JSONResponse(body, status_code=200 if healthy else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        metrics.refresh(registry, cache)
+        data, content_type = metrics.render()
+        return Response(data, media_type=content_type)
+
+    return app
+
+
+async def _expire_branches(cache: PrefixCache, ttl_s: float) -> None:
+    while True:
+        await asyncio.sleep(min(60.0, ttl_s / 4))
+        expired = cache.expire()
+        if expired:
+            log.info("expired %d idle branches", len(expired))
+
+
+def _install_error_handlers(app: FastAPI, metrics: GatewayMetrics) -> None:
+    def answer(request: Request, err: GatewayError) -> JSONResponse:
+        if request.url.path.startswith("/v1/"):
+            metrics.observe_request("-", request.url.path.rsplit("/", 1)[-1], err.status)
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return answer(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        return answer(request, InvalidRequest(f"{first.get('msg', 'invalid request')} (at {loc})",
+                                              param=loc or None))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        err = GatewayError(str(exc.detail), code="not_found" if exc.status_code == 404 else None)
+        err.status, err.type = exc.status_code, "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return answer(request, err)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return answer(request, GatewayError(f"internal error: {type(exc).__name__}"))

@@ -1,0 +1,106 @@
+"""Prometheus metrics of the gateway process (one registry per app, no globals).
+
+Exported names (all prefixed `evolving_`):
+
+    evolving_requests_total{tenant,endpoint,status}      OpenAI requests by HTTP status
+    evolving_ttft_seconds{tenant,phase}                  time to first token; phase = node
+                                                         phase that produced it (prefill|decode)
+    evolving_tpot_seconds{tenant,phase}                  mean time per output token after the first
+    evolving_e2e_seconds{tenant,phase}                   request end to end
+    evolving_tokens_total{tenant,kind}                   kind = prompt|cached|completion
+    evolving_stream_resumes_total{tenant}                streams continued on another node
+    evolving_node_queue_depth{node}                      waiting requests per worker
+    evolving_node_running{node}                          running requests per worker
+    evolving_node_phase{node,phase}                      1 for the node's current phase
+    evolving_node_healthy{node}                          1 healthy, 0 not
+    evolving_switches_total{to_phase,outcome}            phase switches (ok|failed|noop)
+    evolving_switch_duration_seconds{stage}              stage = drain|migrate|total
+    evolving_pool_hit_rate                               cached prompt tokens / looked-up tokens
+    evolving_directory_blocks                            blocks in the KV directory
+    evolving_directory_referenced_blocks                 blocks held by an active branch
+    evolving_directory_branches                          active branches
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gateway.cache import PrefixCache
+from gateway.control import SwitchOutcome
+from gateway.orchestrator import Finished
+from gateway.registry import WorkerRegistry
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
+_SWITCH_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("evolving_requests", "OpenAI API requests", ["tenant", "endpoint", "status"],
+                                registry=r)
+        self.ttft = Histogram("evolving_ttft_seconds", "Time to first token", ["tenant", "phase"],
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("evolving_tpot_seconds", "Time per output token", ["tenant", "phase"],
+                              buckets=_TPOT_BUCKETS, registry=r)
+        self.e2e = Histogram("evolving_e2e_seconds", "End-to-end latency", ["tenant", "phase"],
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("evolving_tokens", "Tokens by kind", ["tenant", "kind"], registry=r)
+        self.resumes = Counter("evolving_stream_resumes", "Streams resumed on another node", ["tenant"],
+                               registry=r)
+        self.queue = Gauge("evolving_node_queue_depth", "Waiting requests per worker", ["node"], registry=r)
+        self.running = Gauge("evolving_node_running", "Running requests per worker", ["node"], registry=r)
+        self.phase = Gauge("evolving_node_phase", "Worker phase (1 = current)", ["node", "phase"], registry=r)
+        self.healthy = Gauge("evolving_node_healthy", "Worker health", ["node"], registry=r)
+        self.switches = Counter("evolving_switches", "Phase switches", ["to_phase", "outcome"], registry=r)
+        self.switch_seconds = Histogram("evolving_switch_duration_seconds", "Phase switch durations", ["stage"],
+                                        buckets=_SWITCH_BUCKETS, registry=r)
+        self.pool_hit_rate = Gauge("evolving_pool_hit_rate", "Cached prompt tokens / looked-up tokens",
+                                   registry=r)
+        self.directory_blocks = Gauge("evolving_directory_blocks", "Blocks in the KV directory", registry=r)
+        self.directory_referenced = Gauge("evolving_directory_referenced_blocks",
+                                          "Blocks referenced by active branches", registry=r)
+        self.directory_branches = Gauge("evolving_directory_branches", "Active branches", registry=r)
+
+    def observe_request(self, tenant: str, endpoint: str, status: int) -> None:
+        self.requests.labels(tenant, endpoint, str(status)).inc()
+
+    def observe_finished(self, tenant: str, done: Finished) -> None:
+        phase = done.first_phase or "decode"
+        if done.completion_tokens:
+            self.ttft.labels(tenant, phase).observe(done.ttft_s)
+        if done.completion_tokens > 1:
+            self.tpot.labels(tenant, "decode").observe((done.e2e_s - done.ttft_s) / (done.completion_tokens - 1))
+        self.e2e.labels(tenant, phase).observe(done.e2e_s)
+        self.tokens.labels(tenant, "prompt").inc(done.prompt_tokens)
+        self.tokens.labels(tenant, "cached").inc(done.cached_tokens)
+        self.tokens.labels(tenant, "completion").inc(done.completion_tokens)
+        if done.resumes:
+            self.resumes.labels(tenant).inc(done.resumes)
+
+    def observe_switch(self, outcome: SwitchOutcome, reason: str, who: str) -> None:
+        """A `gateway.switcher.SwitchSink`."""
+        self.switches.labels(outcome.to_phase, outcome.outcome).inc()
+        if outcome.outcome == "ok":
+            self.switch_seconds.labels("drain").observe(outcome.drain_s)
+            self.switch_seconds.labels("migrate").observe(outcome.migrate_s)
+            self.switch_seconds.labels("total").observe(outcome.total_s)
+
+    def refresh(self, registry: WorkerRegistry, cache: PrefixCache) -> None:
+        """Copy live gauges from the registry and directory (called per scrape)."""
+        for node in registry.nodes():
+            self.queue.labels(node.node_id).set(node.num_waiting)
+            self.running.labels(node.node_id).set(max(node.num_running, node.inflight))
+            self.healthy.labels(node.node_id).set(1 if node.healthy else 0)
+            for phase in ("prefill", "decode"):
+                self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
+        stats = cache.stats()
+        self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
+        self.directory_blocks.set(stats.get("blocks", 0.0))
+        self.directory_referenced.set(stats.get("referenced", 0.0))
+        self.directory_branches.set(stats.get("branches", 0.0))
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,66 @@
+"""Pure Server-Sent Events encoding of OpenAI stream chunks.
+
+Each encoder pre-renders the constant head of its chunk JSON once per
+request (id, object, created, model) and appends only the varying part, so a
+token costs one `json.dumps` of its text. Output is byte-for-byte valid JSON
+that parses into `schemas.ChatCompletionChunk` / `schemas.CompletionChunk`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def event(payload: str) -> bytes:
+    """One SSE event carrying `payload` (which must not contain a newline)."""
+    return b"data: " + payload.encode() + b"\n\n"
+
+
+def error_event(body: dict[str, Any]) -> bytes:
+    """An OpenAI-shaped error inside the stream (the SDKs raise on it)."""
+    return event(_dumps(body))
+
+
+class _ChunkEncoder:
+    object_name = ""
+
+    def __init__(self, chunk_id: str, created: int, model: str) -> None:
+        head = _dumps({"id": chunk_id, "object": self.object_name, "created": created, "model": model})
+        self._head = head[:-1] + ',"choices":['
+
+    def _choice(self, body: str) -> bytes:
+        return event(self._head + '{"index":0,' + body + "}]}")
+
+    def usage(self, usage: dict[str, Any]) -> bytes:
+        """The final chunk of `stream_options.include_usage`: no choices, usage set."""
+        return event(self._head + '],"usage":' + _dumps(usage) + "}")
+
+
+class ChatChunkEncoder(_ChunkEncoder):
+    object_name = "chat.completion.chunk"
+
+    def role(self) -> bytes:
+        return self._choice('"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null')
+
+    def content(self, text: str) -> bytes:
+        return self._choice('"delta":{"content":' + _dumps(text) + '},"logprobs":null,"finish_reason":null')
+
+    def finish(self, reason: str) -> bytes:
+        return self._choice('"delta":{},"logprobs":null,"finish_reason":' + _dumps(reason))
+
+
+class CompletionChunkEncoder(_ChunkEncoder):
+    object_name = "text_completion"
+
+    def content(self, text: str) -> bytes:
+        return self._choice('"text":' + _dumps(text) + ',"logprobs":null,"finish_reason":null')
+
+    def finish(self, reason: str) -> bytes:
+        return self._choice('"text":"","logprobs":null,"finish_reason":' + _dumps(reason))

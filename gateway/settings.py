@@ -1,0 +1,120 @@
+"""Gateway settings: one frozen object, read once at startup.
+
+Only `GatewaySettings.from_env` reads the environment (prefix `EVOLVING_`);
+everything else receives the object. Every field is validated in
+`__post_init__` so a bad value fails at startup, not on the first request.
+
+Environment variables (all optional):
+
+    EVOLVING_MODEL_DIR            model folder with the HF tokenizer (required to serve)
+    EVOLVING_MODEL_NAME           id served on /v1/models (default: folder name)
+    EVOLVING_WORKER_URLS          comma-separated worker base URLs
+    EVOLVING_HOST / EVOLVING_PORT listen address (127.0.0.1:8000)
+    EVOLVING_MAX_BODY_BYTES       request body limit (4 MiB)
+    EVOLVING_BLOCK_SIZE           KV block size in tokens (32), same as the workers
+    EVOLVING_BRANCH_TTL_S         idle time before an unfinished branch expires (1800)
+    EVOLVING_HEARTBEAT_S          worker stats polling interval (0.5)
+    EVOLVING_LOCAL_PREFILL_MAX    uncached tokens run on the decode node (256)
+    EVOLVING_SWITCH_DEADLINE_S    decodes get this long before migration (0 = migrate now)
+    EVOLVING_DEFAULT_MAX_TOKENS   max_tokens when a request sets none (1024)
+    EVOLVING_DIRECTORY_URL        Redis URL of a shared KV directory (in memory when unset)
+    EVOLVING_CLUSTER_TOKEN        bearer token for the workers' /internal API
+    EVOLVING_DB_URL               SQLAlchemy URL of the control-plane store
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    model_dir: str | None = None
+    model_name: str = ""  # empty: derived from model_dir
+    worker_urls: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 4 * 1024 * 1024
+    block_size: int = 32  # must equal the workers' --block-size (their default is 32)
+    branch_ttl_s: float = 1800.0
+    heartbeat_interval_s: float = 0.5
+    # A worker that misses this many consecutive heartbeats is unhealthy.
+    heartbeat_failures: int = 3
+    local_prefill_max_tokens: int = 256
+    switch_deadline_s: float = 0.0
+    # Attempts per request across nodes (prefill retries + decode resumes).
+    max_node_attempts: int = 4
+    # max_tokens when a request names none (OpenAI's default is "until the
+    # context ends"; a bound keeps one request from holding a node forever).
+    default_max_tokens: int = 1024
+    # Upper bound for one worker call to connect / between two stream chunks.
+    connect_timeout_s: float = 5.0
+    stream_idle_timeout_s: float = 300.0
+    max_connections: int = 1024
+    db_url: str | None = None
+    # Redis URL of a shared KV directory (several gateway replicas); None: in memory.
+    directory_url: str | None = None
+    # Bearer token the workers require on /internal (their --cluster-token).
+    cluster_token: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise ValueError("port must be in 1..65535")
+        if self.max_body_bytes < 1024:
+            raise ValueError("max_body_bytes must be >= 1024")
+        if self.block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        if self.heartbeat_interval_s <= 0 or self.heartbeat_failures < 1:
+            raise ValueError("heartbeat interval must be > 0 and failures >= 1")
+        if self.branch_ttl_s <= 0:
+            raise ValueError("branch_ttl_s must be > 0")
+        if self.local_prefill_max_tokens < 0 or self.switch_deadline_s < 0:
+            raise ValueError("local_prefill_max_tokens and switch_deadline_s must be >= 0")
+        if self.default_max_tokens < 1:
+            raise ValueError("default_max_tokens must be >= 1")
+        if self.max_node_attempts < 1:
+            raise ValueError("max_node_attempts must be >= 1")
+        for url in self.worker_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"worker url must be http(s): {url!r}")
+
+    @property
+    def served_model(self) -> str:
+        if self.model_name:
+            return self.model_name
+        if self.model_dir:
+            return pathlib.Path(self.model_dir).name or "model"
+        return "model"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> "GatewaySettings":
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(f"EVOLVING_{name}")
+            return value if value not in (None, "") else None
+
+        values: dict[str, object] = {}
+        casts: dict[str, tuple[str, type]] = {
+            "MODEL_DIR": ("model_dir", str), "MODEL_NAME": ("model_name", str),
+            "HOST": ("host", str), "PORT": ("port", int), "MAX_BODY_BYTES": ("max_body_bytes", int),
+            "BLOCK_SIZE": ("block_size", int), "BRANCH_TTL_S": ("branch_ttl_s", float),
+            "HEARTBEAT_S": ("heartbeat_interval_s", float),
+            "LOCAL_PREFILL_MAX": ("local_prefill_max_tokens", int),
+            "SWITCH_DEADLINE_S": ("switch_deadline_s", float), "DB_URL": ("db_url", str), "DIRECTORY_URL": ("directory_url", str),
+            "CLUSTER_TOKEN": ("cluster_token", str),
+            "DEFAULT_MAX_TOKENS": ("default_max_tokens", int),
+        }
+        for env_name, (attr, cast) in casts.items():
+            raw = get(env_name)
+            if raw is not None:
+                values[attr] = cast(raw)
+        urls = get("WORKER_URLS")
+        if urls:
+            values["worker_urls"] = tuple(u.strip().rstrip("/") for u in urls.split(",") if u.strip())
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]

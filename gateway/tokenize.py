@@ -1,0 +1,128 @@
+"""Prompt rendering and tokenization with the model's own HF tokenizer.
+
+The gateway applies the chat template (tools included) and tokenizes once;
+workers receive token ids only. Output text is rebuilt here from token ids
+(`IncrementalDetokenizer`), so a stream resumed on another node continues
+the same text with no gap and no duplicated character.
+
+`PromptTokenizer.from_dir` is the only place that touches the filesystem.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from gateway.errors import InvalidRequest
+
+
+class PromptTokenizer:
+    def __init__(self, hf_tokenizer: Any) -> None:
+        if not getattr(hf_tokenizer, "chat_template", None):
+            raise ValueError("tokenizer has no chat_template")
+        self._hf = hf_tokenizer
+        # The Rust tokenizer behind the HF wrapper: decode without Python overhead.
+        self._fast = hf_tokenizer.backend_tokenizer
+        self.eos_token_id: int | None = hf_tokenizer.eos_token_id
+        self.vocab_size: int = len(hf_tokenizer)
+
+    @classmethod
+    def from_dir(cls, model_dir: str) -> "PromptTokenizer":
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(model_dir))
+
+    def render_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                    tool_choice: Any = None) -> str:
+        """The prompt text for `messages`, ending with the assistant header."""
+        try:
+            text = self._hf.apply_chat_template(
+                messages, tools=tools or None, tool_choice=tool_choice,
+                add_generation_prompt=True, tokenize=False,
+            )
+        except Exception as exc:  # jinja raises many types; all mean a bad conversation
+            raise InvalidRequest(f"messages cannot be rendered by the chat template: {exc}",
+                                 param="messages") from exc
+        assert isinstance(text, str)
+        return text
+
+    def encode_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                    tool_choice: Any = None) -> list[int]:
+        # The template writes the special tokens (bos) itself.
+        return self.encode_text(self.render_chat(messages, tools=tools, tool_choice=tool_choice),
+                                add_special_tokens=False)
+
+    def encode_text(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return list(self._fast.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._fast.decode(list(token_ids), skip_special_tokens=True)
+
+    def detokenizer(self) -> "IncrementalDetokenizer":
+        return IncrementalDetokenizer(self.decode)
+
+
+class IncrementalDetokenizer:
+    """Token ids in, text deltas out; holds back incomplete UTF-8 sequences.
+
+    Decodes a short window (`prefix_offset`..end) and emits what it adds to
+    the already emitted window, so per-token cost stays O(window), not
+    O(sequence), and byte-level tokens that split a character wait for the
+    rest of it (a trailing U+FFFD means "not complete yet").
+    """
+
+    def __init__(self, decode: Any) -> None:
+        self._decode = decode
+        self._ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        self._ids.extend(token_ids)
+        before = self._decode(self._ids[self._prefix:self._read])
+        after = self._decode(self._ids[self._prefix:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self._prefix, self._read = self._read, len(self._ids)
+            return after[len(before):]
+        return ""
+
+    def flush(self) -> str:
+        """What is still held back (may contain U+FFFD for a truncated character)."""
+        before = self._decode(self._ids[self._prefix:self._read])
+        after = self._decode(self._ids[self._prefix:])
+        self._prefix = self._read = len(self._ids)
+        return after[len(before):] if len(after) > len(before) else ""
+
+
+class StopStringFilter:
+    """Cuts the text stream at the first stop string (not included).
+
+    Holds back up to `max(len(stop)) - 1` characters that may begin a stop
+    string, so a stop spanning two deltas (or two nodes, after a resume) is
+    still caught. `stopped` becomes True once a stop string is seen.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self._stops = [s for s in stops if s]
+        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._buf = ""
+        self.stopped = False
+
+    def push(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        if not self._stops:
+            return text
+        self._buf += text
+        cut = min((i for i in (self._buf.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            out, self._buf = self._buf[:cut], ""
+            return out
+        if len(self._buf) <= self._hold:
+            return ""
+        out, self._buf = self._buf[:len(self._buf) - self._hold], self._buf[len(self._buf) - self._hold:]
+        return out
+
+    def flush(self) -> str:
+        out, self._buf = ("" if self.stopped else self._buf), ""
+        return out

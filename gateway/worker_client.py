@@ -1,0 +1,200 @@
+"""Async client for the worker's internal API (`workers.protocol`).
+
+`WorkerAPI` is the port the orchestrator, registry and switcher use; every
+method takes the worker's base URL. `HttpWorkerClient` implements it over one
+persistent `httpx.AsyncClient` pool; `bench.fake_worker.InProcessWorkerClient`
+is the in-memory fake.
+
+Failure contract:
+- `WorkerUnreachable`: connect refused/reset, timeout, or a stream that ended
+  without a final chunk. The node may be dead; the caller decides.
+- `WorkerRejected`: the worker answered with `ErrorResponse`; `retryable`
+  says another node may take the same request (wrong phase, draining, full).
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Protocol
+
+import httpx
+from pydantic import ValidationError
+
+from gateway.errors import UpstreamFailed
+from workers.protocol import (AbortRequest, AbortResponse, ErrorResponse, GenerateChunk, GenerateRequest,
+                              MigrateRequest, MigrateResponse, PhaseChangeRequest, PhaseChangeResult,
+                              PhaseStatus, WorkerStats)
+
+
+class WorkerError(UpstreamFailed):
+    """A worker call failed. Base of the worker failures below."""
+
+
+class WorkerUnreachable(WorkerError):
+    code = "worker_unreachable"
+
+
+class WorkerRejected(WorkerError):
+    code = "worker_rejected"
+
+    def __init__(self, message: str, *, status: int, retryable: bool) -> None:
+        super().__init__(message)
+        self.status_code = status
+        self.retryable = retryable
+
+
+class WorkerAPI(Protocol):
+    def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        """Yield chunks until (and including) the one with `finish_reason`.
+
+        Closing the iterator early closes the connection; the worker aborts.
+        """
+
+    async def generate(self, url: str, req: GenerateRequest) -> GenerateChunk: ...
+    async def abort(self, url: str, request_id: str) -> AbortResponse: ...
+    async def migrate(self, url: str, req: MigrateRequest) -> MigrateResponse: ...
+    async def phase(self, url: str) -> PhaseStatus: ...
+    async def change_phase(self, url: str, req: PhaseChangeRequest, *, timeout_s: float) -> PhaseChangeResult: ...
+    async def stats(self, url: str, since: int = 0) -> WorkerStats: ...
+    async def ready(self, url: str) -> bool: ...
+    async def aclose(self) -> None: ...
+
+
+def _rejected(status: int, body: bytes) -> WorkerRejected:
+    try:
+        err = ErrorResponse.model_validate_json(body).error
+        return WorkerRejected(f"worker {err.type}: {err.message}", status=status, retryable=err.retryable)
+    except ValidationError:
+        text = body[:200].decode(errors="replace")
+        return WorkerRejected(f"worker HTTP {status}: {text}", status=status, retryable=status in (429, 503))
+
+
+class HttpWorkerClient:
+    """`WorkerAPI` over HTTP/1.1 with one keep-alive connection pool."""
+
+    def __init__(self, *, cluster_token: str | None = None, connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
+                 max_connections: int = 1024, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+            headers={"authorization": f"Bearer {cluster_token}"} if cluster_token else None,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _post(self, url: str, body: str, *, timeout_s: float | None = None) -> bytes:
+        try:
+            kwargs = {} if timeout_s is None else {"timeout": timeout_s}
+            resp = await self._http.post(url, content=body, headers={"content-type": "application/json"}, **kwargs)
+        except httpx.HTTPError as exc:
+            raise WorkerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code >= 400:
+            raise _rejected(resp.status_code, resp.content)
+        return resp.content
+
+    async def _get(self, url: str, params: dict[str, int] | None = None) -> bytes:
+        try:
+            resp = await self._http.get(url, params=params, timeout=5.0)
+        except httpx.HTTPError as exc:
+            raise WorkerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code >= 400:
+            raise _rejected(resp.status_code, resp.content)
+        return resp.content
+
+    async def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        body = req.model_copy(update={"stream": True}).model_dump_json(exclude_defaults=True)
+        request = self._http.build_request("POST", f"{url}/internal/generate", content=body,
+                                           headers={"content-type": "application/json"})
+        try:
+            resp = await self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise WorkerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
+        try:
+            if resp.status_code >= 400:
+                raise _rejected(resp.status_code, await resp.aread())
+            finished = False
+            pending = b""
+            raw = resp.aiter_raw()
+            async for data in raw:
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for chunk in _coalesce([_parse_chunk(line) for line in lines if line.strip()]):
+                    if chunk.finish_reason is not None:
+                        # Read to the end of the body *before* handing out the
+                        # last chunk (the consumer may stop at it): a fully read
+                        # response returns its connection to the keep-alive pool.
+                        async for _ in raw:
+                            pass
+                        yield chunk
+                        return
+                    yield chunk
+            if pending.strip():
+                chunk = _parse_chunk(pending)
+                finished = chunk.finish_reason is not None
+                yield chunk
+            if not finished:
+                raise WorkerUnreachable(f"{url}: stream ended without a final chunk")
+        except httpx.HTTPError as exc:
+            raise WorkerUnreachable(f"{url}: stream broke: {type(exc).__name__}: {exc}") from exc
+        finally:
+            await resp.aclose()
+
+    async def generate(self, url: str, req: GenerateRequest) -> GenerateChunk:
+        body = req.model_copy(update={"stream": False}).model_dump_json(exclude_defaults=True)
+        return _parse_chunk(await self._post(f"{url}/internal/generate", body))
+
+    async def abort(self, url: str, request_id: str) -> AbortResponse:
+        raw = await self._post(f"{url}/internal/abort", AbortRequest(request_id=request_id).model_dump_json(),
+                               timeout_s=5.0)
+        return AbortResponse.model_validate_json(raw)
+
+    async def migrate(self, url: str, req: MigrateRequest) -> MigrateResponse:
+        return MigrateResponse.model_validate_json(await self._post(f"{url}/internal/migrate",
+                                                                    req.model_dump_json()))
+
+    async def phase(self, url: str) -> PhaseStatus:
+        return PhaseStatus.model_validate_json(await self._get(f"{url}/internal/phase"))
+
+    async def change_phase(self, url: str, req: PhaseChangeRequest, *, timeout_s: float) -> PhaseChangeResult:
+        raw = await self._post(f"{url}/internal/phase", req.model_dump_json(), timeout_s=timeout_s)
+        return PhaseChangeResult.model_validate_json(raw)
+
+    async def stats(self, url: str, since: int = 0) -> WorkerStats:
+        return WorkerStats.model_validate_json(await self._get(f"{url}/internal/stats", {"since": since}))
+
+    async def ready(self, url: str) -> bool:
+        try:
+            resp = await self._http.get(f"{url}/readyz", timeout=2.0)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+
+def _coalesce(chunks: list[GenerateChunk]) -> list[GenerateChunk]:
+    """Merge token-only chunks that arrived in one read (fewer, larger deltas
+    downstream under load); a chunk carrying anything else stays as is."""
+    out: list[GenerateChunk] = []
+    for c in chunks:
+        prev = out[-1] if out else None
+        if (prev is not None and prev.finish_reason is None and not prev.saved_blocks and not prev.error
+                and c.request_id == prev.request_id):
+            prev.token_ids = prev.token_ids + c.token_ids
+            prev.text += c.text
+            prev.finish_reason, prev.saved_blocks, prev.error = c.finish_reason, c.saved_blocks, c.error
+            prev.cached_tokens = max(prev.cached_tokens, c.cached_tokens)
+            prev.external_cached_tokens = max(prev.external_cached_tokens, c.external_cached_tokens)
+            continue
+        out.append(c)
+    return out
+
+
+def _parse_chunk(line: bytes) -> GenerateChunk:
+    try:
+        return GenerateChunk.model_validate_json(line)
+    except ValidationError as exc:
+        # A worker speaking a different protocol version is a bug, not a dead node.
+        raise WorkerRejected(f"bad chunk from worker: {exc.errors()[:1]}", status=502, retryable=False) from exc
+
+
+__all__ = ["HttpWorkerClient", "WorkerAPI", "WorkerError", "WorkerRejected", "WorkerUnreachable"]
