@@ -8,6 +8,8 @@ plus stop strings). The routes only read bodies/headers and write bytes.
 
 from __future__ import annotations
 
+import collections
+
 import contextlib
 import hashlib
 import json
@@ -24,6 +26,7 @@ from gateway.openai_api.schemas import ChatCompletionRequest, CompletionRequest,
 from gateway.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.tenancy import TenantContext, TenantGate, UsageRecord
 from gateway.tokenize import PromptTokenizer, StopStringFilter
+from planner.types import RequestSample
 from workers.protocol import SamplingOptions
 
 BRANCH_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -129,6 +132,8 @@ class OpenAIService:
         self.cache = cache
         self.metrics = metrics
         self.default_max_tokens = default_max_tokens
+        # Finished requests for the planner's workload estimate (drained by it).
+        self.samples: collections.deque[RequestSample] = collections.deque(maxlen=100_000)
 
     def check_model(self, model: str) -> None:
         if model != self.model_name:
@@ -209,6 +214,10 @@ class OpenAIService:
         yield done
 
     def _account(self, p: Prepared, done: Finished) -> None:
+        self.samples.append(RequestSample(t=time.time() - done.e2e_s,
+                                          uncached_prompt_tokens=done.prompt_tokens - done.cached_tokens,
+                                          cached_prompt_tokens=done.cached_tokens,
+                                          output_tokens=done.completion_tokens))
         self.metrics.observe_finished(p.tenant.tenant_id, done)
         self.gate.record_usage(UsageRecord(tenant_id=p.tenant.tenant_id, model=self.model_name,
                                            prompt_tokens=done.prompt_tokens, cached_tokens=done.cached_tokens,
