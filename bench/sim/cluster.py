@@ -1,0 +1,251 @@
+"""The simulated cluster: workload -> real router -> nodes; real planner ticks.
+
+Per request: prefix lookup in the directory, `gateway.routing.route` over a
+candidate set of nodes, prefill (with KV prefetch: async, or layer-by-layer),
+KV transfer to the decode node, decode; closed-loop dependents released on
+completion. Every `tick_s` the planner observes the iteration records and
+finished requests gathered since the last tick and decides; its actions are
+applied as in-place switches (drain/migrate) or relaunches (node offline for
+the relaunch delay). Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from bench.sim.events import EventLoop
+from bench.sim.kvcache import PrefixIndex, make_prefix_index
+from bench.sim.metrics import RunLog
+from bench.sim.node import NodeStatus, SimNode
+from bench.sim.profiles import GpuProfile
+from bench.sim.state import SimRequest
+from bench.sim.switching import Switcher
+from bench.workloads import Request, Workload
+from gateway.routing import NodeLoad, RouteRequest, RouterConfig, route
+from planner.types import SLO, ClusterView, IterationRecord, NodePhase, NodeState, Planner, RequestSample
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    nodes: int
+    prefill_nodes: int  # initial split
+    horizon_s: float | None = None  # default: the workload's duration
+    tick_s: float = 10.0  # planner period
+    seed: int = 0
+    layerwise_kv: bool = False
+    switch_mode: Literal["auto", "inplace", "relaunch"] = "auto"  # auto: relaunch iff planner has relaunch_delay_s
+    max_candidates: int = 16  # nodes per phase the router scores (sampled above this)
+    host_blocks_per_node: int = 8_192  # host-store capacity, blocks
+    records_per_node_tick: int = 32  # iteration records per node handed to the planner per tick
+    directory: Literal["memory", "local"] = "memory"  # memory: kvpool's real in-memory directory
+    slo: SLO = SLO()
+    router: RouterConfig = RouterConfig()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.prefill_nodes <= self.nodes or self.nodes <= 0:
+            raise ValueError("need 0 <= prefill_nodes <= nodes and nodes > 0")
+        if self.tick_s <= 0 or self.max_candidates <= 0:
+            raise ValueError("tick_s and max_candidates must be > 0")
+
+
+class Cluster:
+    def __init__(self, workload: Workload, gpu: GpuProfile, planner: Planner | None, cfg: SimConfig) -> None:
+        self.wl, self.gpu, self.planner, self.cfg = workload, gpu, planner, cfg
+        self.loop = EventLoop()
+        self.rng = np.random.default_rng(cfg.seed)
+        node_cfg = gpu.node if not cfg.layerwise_kv else _with(gpu.node, layerwise_kv=True)
+        self.node_cfg = node_cfg
+        self.records: list[IterationRecord] = []
+        self.nodes: dict[str, SimNode] = {}
+        for i in range(cfg.nodes):
+            nid = f"n{i:04d}"
+            phase = NodePhase.PREFILL if i < cfg.prefill_nodes else NodePhase.DECODE
+            self.nodes[nid] = SimNode(nid, phase, self.loop, gpu.model, node_cfg, self._prefill_done,
+                                      self._first_token, self._decode_done, self.records)
+        self.index: PrefixIndex = make_prefix_index(cfg.host_blocks_per_node,
+                                                    workload.block_tokens * node_cfg.kv_bytes_per_token,
+                                                    lambda: self.loop.now, cfg.directory)
+        self.log = RunLog()
+        self.samples: list[RequestSample] = []
+        mode = cfg.switch_mode
+        relaunch = getattr(planner, "relaunch_delay_s", None)
+        if mode == "auto":
+            kind = getattr(planner, "switch_kind", None)
+            mode = kind if kind in ("inplace", "relaunch") else ("relaunch" if relaunch is not None else "inplace")
+        delay = float(relaunch) if relaunch is not None else gpu.relaunch_s
+        self.switcher = Switcher(self, relaunch_s=delay if mode == "relaunch" else None)
+        self._deps: dict[int, list[Request]] = {}
+        self._pending: dict[int, int] = {}
+        self._horizon = cfg.horizon_s if cfg.horizon_s is not None else workload.duration_s
+
+    # -- run -------------------------------------------------------------------
+    def run(self) -> RunLog:
+        for r in self.wl.requests:
+            if r.after and self.wl.closed_loop:
+                self._pending[r.req_id] = len(r.after)
+                for a in r.after:
+                    self._deps.setdefault(a, []).append(r)
+            else:
+                self.loop.at(r.arrival_s, self._arrive, r)
+        if self.planner is not None:
+            self.loop.at(self.cfg.tick_s, self._tick)
+        self._sample_split()
+        self.loop.run(self._horizon)
+        for n in self.nodes.values():
+            n.close_phase_clock(self._horizon)
+        self.log.finish(self, self._horizon)
+        return self.log
+
+    # -- routing ---------------------------------------------------------------
+    def _candidates(self, per_node: dict[str, int]) -> list[NodeLoad]:
+        serving = [n for n in self.nodes.values() if n.accepting]
+        if len(serving) > 2 * self.cfg.max_candidates:
+            k = self.cfg.max_candidates
+            idx = self.rng.choice(len(serving), size=min(len(serving), 2 * k), replace=False)
+            chosen = {serving[i].node_id: serving[i] for i in idx}
+            for nid in sorted(per_node, key=lambda n: -per_node[n])[:4]:
+                if self.nodes[nid].accepting:
+                    chosen[nid] = self.nodes[nid]
+            serving = list(chosen.values())
+        return [NodeLoad(n.node_id, n.phase.value, n.queue, n.running, n.decode.kv_usage) for n in serving]
+
+    def _route(self, prompt: int, pool_cached: int, per_node_tokens: dict[str, int], per_node_blocks: dict[str, int]):
+        loads = self._candidates(per_node_blocks)
+        return route(RouteRequest(prompt, per_node_tokens, pool_cached), loads, self.cfg.router)
+
+    def _arrive(self, req: Request) -> None:
+        now = self.loop.now
+        sr = SimRequest(req, now)
+        bt = self.wl.block_tokens
+        if req.block_hashes:
+            pool, per_node = self.index.lookup(req.block_hashes)
+            self.index.retain(req.branch_id, req.block_hashes)
+        else:
+            pool, per_node = 0, {}
+        cap = max(0, req.prompt_tokens - 1)
+        tokens = {n: min(cap, b * bt) for n, b in per_node.items()}
+        d = self._route(req.prompt_tokens, min(cap, pool * bt), tokens, per_node)
+        sr.cached = min(cap, d.cached_tokens)
+        self.log.arrived += 1
+        self._dispatch(sr, d.prefill_node, d.decode_node, tokens)
+
+    def _dispatch(self, sr: SimRequest, prefill: str | None, decode: str, tokens: dict[str, int]) -> None:
+        now, ncfg = self.loop.now, self.node_cfg
+        target = prefill or decode
+        local = min(sr.cached, tokens.get(target, 0))
+        fetch = ncfg.pool_s(sr.cached - local) + ncfg.d2h_s(local)
+        sr.decode_node, sr.prefill_node = decode, prefill or ""
+        sr.decode_cached = tokens.get(decode, 0)
+        if prefill is None:
+            sr.local_prefill = True
+            sr.ready_at = now + fetch
+            self.nodes[decode].decode.submit(sr)
+        elif ncfg.layerwise_kv:
+            sr.ready_at, sr.stall_s = now, fetch
+            self.nodes[prefill].prefill.submit(sr)
+        else:
+            sr.ready_at = now + fetch
+            self.nodes[prefill].prefill.submit(sr)
+
+    def reroute(self, sr: SimRequest) -> None:
+        """Send a request taken off a switching node through the router again."""
+        if sr.first_token is None and not sr.local_prefill:
+            _, per_node = self.index.lookup(sr.req.block_hashes) if sr.req.block_hashes else (0, {})
+            d = self._route(sr.req.prompt_tokens, sr.cached, {}, per_node)
+            self._dispatch(sr, d.prefill_node, d.decode_node, {})
+        else:
+            self.to_decode(sr, ready_at=self.loop.now)
+
+    def to_decode(self, sr: SimRequest, ready_at: float) -> None:
+        """Hand a request whose KV exists (prefilled or migrated) to a decode node."""
+        node = self.nodes.get(sr.decode_node)
+        if node is None or not node.accepting or node.phase is not NodePhase.DECODE:
+            d = self._route(sr.context, sr.context, {}, {})
+            node = self.nodes[d.decode_node]
+        sr.local_prefill = sr.local_prefill and sr.first_token is None
+        sr.ready_at = ready_at
+        node.decode.submit(sr)
+
+    # -- node callbacks --------------------------------------------------------
+    def _prefill_done(self, sr: SimRequest, now: float) -> None:
+        sr.first_token = now
+        if sr.req.block_hashes and sr.prefill_node:
+            self.index.publish(sr.prefill_node, sr.req.block_hashes)
+        sr.generated = 1
+        if sr.req.output_tokens <= 1:
+            self._decode_done(sr, now)
+            return
+        self.to_decode(sr, now + self.node_cfg.pool_s(max(0, sr.req.prompt_tokens - sr.decode_cached)))
+
+    def _first_token(self, sr: SimRequest, t: float) -> None:
+        if sr.first_token is None:
+            sr.first_token = t
+
+    def _decode_done(self, sr: SimRequest, now: float) -> None:
+        sr.finish = now
+        req = sr.req
+        if req.block_hashes and sr.decode_node:
+            self.index.publish(sr.decode_node, req.block_hashes)
+        if req.last_in_branch and req.block_hashes:
+            self.index.release(req.branch_id)
+        self.log.done(sr)
+        self.samples.append(RequestSample(sr.arrival, req.prompt_tokens - sr.cached, sr.cached, req.output_tokens))
+        for dep in self._deps.pop(req.req_id, ()):
+            left = self._pending[dep.req_id] - 1
+            self._pending[dep.req_id] = left
+            if left == 0:
+                self.loop.at(now + dep.gap_s, self._arrive, dep)
+
+    # -- planner ---------------------------------------------------------------
+    def _tick(self) -> None:
+        assert self.planner is not None
+        now = self.loop.now
+        recs, self.records[:] = self._thin(self.records), []
+        self.planner.observe_iterations(recs)
+        self.planner.observe_requests(self.samples)
+        self.samples = []
+        decision = self.planner.decide(self.view())
+        self.log.decisions += 1
+        for a in decision.actions:
+            self.switcher.switch(a.node_id, a.to_phase, now)
+        self._sample_split()
+        self.loop.at(now + self.cfg.tick_s, self._tick)
+
+    def _thin(self, recs: list[IterationRecord]) -> list[IterationRecord]:
+        per_node: dict[str, list[IterationRecord]] = {}
+        for r in recs:
+            per_node.setdefault(r.node_id, []).append(r)
+        k = self.cfg.records_per_node_tick
+        out: list[IterationRecord] = []
+        for rs in per_node.values():
+            out += rs if len(rs) <= k else [rs[int(i)] for i in np.linspace(0, len(rs) - 1, k)]
+        out.sort(key=lambda r: r.t)
+        return out
+
+    def view(self) -> ClusterView:
+        states = []
+        for n in self.nodes.values():
+            phase = n.draining_to or n.phase
+            states.append(NodeState(n.node_id, phase, draining=not n.accepting, queue=n.queue, running=n.running,
+                                    kv_usage=n.decode.kv_usage, kv_capacity_tokens=self.node_cfg.kv_capacity_tokens))
+        return ClusterView(self.loop.now, tuple(states), slo=self.cfg.slo, last_switch_t=self.switcher.last_switch_t)
+
+    def split(self) -> tuple[int, int, int]:
+        p = sum(1 for n in self.nodes.values() if n.accepting and n.phase is NodePhase.PREFILL)
+        d = sum(1 for n in self.nodes.values() if n.accepting and n.phase is NodePhase.DECODE)
+        return p, d, len(self.nodes) - p - d
+
+    def _sample_split(self) -> None:
+        self.log.split.append((self.loop.now, *self.split()))
+
+
+def _with(cfg, **kw):  # noqa: ANN001, ANN202
+    from dataclasses import replace
+
+    return replace(cfg, **kw)
+
+
+__all__ = ["Cluster", "NodeStatus", "SimConfig"]

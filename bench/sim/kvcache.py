@@ -1,0 +1,187 @@
+"""Prefix-cache view for the simulator: which node holds which KV blocks.
+
+`PrefixIndex` is the port; `LocalPrefixIndex` is the simulator's in-memory
+implementation (the shape of kvpool's directory: per-block holders, branch
+reference counts, LRU eviction of unreferenced blocks per node host store).
+Block ids are the workload's opaque `block_hashes`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Protocol
+
+
+class PrefixIndex(Protocol):
+    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, dict[str, int]]:
+        """(blocks of the longest prefix held anywhere, {node: its longest prefix in blocks})."""
+
+    def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
+        """`node_id`'s host store now holds these blocks (evicting LRU unreferenced ones)."""
+
+    def retain(self, branch_id: str, hashes: tuple[int, ...]) -> None:
+        """The active branch references these blocks (kept from eviction)."""
+
+    def release(self, branch_id: str) -> None:
+        """The branch finished: its references drop."""
+
+
+class LocalPrefixIndex:
+    def __init__(self, blocks_per_node: int) -> None:
+        if blocks_per_node <= 0:
+            raise ValueError("blocks_per_node must be > 0")
+        self.blocks_per_node = blocks_per_node
+        self.holders: dict[int, set[str]] = {}
+        self.stores: dict[str, OrderedDict[int, None]] = {}
+        self.refs: dict[int, int] = {}
+        self.branches: dict[str, set[int]] = {}
+        self.lookups = 0
+        self.hit_blocks = 0
+        self.evicted = 0
+
+    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, dict[str, int]]:
+        self.lookups += 1
+        pool = 0
+        live: set[str] | None = None
+        per_node: dict[str, int] = {}
+        for i, h in enumerate(hashes):
+            hs = self.holders.get(h)
+            if not hs:
+                break
+            pool = i + 1
+            live = set(hs) if live is None else live & hs
+            for n in live:
+                per_node[n] = i + 1
+        self.hit_blocks += pool
+        return pool, per_node
+
+    def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
+        store = self.stores.setdefault(node_id, OrderedDict())
+        for h in hashes:
+            if h in store:
+                store.move_to_end(h)
+                continue
+            store[h] = None
+            self.holders.setdefault(h, set()).add(node_id)
+        self._evict(node_id, store)
+
+    def _evict(self, node_id: str, store: OrderedDict[int, None]) -> None:
+        over = len(store) - self.blocks_per_node
+        if over <= 0:
+            return
+        over += self.blocks_per_node // 10  # hysteresis: one scan per ~10 % of capacity
+        # Unreferenced LRU first (scanning a bounded LRU window), then
+        # referenced LRU: a store smaller than the active working set must
+        # still make room, as kvpool's choose_victims does.
+        victims: list[int] = []
+        referenced: list[int] = []
+        for i, h in enumerate(store):
+            if i >= 4 * over:
+                break
+            if self.refs.get(h, 0) == 0:
+                victims.append(h)
+                if len(victims) >= over:
+                    break
+            elif len(referenced) < over:
+                referenced.append(h)
+        victims += referenced[: over - len(victims)]
+        for h in victims:
+            del store[h]
+            hs = self.holders[h]
+            hs.discard(node_id)
+            if not hs:
+                del self.holders[h]
+        self.evicted += len(victims)
+
+    def retain(self, branch_id: str, hashes: tuple[int, ...]) -> None:
+        held = self.branches.setdefault(branch_id, set())
+        for h in hashes:
+            if h not in held:
+                held.add(h)
+                self.refs[h] = self.refs.get(h, 0) + 1
+
+    def release(self, branch_id: str) -> None:
+        for h in self.branches.pop(branch_id, ()):
+            n = self.refs.get(h, 0) - 1
+            if n <= 0:
+                self.refs.pop(h, None)
+            else:
+                self.refs[h] = n
+
+
+class DirectoryPrefixIndex:
+    """`PrefixIndex` over the real `kvpool.directory` `BlockDirectory`.
+
+    Slots are allocated per node; when a node's host store is over
+    `blocks_per_node`, the directory's own `choose_victims` picks what to drop
+    (unreferenced LRU first), and this adapter unpublishes them, as a worker
+    would. Times come from `clock()` (the simulator's now).
+    """
+
+    def __init__(self, directory, blocks_per_node: int, block_bytes: int, clock) -> None:  # noqa: ANN001
+        self.dir, self.cap, self.block_bytes, self.clock = directory, blocks_per_node, block_bytes, clock
+        self.held: dict[str, set[str]] = {}
+        self.free_slots: dict[str, list[int]] = {}
+        self.next_slot: dict[str, int] = {}
+        self.slot_of: dict[tuple[str, str], int] = {}
+        self.open: set[str] = set()
+
+    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, dict[str, int]]:
+        hit = self.dir.longest_prefix([str(h) for h in hashes])
+        return hit.num_blocks, hit.per_node_blocks
+
+    def _slot(self, node_id: str) -> int:
+        free = self.free_slots.setdefault(node_id, [])
+        if free:
+            return free.pop()
+        s = self.next_slot.get(node_id, 0)
+        self.next_slot[node_id] = s + 1
+        return s
+
+    def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
+        held = self.held.setdefault(node_id, set())
+        now = self.clock()
+        keys = [str(h) for h in hashes]
+        new = [k for k in keys if k not in held]
+        if new:
+            locs = []
+            for k in new:
+                s = self._slot(node_id)
+                self.slot_of[(node_id, k)] = s
+                locs.append((k, s))
+                held.add(k)
+            self.dir.publish(node_id, locs, self.block_bytes, now)
+        self.dir.touch_blocks(node_id, keys, now)
+        over = len(held) - self.cap
+        if over > 0:
+            # Evict down to 90 % in one go: choose_victims ranks the node's whole
+            # store (O(n log n)), so calling it per publish dominates run time.
+            victims = self.dir.choose_victims(node_id, over + self.cap // 10)
+            self.dir.unpublish(node_id, victims)
+            for v in victims:
+                held.discard(v)
+                self.free_slots.setdefault(node_id, []).append(self.slot_of.pop((node_id, v)))
+
+    def retain(self, branch_id: str, hashes: tuple[int, ...]) -> None:
+        now = self.clock()
+        if branch_id not in self.open:
+            self.dir.open_branch(branch_id, "sim", now)
+            self.open.add(branch_id)
+        self.dir.reference(branch_id, [str(h) for h in hashes], now)
+
+    def release(self, branch_id: str) -> None:
+        if branch_id in self.open:
+            self.open.discard(branch_id)
+            self.dir.finish_branch(branch_id)
+
+
+def make_prefix_index(blocks_per_node: int, block_bytes: int, clock, kind: str = "memory") -> PrefixIndex:  # noqa: ANN001
+    """`memory`: the real kvpool in-memory directory (when importable);
+    `local`: the simulator's faster index with the same semantics."""
+    if kind == "local":
+        return LocalPrefixIndex(blocks_per_node)
+    try:
+        from kvpool.directory.memory import MemoryDirectory  # type: ignore[import-not-found]
+    except ImportError:
+        return LocalPrefixIndex(blocks_per_node)
+    return DirectoryPrefixIndex(MemoryDirectory(), blocks_per_node, block_bytes, clock)

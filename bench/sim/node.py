@@ -1,0 +1,182 @@
+"""A simulated dual-phase node: prefill engine, decode engine, phase state.
+
+Prefill: FCFS chunked prefill with a token budget per iteration; a job whose
+prefix KV is still being pulled (async prefetch, `ready_at` in the future) is
+skipped, like vLLM's WAITING_FOR_REMOTE_KVS, and the node idles only if no
+job is ready. With `layerwise_kv` the pull happens inside the job's first
+chunk instead: the iteration takes compute + transfer and the transfer part
+counts as idle GPU time.
+
+Phase lifecycle (one transition table): SERVING -> DRAINING -> SERVING(new
+phase) for in-place switches; SERVING -> OFFLINE -> SERVING for relaunches.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable
+
+from bench.sim.decode import DecodeEngine
+from bench.sim.events import EventLoop
+from bench.sim.state import IterationModel, NodeConfig, SimRequest
+from planner.types import IterationRecord, NodePhase
+
+
+class NodeStatus(str, enum.Enum):
+    SERVING = "serving"
+    DRAINING = "draining"
+    OFFLINE = "offline"
+
+
+TRANSITIONS = {
+    NodeStatus.SERVING: {NodeStatus.DRAINING, NodeStatus.OFFLINE},
+    NodeStatus.DRAINING: {NodeStatus.SERVING, NodeStatus.OFFLINE},
+    NodeStatus.OFFLINE: {NodeStatus.SERVING},
+}
+
+
+class _Job:
+    __slots__ = ("sr", "left", "done", "started")
+
+    def __init__(self, sr: SimRequest) -> None:
+        self.sr = sr
+        self.left = max(0, sr.req.prompt_tokens - sr.cached)
+        self.done = 0
+        self.started = False
+
+
+class PrefillEngine:
+    def __init__(self, node_id: str, loop: EventLoop, model: IterationModel, cfg: NodeConfig,
+                 on_done: Callable[[SimRequest, float], None], records: list[IterationRecord]) -> None:
+        self.node_id, self.loop, self.model, self.cfg = node_id, loop, model, cfg
+        self.on_done, self.records = on_done, records
+        self.queue: deque[_Job] = deque()
+        self.running = False
+        self.waiting = 0  # jobs not finished (queue length as the router sees it)
+        self.compute_s = 0.0
+        self.stall_s = 0.0
+        self._wake_pending = float("inf")
+        self.on_empty: Callable[[float], None] | None = None
+
+    def submit(self, sr: SimRequest) -> None:
+        self.queue.append(_Job(sr))
+        self.waiting += 1
+        if not self.running:
+            self._step()
+
+    def take_unstarted(self) -> list[SimRequest]:
+        """Remove and return jobs that have not computed a token yet (drain)."""
+        out = [j.sr for j in self.queue if not j.started and j.left > 0]
+        self.queue = deque(j for j in self.queue if j.started and j.left > 0)
+        self.waiting -= len(out)
+        return out
+
+    def _step(self) -> None:
+        now = self.loop.now
+        q = self.queue
+        while q and q[0].left <= 0:
+            q.popleft()
+        budget = self.cfg.chunk_tokens
+        chunk: list[tuple[_Job, int]] = []
+        wake = float("inf")
+        u = c = 0
+        stall = 0.0
+        for job in q:
+            if budget <= 0:
+                break
+            if job.left <= 0:
+                continue
+            if job.sr.ready_at > now:
+                wake = min(wake, job.sr.ready_at)
+                continue
+            n = min(job.left, budget)
+            if not job.started and self.cfg.layerwise_kv:
+                stall += job.sr.stall_s
+            chunk.append((job, n))
+            u += n
+            c += job.sr.cached + job.done
+            budget -= n
+        if not chunk:
+            self.running = False
+            if wake < float("inf"):
+                if wake < self._wake_pending:
+                    self._wake_pending = wake
+                    self.loop.at(wake, self._wake)
+            elif self.on_empty is not None:
+                self.queue.clear()
+                self.on_empty(now)
+            return
+        self.running = True
+        compute = self.model.predict_prefill_ms(u, c) / 1000.0
+        self.compute_s += compute
+        self.stall_s += stall
+        self.records.append(IterationRecord(self.node_id, NodePhase.PREFILL, now + compute + stall, len(chunk), u, c,
+                                            0, 0, (compute + stall) * 1000.0))
+        for job, _ in chunk:
+            job.started = True
+        self.loop.at(now + compute + stall, self._end, chunk)
+
+    def _wake(self) -> None:
+        self._wake_pending = float("inf")
+        if not self.running:
+            self._step()
+
+    def _end(self, chunk: list[tuple[_Job, int]]) -> None:
+        now = self.loop.now
+        finished = []
+        for job, n in chunk:
+            job.left -= n
+            job.done += n
+            if job.left <= 0:
+                finished.append(job.sr)
+                self.waiting -= 1
+        self.running = False
+        for sr in finished:
+            self.on_done(sr, now)
+        self._step()
+
+
+class SimNode:
+    """One node; `phase` says which engine takes new work."""
+
+    def __init__(self, node_id: str, phase: NodePhase, loop: EventLoop, model: IterationModel, cfg: NodeConfig,
+                 on_prefill_done: Callable[[SimRequest, float], None],
+                 on_first_token: Callable[[SimRequest, float], None],
+                 on_decode_done: Callable[[SimRequest, float], None],
+                 records: list[IterationRecord]) -> None:
+        self.node_id = node_id
+        self.phase = phase
+        self.status = NodeStatus.SERVING
+        self.draining_to: NodePhase | None = None
+        self.cfg = cfg
+        self.prefill = PrefillEngine(node_id, loop, model, cfg, on_prefill_done, records)
+        self.decode = DecodeEngine(node_id, loop, model, cfg, on_first_token, on_decode_done, records)
+        self.phase_since = 0.0
+        self.prefill_phase_s = 0.0  # time spent serving as a prefill node (for idle fraction)
+
+    def set_status(self, status: NodeStatus) -> None:
+        if status not in TRANSITIONS[self.status]:
+            raise ValueError(f"{self.node_id}: {self.status.value} -> {status.value} not allowed")
+        self.status = status
+
+    @property
+    def accepting(self) -> bool:
+        return self.status is NodeStatus.SERVING
+
+    def set_phase(self, phase: NodePhase, now: float) -> None:
+        self.close_phase_clock(now)
+        self.phase = phase
+
+    def close_phase_clock(self, now: float) -> None:
+        if self.phase is NodePhase.PREFILL and self.status is NodeStatus.SERVING:
+            self.prefill_phase_s += now - self.phase_since
+        self.phase_since = now
+
+    @property
+    def queue(self) -> int:
+        return self.prefill.waiting if self.phase is NodePhase.PREFILL else self.decode.queued
+
+    @property
+    def running(self) -> int:
+        return (1 if self.prefill.running else 0) if self.phase is NodePhase.PREFILL else len(self.decode.batch)

@@ -1,0 +1,62 @@
+"""GPU node profiles: JSON files in bench/gpu_profiles -> iteration models.
+
+`GpuProfile.from_json(path)` reads coefficients (with a per-number `source`);
+`.planner_profile()` gives the planner's `planner.profile.Profile`;
+`.iteration_model()` gives a fast float-only model with the same formulas
+for the simulator's inner loop (the planner's RLS predict is vectorised numpy,
+too slow to call per simulated iteration).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.sim.state import NodeConfig
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "gpu_profiles"
+DEFAULT_PROFILE = PROFILE_DIR / "gb300x4-glm45-fp8.json"
+
+
+@dataclass(frozen=True, slots=True)
+class LinearIterationModel:
+    """prefill ms = a + b·u + c·cached + d·u·(u+cached)/1e4; decode ms = a + b·batch + c·context."""
+
+    prefill: tuple[float, float, float, float]
+    decode: tuple[float, float, float]
+
+    def predict_prefill_ms(self, uncached_tokens: float, cached_tokens: float) -> float:
+        a, b, c, d = self.prefill
+        u = uncached_tokens
+        return a + b * u + c * cached_tokens + d * u * (u + cached_tokens) / 1e4
+
+    def predict_decode_ms(self, batch_size: float, context_tokens: float) -> float:
+        a, b, c = self.decode
+        return a + b * batch_size + c * context_tokens
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    name: str
+    gpus_per_node: int
+    model: LinearIterationModel
+    node: NodeConfig
+    relaunch_s: float
+    source: dict[str, str]
+
+    @classmethod
+    def from_json(cls, path: str | Path = DEFAULT_PROFILE) -> GpuProfile:
+        d = json.loads(Path(path).read_text())
+        p, q = d["prefill_ms"], d["decode_ms"]
+        model = LinearIterationModel((p["a"], p["b_per_uncached"], p["c_per_cached"], p["d_per_pair_1e4"]),
+                                     (q["a"], q["b_per_seq"], q["c_per_context_token"]))
+        node = NodeConfig(chunk_tokens=d["chunk_tokens"], max_batch=d["max_batch"],
+                          kv_capacity_tokens=d["kv_capacity_tokens"], kv_bytes_per_token=d["kv_bytes_per_token"],
+                          pool_gbps=d["pool_gbps"], d2h_gbps=d["d2h_gbps"], switch_overhead_s=d["switch_overhead_s"])
+        return cls(d["name"], int(d["gpus_per_node"]), model, node, float(d["relaunch_s"]), dict(d["source"]))
+
+    def planner_profile(self):  # -> planner.profile.Profile (imported lazily: optional dependency order)
+        from planner.profile import Profile
+
+        return Profile.from_coefficients(self.model.prefill, self.model.decode)
