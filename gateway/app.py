@@ -11,6 +11,8 @@ injected (tests pass fakes), the rest is built from `settings`:
     admin_router   factory (ClusterControl, ClusterHistory) -> APIRouter, mounted as is
     switch_sinks   extra switch recorders (event store); metrics are always one
     planner_tick   coroutine run every `planner_interval_s` (see gateway.cluster)
+    on_startup     async hooks(runtime) run at startup (the control plane's start)
+    on_shutdown    async hooks() run at shutdown, in reverse order
 
 Nothing touches the network before startup: the lifespan registers the
 workers, starts the heartbeat, cluster/planner and branch-expiry loops, and
@@ -24,17 +26,15 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.cache import DirectoryPrefixCache, PrefixCache
 from gateway.cluster import ClusterRuntime, PlannerTick
 from gateway.control import ClusterControl, ClusterHistory
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.http_errors import install_error_handlers
 from gateway.metrics import GatewayMetrics
 from gateway.openai_api.routes import openai_router
 from gateway.openai_api.service import OpenAIService
@@ -65,11 +65,19 @@ class GatewayRuntime:
     service: OpenAIService
 
 
+# Lifespan hooks: startup hooks run in order once the workers are registered
+# (before the background loops start); shutdown hooks run in reverse order
+# after the loops stop, before the worker pool closes.
+StartupHook = Callable[[GatewayRuntime], Awaitable[None]]
+ShutdownHook = Callable[[], Awaitable[None]]
+
+
 def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None = None,
                worker_client: WorkerAPI | None = None, cache: PrefixCache | None = None,
                tenant_gate: TenantGate | None = None, admin_router: AdminRouterFactory | None = None,
                switch_sinks: list[SwitchSink] | None = None, planner_tick: PlannerTick | None = None,
-               planner_interval_s: float = 1.0) -> FastAPI:
+               planner_interval_s: float = 1.0, on_startup: Sequence[StartupHook] = (),
+               on_shutdown: Sequence[ShutdownHook] = ()) -> FastAPI:
     if tokenizer is None:
         if not settings.model_dir:
             raise ValueError("settings.model_dir (or a tokenizer) is required")
@@ -100,6 +108,8 @@ def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None =
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.gather(*(registry.add(url) for url in settings.worker_urls))
+        for hook in on_startup:
+            await hook(runtime)
         tasks = [asyncio.create_task(registry.run(settings.heartbeat_interval_s), name="heartbeat"),
                  asyncio.create_task(cluster.run(planner_interval_s), name="cluster"),
                  asyncio.create_task(_expire_branches(cache, settings.branch_ttl_s), name="branch-expiry")]
@@ -109,11 +119,20 @@ def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None =
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await client.aclose()
+            try:
+                for stop in reversed(on_shutdown):
+                    await stop()
+            finally:
+                await client.aclose()
 
     app = FastAPI(title="evolving-infra gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
-    _install_error_handlers(app, metrics)
+
+    def observe_error(request: Request, status: int) -> None:
+        if request.url.path.startswith("/v1/"):
+            metrics.observe_request("-", request.url.path.rsplit("/", 1)[-1], status)
+
+    install_error_handlers(app, on_error=observe_error)
     app.include_router(openai_router(service, max_body_bytes=settings.max_body_bytes))
     if admin_router is not None:
         app.include_router(admin_router(cluster, cluster))
@@ -143,32 +162,3 @@ async def _expire_branches(cache: PrefixCache, ttl_s: float) -> None:
         expired = cache.expire()
         if expired:
             log.info("expired %d idle branches", len(expired))
-
-
-def _install_error_handlers(app: FastAPI, metrics: GatewayMetrics) -> None:
-    def answer(request: Request, err: GatewayError) -> JSONResponse:
-        if request.url.path.startswith("/v1/"):
-            metrics.observe_request("-", request.url.path.rsplit("/", 1)[-1], err.status)
-        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-    @app.exception_handler(GatewayError)
-    async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return answer(request, exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        return answer(request, InvalidRequest(f"{first.get('msg', 'invalid request')} (at {loc})",
-                                              param=loc or None))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        err = GatewayError(str(exc.detail), code="not_found" if exc.status_code == 404 else None)
-        err.status, err.type = exc.status_code, "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return answer(request, err)
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
-        return answer(request, GatewayError(f"internal error: {type(exc).__name__}"))

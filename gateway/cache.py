@@ -15,6 +15,12 @@ Contract:
   skips those, for resumes).
 - A branch references the blocks it used; referenced blocks stay while the
   branch is active; `finish_branch` and `expire` release them.
+- KV retention quota (tenant policy `kv_retention_blocks`, passed at
+  `open_branch`): the tenant's active branches pin at most that many
+  distinct blocks. Past it, `reference` pins only the longest prefix of the
+  new blocks that fits; the rest stay cached but unreferenced, so they are
+  evicted first (LRU) under pressure. Requests are never refused for it:
+  the quota bounds what a tenant can hold, not what it can run.
 All methods are synchronous and O(blocks in the call) (Redis: one round trip).
 """
 
@@ -73,7 +79,9 @@ class PrefixCache(Protocol):
     def unpublish(self, node_id: str, hashes: Sequence[str]) -> None: ...
     def drop_node(self, node_id: str) -> None: ...
     def open_branch(self, branch_id: str, *, tenant_id: str, parent_id: str | None = None,
-                    session_id: str | None = None) -> None: ...
+                    session_id: str | None = None, kv_retention_blocks: int | None = None) -> None: ...
+    def is_branch_active(self, branch_id: str) -> bool: ...
+    def active_branch_count(self, tenant_id: str) -> int: ...
     def reference(self, branch_id: str, hashes: Sequence[str]) -> None: ...
     def finish_branch(self, branch_id: str) -> bool: ...
     def expire(self, now: float | None = None) -> list[str]: ...
@@ -92,6 +100,8 @@ class DirectoryPrefixCache:
         self._hasher = hasher
         self._clock = clock  # wall clock: replicas sharing a Redis directory share its base
         self._block_bytes: dict[str, int] = {}
+        self._retention: dict[str, int] = {}  # tenant -> kv_retention_blocks (latest policy seen)
+        self.unpinned_over_quota = 0  # blocks left unreferenced by the retention quota
 
     def block_hashes(self, token_ids: Sequence[int], salt: str) -> list[str]:
         return self._hasher(token_ids, self.block_size, salt)
@@ -115,14 +125,42 @@ class DirectoryPrefixCache:
         self.directory.drop_node(node_id)
 
     def open_branch(self, branch_id: str, *, tenant_id: str, parent_id: str | None = None,
-                    session_id: str | None = None) -> None:
+                    session_id: str | None = None, kv_retention_blocks: int | None = None) -> None:
+        if kv_retention_blocks is None:
+            self._retention.pop(tenant_id, None)
+        else:
+            self._retention[tenant_id] = kv_retention_blocks
         self.directory.open_branch(branch_id, tenant_id, self._clock(), parent_id, session_id)
+
+    def active_branch_count(self, tenant_id: str) -> int:
+        return self.directory.active_branch_count(tenant_id)
 
     def reference(self, branch_id: str, hashes: Sequence[str]) -> None:
         try:
-            self.directory.reference(branch_id, hashes, self._clock())
+            hashes = self._within_quota(branch_id, hashes)
+            if hashes:
+                self.directory.reference(branch_id, hashes, self._clock())
         except BranchStateError:
             pass  # finished or expired while the request ran: nothing left to pin
+
+    def _within_quota(self, branch_id: str, hashes: Sequence[str]) -> Sequence[str]:
+        """The longest prefix of `hashes` the branch's tenant may pin."""
+        if not self._retention or not hashes:
+            return hashes
+        info = self.directory.branch(branch_id)
+        quota = None if info is None else self._retention.get(info.tenant_id)
+        if info is None or quota is None:
+            return hashes
+        room = quota - self.directory.branch_blocks(info.tenant_id)
+        n = 0
+        for count in self.directory.tenant_ref_counts(info.tenant_id, hashes):
+            if count == 0:  # a block new to the tenant costs quota; one it pins already is free
+                if room <= 0:
+                    break
+                room -= 1
+            n += 1
+        self.unpinned_over_quota += len(hashes) - n
+        return hashes[:n]
 
     def finish_branch(self, branch_id: str) -> bool:
         return self.directory.finish_branch(branch_id) is not None

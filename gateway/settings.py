@@ -19,7 +19,17 @@ Environment variables (all optional):
     EVOLVING_DEFAULT_MAX_TOKENS   max_tokens when a request sets none (1024)
     EVOLVING_DIRECTORY_URL        Redis URL of a shared KV directory (in memory when unset)
     EVOLVING_CLUSTER_TOKEN        bearer token for the workers' /internal API
-    EVOLVING_DB_URL               SQLAlchemy URL of the control-plane store
+    EVOLVING_DB_URL               SQLAlchemy URL of the control-plane store (default: SQLite
+                                  file evolving.db in the data folder)
+    EVOLVING_DATA_DIR             data folder: SQLite store, demo API key, logs (data)
+    EVOLVING_AUTH                 keys (tenant API keys and policies from the store; default)
+                                  or open (one tenant, no key, no limits: local hacking only)
+    EVOLVING_ADMIN_TOKEN          operator token of the admin API, imported at start (>= 16 chars)
+    EVOLVING_SECRET_PEPPER        server-side secret mixed into key/token hashes; keep it stable
+    EVOLVING_PLANNER              evolving | dynamo | static | none (evolving)
+    EVOLVING_PLANNER_MODE         auto | advisory | manual at start, unless an operator's choice
+                                  is persisted in the store (advisory)
+    EVOLVING_PLANNER_INTERVAL_S   seconds between planner ticks (1.0)
 """
 
 from __future__ import annotations
@@ -28,6 +38,10 @@ import os
 import pathlib
 from dataclasses import dataclass, field
 from typing import Mapping
+
+AUTH_MODES = ("keys", "open")
+PLANNERS = ("evolving", "dynamo", "static", "none")
+PLANNER_MODES = ("auto", "advisory", "manual")
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,14 @@ class GatewaySettings:
     directory_url: str | None = None
     # Bearer token the workers require on /internal (their --cluster-token).
     cluster_token: str | None = None
+    # Control plane (gateway.control_plane). Secrets stay out of repr().
+    data_dir: str = "data"
+    auth: str = "keys"  # AUTH_MODES
+    admin_token: str | None = field(default=None, repr=False)
+    secret_pepper: str = field(default="", repr=False)
+    planner: str = "evolving"  # PLANNERS
+    planner_mode: str = "advisory"  # PLANNER_MODES
+    planner_interval_s: float = 1.0
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -78,6 +100,14 @@ class GatewaySettings:
             raise ValueError("default_max_tokens must be >= 1")
         if self.max_node_attempts < 1:
             raise ValueError("max_node_attempts must be >= 1")
+        if self.auth not in AUTH_MODES:
+            raise ValueError(f"auth must be one of {AUTH_MODES}, not {self.auth!r}")
+        if self.planner not in PLANNERS:
+            raise ValueError(f"planner must be one of {PLANNERS}, not {self.planner!r}")
+        if self.planner_mode not in PLANNER_MODES:
+            raise ValueError(f"planner_mode must be one of {PLANNER_MODES}, not {self.planner_mode!r}")
+        if self.planner_interval_s <= 0:
+            raise ValueError("planner_interval_s must be > 0")
         for url in self.worker_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"worker url must be http(s): {url!r}")
@@ -89,6 +119,13 @@ class GatewaySettings:
         if self.model_dir:
             return pathlib.Path(self.model_dir).name or "model"
         return "model"
+
+    @property
+    def store_url(self) -> str:
+        """`db_url`, or the embedded SQLite file in the data folder."""
+        if self.db_url:
+            return self.db_url
+        return f"sqlite:///{(pathlib.Path(self.data_dir) / 'evolving.db').resolve()}"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> "GatewaySettings":
@@ -108,6 +145,9 @@ class GatewaySettings:
             "SWITCH_DEADLINE_S": ("switch_deadline_s", float), "DB_URL": ("db_url", str), "DIRECTORY_URL": ("directory_url", str),
             "CLUSTER_TOKEN": ("cluster_token", str),
             "DEFAULT_MAX_TOKENS": ("default_max_tokens", int),
+            "DATA_DIR": ("data_dir", str), "AUTH": ("auth", str), "ADMIN_TOKEN": ("admin_token", str),
+            "SECRET_PEPPER": ("secret_pepper", str), "PLANNER": ("planner", str),
+            "PLANNER_MODE": ("planner_mode", str), "PLANNER_INTERVAL_S": ("planner_interval_s", float),
         }
         for env_name, (attr, cast) in casts.items():
             raw = get(env_name)

@@ -47,6 +47,13 @@ class TenantGate(Protocol):
         cluster is saturated; never blocks forever.
         """
 
+    def check_branch_limit(self, tenant: TenantContext, active_branches: int) -> None:
+        """Raise `errors.RateLimited` if the tenant may not open another branch.
+
+        `active_branches`: the tenant's active branches before the new one.
+        Pure and synchronous (the caller opens the branch right after).
+        """
+
     def record_usage(self, usage: UsageRecord) -> None:
         """Account finished usage. Must not block or raise on a store outage."""
 
@@ -65,6 +72,9 @@ class OpenTenantGate:
     async def admit(self, tenant: TenantContext, *, model: str, prompt_tokens: int,
                     max_tokens: int) -> AsyncIterator[None]:
         yield
+
+    def check_branch_limit(self, tenant: TenantContext, active_branches: int) -> None:
+        return None
 
     def record_usage(self, usage: UsageRecord) -> None:
         self.usage.append(usage)

@@ -6,13 +6,20 @@ console as a process when `admin_ui/app.py` exists), with SQLite under the
 data folder. Ctrl-C (or SIGTERM) stops the gateway, then every child:
 SIGTERM, a grace period, SIGKILL for stragglers.
 
-`compose_app(settings)` is the seam where the control plane (tenant gate
-over the store, admin router, event sink) is wired in.
+`compose_app(settings)` builds the product as one: the control plane
+(`gateway.control_plane`: store, tenant gate, admin API, event sink,
+persisted pins/mode), the planner and its live loop, and the gateway app.
+
+Secrets on the console: the first admin token is printed once, on the start
+that created it; `up` prints the demo tenant's key (kept in
+`<data-dir>/demo-api-key`, mode 600) in its snippet on every start, because
+that is the point of a local demo; `gateway` prints no tenant key.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import pathlib
 import signal
@@ -20,10 +27,17 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from gateway.settings import GatewaySettings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from gateway.control_plane import ControlPlane
+    from planner.types import Planner
 
 SNIPPET = """\
 from openai import OpenAI
@@ -42,6 +56,8 @@ def add_gateway_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=32, help="KV block size, same as the workers'")
     p.add_argument("--worker-urls", default="", help="comma-separated worker base URLs (gateway only)")
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--data-dir", default=os.environ.get("EVOLVING_DATA_DIR", "data"),
+                   help="SQLite store, demo key and logs (EVOLVING_DATA_DIR)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +65,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--prefill", type=int, default=None, help="prefill workers (default: N // 2)")
     p.add_argument("--worker-port", type=int, default=8100, help="first worker port")
-    p.add_argument("--data-dir", default="data")
     p.add_argument("--kvcache-gib", type=int, default=1)
     p.add_argument("--kv-store-gib", type=float, default=0.25)
     p.add_argument("--no-console", action="store_true")
@@ -59,30 +74,75 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -> GatewaySettings:
     overrides: dict[str, object] = {"model_dir": args.model, "host": args.host, "port": args.port,
-                                    "block_size": args.block_size, "worker_urls": worker_urls}
+                                    "block_size": args.block_size, "worker_urls": worker_urls,
+                                    "data_dir": args.data_dir}
     if args.model_name:
         overrides["model_name"] = args.model_name
     return GatewaySettings.from_env(**overrides)
 
 
-def compose_app(settings: GatewaySettings):  # -> FastAPI
-    """The app `up`/`gateway` serve. Control-plane wiring goes here."""
+def build_planner(settings: GatewaySettings) -> "Planner | None":
+    """The planner named by `settings.planner` (None for "none")."""
+    from planner.registry import make_planner
+
+    if settings.planner == "none":
+        return None
+    if settings.planner == "static":  # holds the split `up` starts with
+        return make_planner("static", prefill_nodes=len(settings.worker_urls) // 2)
+    return make_planner(settings.planner)
+
+
+def compose_app(settings: GatewaySettings, *, control_plane: "ControlPlane | None" = None,
+                planner: "Planner | None | str" = "settings", **create_app_kwargs: Any) -> "FastAPI":
+    """The app `up`/`gateway` serve: control plane + planner loop + gateway.
+
+    `control_plane` defaults to `ControlPlane.build(settings)` (blocking:
+    migrates the store); `planner` to `build_planner(settings)`. Extra
+    keywords go to `create_app` (tests pass a tokenizer or worker client).
+    The control plane is on `app.state.control_plane`, the loop on
+    `app.state.planner_loop`.
+    """
     from gateway.app import create_app
+    from gateway.control_plane import ControlPlane
+    from gateway.planner_loop import PlannerLoop
 
-    return create_app(settings)
+    cp = control_plane or ControlPlane.build(settings)
+    chosen = build_planner(settings) if planner == "settings" else planner
+    # The service's sample deque exists only once the app is built; the loop
+    # gets it right after (it is not ticked before startup).
+    loop = (PlannerLoop(chosen, samples=collections.deque(), sink=cp.sink.record_decision)  # type: ignore[arg-type]
+            if chosen is not None else None)
+    app = create_app(settings, tenant_gate=cp.gate, admin_router=cp.admin_router,
+                     switch_sinks=[cp.sink.record_switch], planner_tick=loop.tick if loop else None,
+                     planner_interval_s=settings.planner_interval_s, on_startup=[cp.start],
+                     on_shutdown=[cp.stop], **create_app_kwargs)
+    runtime = app.state.runtime
+    if loop is not None:
+        loop.samples = runtime.service.samples
+        runtime.cluster.planner_name = loop.planner.name
+    app.state.control_plane = cp
+    app.state.planner_loop = loop
+    return app
 
 
-def serve(settings: GatewaySettings, log_level: str) -> None:
+def serve(settings: GatewaySettings, log_level: str, control_plane: "ControlPlane | None" = None) -> None:
     import uvicorn
 
     # uvicorn picks uvloop and httptools when installed; no access log on the hot path.
-    uvicorn.run(compose_app(settings), host=settings.host, port=settings.port, log_level=log_level,
-                access_log=False, timeout_graceful_shutdown=5)
+    uvicorn.run(compose_app(settings, control_plane=control_plane), host=settings.host, port=settings.port,
+                log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
 
 
 def run_gateway(args: argparse.Namespace) -> int:
+    from gateway.control_plane import ControlPlane, admin_token_notice
+
     urls = tuple(u.strip().rstrip("/") for u in args.worker_urls.split(",") if u.strip())
-    serve(settings_from_args(args, urls or GatewaySettings.from_env().worker_urls), args.log_level)
+    settings = settings_from_args(args, urls or GatewaySettings.from_env().worker_urls)
+    cp = ControlPlane.build(settings)
+    print(f"gateway:  http://{settings.host}:{settings.port}/v1   auth: {settings.auth}   "
+          f"store: {cp.db.url.render_as_string(hide_password=True)}", flush=True)
+    print(admin_token_notice(cp), flush=True)
+    serve(settings, args.log_level, cp)
     return 0
 
 
@@ -130,18 +190,23 @@ def wait_ready(urls: list[str], children: Children, timeout_s: float) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    from gateway.control_plane import DEMO_KEY_FILE, ControlPlane, admin_token_notice
+
     if args.workers < 1:
         raise SystemExit("--workers must be >= 1")
     data = pathlib.Path(args.data_dir)
     (data / "logs").mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("EVOLVING_DB_URL", f"sqlite:///{(data / 'evolving.db').resolve()}")
-    os.environ.update({"EVOLVING_DB_URL": env["EVOLVING_DB_URL"]})
+    # Children need no control-plane secrets.
+    env = {k: v for k, v in os.environ.items() if k not in ("EVOLVING_ADMIN_TOKEN", "EVOLVING_SECRET_PEPPER")}
     exe = [sys.executable, "-m", "gateway.cli"]
     n_prefill = args.workers // 2 if args.prefill is None else args.prefill
     cpus = os.cpu_count() or 1
+    urls = [f"http://127.0.0.1:{args.worker_port + i}" for i in range(args.workers)]
+    settings = settings_from_args(args, tuple(urls))
+    # The store first: a bad EVOLVING_DB_URL fails now, not after the workers load.
+    control_plane = ControlPlane.build(settings)
+    api_key = control_plane.demo_api_key(data) or "sk-local"
     children = Children()
-    urls = []
     try:
         for i in range(args.workers):
             port = args.worker_port + i
@@ -152,31 +217,24 @@ def run_up(args: argparse.Namespace) -> int:
                                      "--kvcache-gib", str(args.kvcache_gib), "--kv-store-gib", str(args.kv_store_gib),
                                      "--threads-bind", cores, "--run-dir", str(data / "run")],
                            data / "logs" / f"worker-w{i}.log", env)
-            urls.append(f"http://127.0.0.1:{port}")
         print(f"starting {args.workers} workers ({n_prefill} prefill); logs in {data / 'logs'}", flush=True)
         wait_ready(urls, children, args.ready_timeout)
-        _maybe_db_upgrade(env["EVOLVING_DB_URL"])
         gateway_url = f"http://{args.host}:{args.port}"
         console = pathlib.Path(__file__).resolve().parent.parent / "admin_ui" / "app.py"
         if console.exists() and not args.no_console:
             children.start("console", [*exe, "console", "--admin-url", f"{gateway_url}/admin",
                                        "--port", str(args.console_port)], data / "logs" / "console.log", env)
             print(f"console:  http://127.0.0.1:{args.console_port}")
-        settings = settings_from_args(args, tuple(urls))
-        print(f"gateway:  {gateway_url}/v1   (metrics {gateway_url}/metrics)")
-        print("try it:\n" + SNIPPET.format(url=gateway_url, key="sk-local", model=settings.served_model), flush=True)
-        serve(settings, args.log_level)
+        print(f"gateway:  {gateway_url}/v1   (metrics {gateway_url}/metrics, admin API {gateway_url}/admin)")
+        print(f"store:    {control_plane.db.url.render_as_string(hide_password=True)}   auth: {settings.auth}")
+        print(admin_token_notice(control_plane))
+        if settings.auth == "keys":
+            print(f"demo tenant API key in {data / DEMO_KEY_FILE}")
+        print("try it:\n" + SNIPPET.format(url=gateway_url, key=api_key, model=settings.served_model), flush=True)
+        serve(settings, args.log_level, control_plane)
     except KeyboardInterrupt:
         pass
     finally:
         print("stopping...", flush=True)
         children.stop()
     return 0
-
-
-def _maybe_db_upgrade(url: str) -> None:
-    try:
-        from gateway.dbcli import db_upgrade
-    except ImportError:
-        return
-    db_upgrade(url)

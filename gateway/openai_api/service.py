@@ -42,6 +42,7 @@ class BranchContext:
     parent_key: str | None
     session_id: str | None
     finish_at_end: bool  # X-Branch-Finished: true, or a one-request branch
+    one_shot: bool = False  # no X-Branch-ID: a branch that lives for this request only
 
 
 def _checked_id(value: str | None, header: str) -> str | None:
@@ -64,7 +65,7 @@ def parse_branch_headers(tenant_id: str, *, branch_id: str | None, parent_id: st
     bid = bid or f"req-{uuid.uuid4().hex}"
     return BranchContext(key=f"{tenant_id}/{bid}", branch_id=bid,
                          parent_key=f"{tenant_id}/{parent}" if parent else None, session_id=session,
-                         finish_at_end=one_shot or flag in ("true", "1"))
+                         finish_at_end=one_shot or flag in ("true", "1"), one_shot=one_shot)
 
 
 def cache_salt(tenant_salt: str, model: str) -> str:
@@ -169,13 +170,30 @@ class OpenAIService:
             raise InvalidRequest("prompt token id out of the vocabulary", param="prompt")
         return ids
 
+    def _check_new_branch(self, p: Prepared) -> None:
+        """The tenant's branch cap, for a request that opens a named branch.
+
+        One-request branches (no X-Branch-ID) are exempt: they end with the
+        request, which `max_concurrent` already bounds.
+        """
+        if p.tenant.max_active_branches is None or p.branch.one_shot:
+            return
+        if not self.cache.is_branch_active(p.branch.key):
+            self.gate.check_branch_limit(p.tenant, self.cache.active_branch_count(p.tenant.tenant_id))
+
     @contextlib.asynccontextmanager
     async def admitted(self, p: Prepared) -> AsyncIterator[None]:
         """Hold the tenant's slot and the branch for the request's lifetime."""
+        # Checked before admission so a refused branch costs no rate-limit
+        # budget, and again right before opening it (no await in between) so
+        # concurrent openers cannot overshoot the cap.
+        self._check_new_branch(p)
         async with self.gate.admit(p.tenant, model=self.model_name, prompt_tokens=len(p.job.prompt_token_ids),
                                    max_tokens=p.job.sampling.max_tokens):
+            self._check_new_branch(p)
             self.cache.open_branch(p.branch.key, tenant_id=p.tenant.tenant_id, parent_id=p.branch.parent_key,
-                                   session_id=p.branch.session_id)
+                                   session_id=p.branch.session_id,
+                                   kv_retention_blocks=p.tenant.kv_retention_blocks)
             try:
                 yield
             finally:

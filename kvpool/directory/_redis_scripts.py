@@ -9,6 +9,7 @@ puts every key in one slot; scripts build key names from P):
   P:refs            HASH  hash -> active branches referencing it
   P:trefs:<tenant>  HASH  hash -> active branches of that tenant referencing it
   P:br:<id>         HASH  tenant, parent, session, opened, last
+  P:tbr:<tenant>    SET   that tenant's active branches
   P:brb:<id>        SET   hashes the branch references
   P:active          ZSET  branch -> last active time
   P:size            ZSET  branch -> distinct blocks referenced
@@ -84,6 +85,7 @@ if redis.call('EXISTS', k) == 0 then
              'opened', now, 'last', now)
   redis.call('ZADD', p..':active', now, id)
   redis.call('ZADD', p..':size', 0, id)
+  redis.call('SADD', p..':tbr:'..tenant, id)
 else
 """ + _TOUCH_BODY + """
 end
@@ -132,6 +134,7 @@ for _, h in ipairs(members) do
   if redis.call('HINCRBY', tk, h, -1) <= 0 then redis.call('HDEL', tk, h) end
 end
 redis.call('DEL', k, p..':brb:'..id)
+redis.call('SREM', p..':tbr:'..tenant, id)
 redis.call('ZREM', p..':active', id)
 redis.call('ZREM', p..':size', id)
 table.insert(info, 'size')

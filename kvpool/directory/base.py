@@ -190,6 +190,12 @@ class BlockDirectory(Protocol):
     def branch_blocks(self, tenant_id: str) -> int:
         """Distinct blocks pinned by the tenant's active branches (quota)."""
 
+    def tenant_ref_counts(self, tenant_id: str, block_hashes: Sequence[str]) -> list[int]:
+        """Per hash, how many of the tenant's active branches reference it (0: none)."""
+
+    def active_branch_count(self, tenant_id: str) -> int:
+        """The tenant's active branches (the max-active-branches policy)."""
+
     def top_branches(self, n: int) -> list[BranchInfo]:
         """The n active branches referencing the most blocks, largest first."""
 

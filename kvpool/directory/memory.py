@@ -40,6 +40,7 @@ class MemoryDirectory:
         self._refs: dict[str, int] = {}
         self._tenant_refs: dict[str, dict[str, int]] = {}
         self._branches: dict[str, _Branch] = {}
+        self._tenant_branches: dict[str, int] = {}  # tenant -> active branches
         self._lookups = 0
         self._looked_up_blocks = 0
         self._hit_blocks = 0
@@ -112,6 +113,7 @@ class MemoryDirectory:
         br = self._branches.get(branch_id)
         if br is None:
             br = self._branches[branch_id] = _Branch(tenant_id, parent_id, session_id, now, now)
+            self._tenant_branches[tenant_id] = self._tenant_branches.get(tenant_id, 0) + 1
         br.last_active_at = max(br.last_active_at, now)
         return self._info(branch_id, br, BranchState.ACTIVE)
 
@@ -139,6 +141,7 @@ class MemoryDirectory:
             return None
         state = next_branch_state(BranchState.ACTIVE, event, branch_id)
         br = self._branches.pop(branch_id)
+        _decrement(self._tenant_branches, br.tenant_id)
         tenant = self._tenant_refs.get(br.tenant_id, {})
         for h in br.blocks:
             _decrement(self._refs, h)
@@ -169,6 +172,13 @@ class MemoryDirectory:
 
     def branch_blocks(self, tenant_id: str) -> int:
         return len(self._tenant_refs.get(tenant_id, {}))
+
+    def tenant_ref_counts(self, tenant_id: str, block_hashes: Sequence[str]) -> list[int]:
+        refs = self._tenant_refs.get(tenant_id, {})
+        return [refs.get(h, 0) for h in block_hashes]
+
+    def active_branch_count(self, tenant_id: str) -> int:
+        return self._tenant_branches.get(tenant_id, 0)
 
     def top_branches(self, n: int) -> list[BranchInfo]:
         ranked = sorted(self._branches.items(), key=lambda kv: (-len(kv[1].blocks), kv[0]))

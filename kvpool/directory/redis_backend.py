@@ -163,6 +163,14 @@ class RedisDirectory:
     def branch_blocks(self, tenant_id: str) -> int:
         return int(self._r.hlen(self._k("trefs", tenant_id)))
 
+    def tenant_ref_counts(self, tenant_id: str, block_hashes: Sequence[str]) -> list[int]:
+        if not block_hashes:
+            return []
+        return [int(v or 0) for v in self._r.hmget(self._k("trefs", tenant_id), list(block_hashes))]
+
+    def active_branch_count(self, tenant_id: str) -> int:
+        return int(self._r.scard(self._k("tbr", tenant_id)))
+
     def top_branches(self, n: int) -> list[BranchInfo]:
         sizes = self._r.zrange(self._k("size"), 0, -1, withscores=True)
         ranked = sorted(sizes, key=lambda kv: (-kv[1], kv[0]))[: max(n, 0)]
