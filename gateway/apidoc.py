@@ -41,7 +41,7 @@ def _ref_name(schema: dict[str, Any] | None) -> str:
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
     if "anyOf" in schema:
-        return " | ".join(filter(None, (_ref_name(s) for s in schema["anyOf"])))
+        return " or ".join(filter(None, (_ref_name(s) for s in schema["anyOf"])))
     if schema.get("type") == "array":
         return f"list[{_ref_name(schema.get('items'))}]"
     return schema.get("type", "")
