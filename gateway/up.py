@@ -189,6 +189,10 @@ def wait_ready(urls: list[str], children: Children, timeout_s: float) -> None:
         time.sleep(1.0)
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def run_up(args: argparse.Namespace) -> int:
     from gateway.control_plane import DEMO_KEY_FILE, ControlPlane, admin_token_notice
 
@@ -207,6 +211,9 @@ def run_up(args: argparse.Namespace) -> int:
     control_plane = ControlPlane.build(settings)
     api_key = control_plane.demo_api_key(data) or "sk-local"
     children = Children()
+    # uvicorn re-raises SIGTERM after its shutdown; the default action would
+    # end this process before `finally` stops the workers and the console.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         for i in range(args.workers):
             port = args.worker_port + i
