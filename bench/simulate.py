@@ -122,7 +122,7 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="evolving-infra simulate", description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", choices=SCENARIOS, required=True)
+    ap.add_argument("--scenario", choices=SCENARIOS, help="required unless --fidelity")
     ap.add_argument("--trace", help="replace the scenario's generated workload by this trace file")
     ap.add_argument("--planner", default="all", choices=["evolving", "static-best", "dynamo", "all"])
     ap.add_argument("--nodes", type=int, help="nodes (each gpus_per_node GPUs of the profile)")
@@ -138,9 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", help="write split-over-time and throughput PNG here")
     ap.add_argument("--fidelity", action="store_true", help="compare with the live cluster (needs the gateway)")
     a = ap.parse_args(argv)
-    if a.fidelity:
-        print("--fidelity needs a live demo cluster; run it through the gateway CLI", file=sys.stderr)
-        return 2
+    if a.fidelity:  # live demo cluster vs simulator on one trace slice (bench/fidelity.py)
+        from bench.fidelity import main as fidelity_main
+
+        return fidelity_main(seed=a.seed, as_json=a.json)
+    if a.scenario is None:
+        ap.error("--scenario is required")
     planners = ["evolving", "static-best", "dynamo"] if a.planner == "all" else [a.planner]
     t0 = time.perf_counter()
     sc = build(a.scenario, seed=a.seed, nodes=a.nodes, trace=a.trace, duration_s=a.duration, scale=a.load)

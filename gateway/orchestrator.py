@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from gateway.cache import PrefixCache
-from gateway.errors import UpstreamFailed, Unavailable
+from gateway.errors import InvalidRequest, UpstreamFailed, Unavailable
 from gateway.registry import WorkerRegistry
 from gateway.routing import RouteRequest, RouterConfig, route
 from gateway.routing.picker import NoNodeAvailable
@@ -135,6 +135,11 @@ class Orchestrator:
                 resumes += 1
                 continue
             except WorkerRejected as exc:
+                if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
+                    # The worker refused the request itself (prompt + max_tokens over the
+                    # context, token id out of vocabulary): the client's error, not a 502.
+                    raise InvalidRequest(f"the model cannot serve this request: {exc.message}",
+                                         code="invalid_request_for_model") from exc
                 if not exc.retryable:
                     raise
                 failures = self._failed(job, node_id, exc, excluded, failures, generated)

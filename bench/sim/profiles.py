@@ -60,3 +60,29 @@ class GpuProfile:
         from planner.profile import Profile
 
         return Profile.from_coefficients(self.model.prefill, self.model.decode)
+
+    @classmethod
+    def from_planner_profile(cls, profile, *, name: str, node: NodeConfig,  # profile: planner.profile.Profile
+                             step_overhead_ms: float = 0.0, gpus_per_node: int = 1,
+                             relaunch_s: float = 60.0, source: dict[str, str] | None = None) -> GpuProfile:
+        """A simulator profile from a planner profile fitted on real records.
+
+        The fitted coefficients (raw units: ms, ms/token, ms/(token²/1e4)) become
+        the iteration model; `step_overhead_ms` is added to both intercepts: the
+        engine's time between two iterations that vLLM's per-iteration
+        `elapsed_ms` does not include (scheduling, output processing), so a
+        simulated node is busy for what a real step costs end to end.
+        """
+        if step_overhead_ms < 0:
+            raise ValueError("step_overhead_ms must be >= 0")
+        p = tuple(float(x) for x in profile.prefill.rls.theta)
+        q = tuple(float(x) for x in profile.decode.rls.theta)
+        if len(p) != 4 or len(q) != 3:
+            raise ValueError("expected 4 prefill and 3 decode coefficients")
+        # A least-squares fit on a narrow range can give a slightly negative
+        # slope; the simulator needs non-decreasing models (state.IterationModel).
+        prefill = (max(0.0, p[0]) + step_overhead_ms, *(max(0.0, x) for x in p[1:]))
+        decode = (max(0.0, q[0]) + step_overhead_ms, *(max(0.0, x) for x in q[1:]))
+        model = LinearIterationModel(prefill, decode)  # type: ignore[arg-type]
+        return cls(name, gpus_per_node, model, node, relaunch_s,
+                   dict(source or {"model": "planner.profile.Profile fitted from iteration records"}))

