@@ -52,8 +52,8 @@ async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int)
         for _ in range(rounds):
             batch = rng.choice([1, 2, 4, 8, 16, 24])
             jobs = [decode(n + k, rng.choice([64, 256, 1024, 2048]), rng.choice([32, 64, 128])) for k in range(batch)]
-            jobs += [prefill(n + k) for k in range(rng.choice([1, 2, 3]))]
-            n += batch + 3
+            jobs += [prefill(n + k) for k in range(rng.choice([4, 6, 8]))]
+            n += batch + 8
             await asyncio.gather(*jobs)
 
 

@@ -130,7 +130,7 @@ class Orchestrator:
                         if finish is not None:
                             break
             except WorkerUnreachable as exc:
-                self._registry.report_failure(node_id, str(exc))
+                self._registry.report_failure(node_id, str(exc), certain=exc.refused)
                 failures = self._failed(job, node_id, exc, excluded, failures, generated)
                 resumes += 1
                 continue

@@ -110,11 +110,17 @@ class WorkerRegistry:
         node.phase = phase
         node.draining_to = None
 
-    def report_failure(self, node_id: str, why: str) -> None:
-        """The orchestrator could not reach the node: treat it as dead now."""
+    def report_failure(self, node_id: str, why: str, *, certain: bool = True) -> None:
+        """The orchestrator could not reach the node. `certain` (connection
+        refused): dead now. Otherwise (a timeout, a broken stream from a busy
+        node) it counts like a missed heartbeat."""
         node = self._nodes.get(node_id)
         if node is None or not node.healthy:
             return
+        if not certain:
+            node.failures += 1
+            if node.failures < self._max_failures:
+                return
         log.warning("worker %s marked unhealthy: %s", node_id, why)
         node.healthy = False
         node.failures = max(node.failures, self._max_failures)

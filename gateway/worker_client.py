@@ -32,6 +32,12 @@ class WorkerError(UpstreamFailed):
 class WorkerUnreachable(WorkerError):
     code = "worker_unreachable"
 
+    @property
+    def refused(self) -> bool:
+        """Nothing listens there (connection refused): the worker is gone,
+        unlike a timeout, which a busy worker can cause."""
+        return isinstance(self.__cause__, httpx.ConnectError) and not isinstance(self.__cause__, httpx.ConnectTimeout)
+
 
 class WorkerRejected(WorkerError):
     code = "worker_rejected"

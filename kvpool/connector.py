@@ -34,7 +34,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from kvpool.hashing import block_hashes
-from kvpool.plan import LoadItem, RemoteRead, SaveItem, SlotIndex, StepPlan, plan_prefix_sources
+from kvpool.plan import LoadItem, RemoteRead, SaveItem, SlotIndex, StepPlan, plan_prefix_sources, step_shape
 
 log = logging.getLogger(__name__)
 GIB = 1 << 30
@@ -77,7 +77,9 @@ class PoolConnector(KVConnectorBase_V1):
         self._sched.after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
-        return PoolMetadata(plan=self._sched.take_plan())
+        plan = self._sched.take_plan()
+        plan.shape = step_shape(scheduler_output)
+        return PoolMetadata(plan=plan)
 
     def request_finished(self, request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self._sched.finished(request, block_ids)
@@ -89,6 +91,11 @@ class PoolConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches) -> None:
         self._worker.register(kv_caches)
 
+    def bind_connector_metadata(self, connector_metadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        # Bound right before the forward pass: the step's clock starts here.
+        self._worker.begin_step(connector_metadata.plan.shape)
+
     def start_load_kv(self, forward_context, **kwargs) -> None:
         self._worker.start_step(self._get_connector_metadata().plan)
 
@@ -99,7 +106,9 @@ class PoolConnector(KVConnectorBase_V1):
         pass  # saves happen whole-block when a request finishes
 
     def wait_for_save(self) -> None:
-        pass  # saves are copied synchronously in start_step
+        # Saves are copied synchronously in start_step; here the forward pass
+        # has ended, so this is where the step's time is taken.
+        self._worker.end_step()
 
     def get_finished(self, finished_req_ids: set[str]):
         return self._worker.finished(finished_req_ids)

@@ -52,6 +52,34 @@ class StepPlan:
     loads: list[LoadItem] = field(default_factory=list)
     saves: list[SaveItem] = field(default_factory=list)
     peers: dict[str, str] = field(default_factory=dict)  # node_id -> base URL
+    shape: dict[str, int] | None = None  # this step's work, for the iteration record
+
+
+def step_shape(scheduler_output) -> dict[str, int]:
+    """What one engine step computes, from vLLM's SchedulerOutput.
+
+    A request still producing no output is in prefill: its scheduled tokens
+    are uncached prompt tokens and, for a new request, its computed tokens
+    the cached prefix. The rest decode: batch and attended context.
+    """
+    shape = dict(prefill_requests=0, uncached_prompt_tokens=0, cached_prompt_tokens=0,
+                 decode_requests=0, generated_tokens=0, context_tokens=0)
+    counts = scheduler_output.num_scheduled_tokens
+    for r in scheduler_output.scheduled_new_reqs:
+        shape["prefill_requests"] += 1
+        shape["uncached_prompt_tokens"] += counts.get(r.req_id, 0)
+        shape["cached_prompt_tokens"] += r.num_computed_tokens
+    cached = scheduler_output.scheduled_cached_reqs
+    for i, rid in enumerate(cached.req_ids):
+        n = counts.get(rid, 0)
+        if cached.num_output_tokens[i] == 0:
+            shape["prefill_requests"] += 1
+            shape["uncached_prompt_tokens"] += n
+        else:
+            shape["decode_requests"] += 1
+            shape["generated_tokens"] += n
+            shape["context_tokens"] += cached.num_computed_tokens[i] + n
+    return shape
 
 
 class SlotIndex:

@@ -23,6 +23,7 @@ import json
 import logging
 import pathlib
 import threading
+import time
 
 import httpx
 import torch
@@ -49,6 +50,9 @@ class WorkerSide:
         self._done_send: set[str] = set()
         self._errors: set[int] = set()
         self._layerwise: list[tuple[LoadItem, bool]] = []
+        self.events_socket: str | None = extra.get("events_socket")
+        self._step: tuple[float, dict] | None = None
+        self._forward_end: float | None = None
 
     # -- set-up --------------------------------------------------------------
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
@@ -79,7 +83,14 @@ class WorkerSide:
             self.transport.close()
 
     # -- per step ------------------------------------------------------------
+    def begin_step(self, shape: dict | None) -> None:
+        self._step = (time.perf_counter(), shape) if shape else None
+
     def start_step(self, plan: StepPlan) -> None:
+        # Without layerwise loads vLLM calls this after the forward pass: the
+        # forward's end, before this step's block copies.
+        if self._step is not None and not any(load.layerwise for load in plan.loads):
+            self._forward_end = time.perf_counter()
         self._peers.update(plan.peers)
         for save in plan.saves:
             self._copy_to_host(list(save.device_blocks), list(save.slots), list(save.hashes))
@@ -88,12 +99,27 @@ class WorkerSide:
         self._layerwise = []
         for load in plan.loads:
             if load.layerwise:
-                ok = self._pull_remote(load)
+                ok = self._safe_pull(load)
                 self._layerwise.append((load, ok))
                 if not ok:
                     self._fail(load)
             else:
                 self._pool.submit(self._async_load, load)
+
+    def end_step(self) -> None:
+        """Publish the step's iteration record: vLLM's scheduled work and the
+        time of its forward pass in this process (loads and saves included)."""
+        if self._step is None or not self.events_socket:
+            return
+        start, shape = self._step
+        end = self._forward_end or time.perf_counter()
+        self._step, self._forward_end = None, None
+        if shape["uncached_prompt_tokens"] + shape["generated_tokens"] == 0:
+            return
+        from workers.events import publish
+
+        publish(self.events_socket, {"type": "iteration", **shape,
+                                     "elapsed_ms": (end - start) * 1000.0, "t": time.time()})
 
     def layer_reached(self, layer_name: str) -> None:
         for load, ok in self._layerwise:
@@ -112,6 +138,15 @@ class WorkerSide:
         return errors
 
     # -- internals -----------------------------------------------------------
+    def _safe_pull(self, load: LoadItem) -> bool:
+        """`_pull_remote` that turns any failure (a garbled peer answer
+        included) into "recompute": it runs inside vLLM's forward pass."""
+        try:
+            return self._pull_remote(load)
+        except Exception:  # noqa: BLE001 - the engine must survive a bad peer
+            log.exception("KV pull for %s failed; blocks will be recomputed", load.req_id)
+            return False
+
     def _async_load(self, load: LoadItem) -> None:
         try:
             if self._pull_remote(load):

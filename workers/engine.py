@@ -74,6 +74,7 @@ class WorkerEngine:
         self._llm = None
         self.vocab_size = 0
         self.kv_events: KVEventChannel | None = None
+        self.started = False  # start() finished once (a later dead engine is not "starting")
 
     # -- lifecycle ---------------------------------------------------------
     async def start(self) -> None:
@@ -88,7 +89,7 @@ class WorkerEngine:
         if cfg.kv_pool:
             run_dir = pathlib.Path(cfg.run_dir) / cfg.node_id
             run_dir.mkdir(parents=True, exist_ok=True)
-            self.kv_events = KVEventChannel(str(run_dir / "kv-events.sock"))
+            self.kv_events = KVEventChannel(str(run_dir / "kv-events.sock"), on_iteration=self._record_iteration)
             await self.kv_events.start()
             kv_transfer_config = {
                 "kv_connector": "PoolConnector",
@@ -116,9 +117,11 @@ class WorkerEngine:
             disable_log_stats=False,
             kv_transfer_config=kv_transfer_config,
         )
-        factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens)
+        factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens,
+                                           records=self.kv_events is None)
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
         self.vocab_size = self._llm.model_config.get_vocab_size()
+        self.started = True
 
     async def stop(self) -> None:
         if self._llm is not None:
@@ -129,7 +132,15 @@ class WorkerEngine:
 
     @property
     def ready(self) -> bool:
-        return self._llm is not None
+        """Loaded and its engine core alive (a dead core must not look ready)."""
+        return self._llm is not None and not self._llm.errored
+
+    def _record_iteration(self, ev: dict) -> None:
+        self.iterations.append(
+            t=ev["t"], phase=self._phase_of(), batch_size=ev["prefill_requests"] + ev["decode_requests"],
+            uncached_prompt_tokens=ev["uncached_prompt_tokens"], cached_prompt_tokens=ev["cached_prompt_tokens"],
+            generated_tokens=ev["generated_tokens"], context_tokens=ev["context_tokens"],
+            elapsed_ms=ev["elapsed_ms"])
 
     def _context_tokens(self) -> int:
         return sum(r.prompt_tokens + r.generated for r in self.inflight.values() if r.role is Role.DECODE)
@@ -142,7 +153,7 @@ class WorkerEngine:
     # -- requests ----------------------------------------------------------
     def validate(self, req: GenerateRequest) -> None:
         cfg = self.config
-        bad = [t for t in req.prompt_token_ids if t >= self.vocab_size]
+        bad = [t for t in (*req.prompt_token_ids, *req.sampling.stop_token_ids) if t >= self.vocab_size]
         if bad:
             raise EngineError(f"token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
         max_tokens = 1 if req.role is Role.PREFILL else req.sampling.max_tokens
@@ -209,8 +220,14 @@ class WorkerEngine:
                 yield chunk
         except EngineError:
             raise
-        except (ValueError, TypeError) as exc:  # vLLM's input validation
+        except (ValueError, TypeError) as exc:  # input the engine refused
             raise EngineError(str(exc)) from exc
+        except Exception as exc:
+            from vllm.exceptions import VLLMClientError
+
+            if isinstance(exc, VLLMClientError):
+                raise EngineError(str(exc)) from exc
+            raise
         finally:
             self.inflight.pop(req.request_id, None)
             state.done.set()

@@ -6,6 +6,11 @@ were saved. It publishes small JSON datagrams on a Unix socket:
 
     {"type": "saved", "rid": "<request id>", "blocks": [[hash, slot], ...], "external_tokens": n}
     {"type": "dropped", "blocks": [[hash, slot], ...]}
+    {"type": "iteration", "uncached_prompt_tokens": n, "cached_prompt_tokens": n, "elapsed_ms": x, ...}
+
+Iteration events come from the connector's worker half, which times each
+forward pass where it runs (vLLM's own `elapsed_ms` starts after the step was
+dispatched, so it undercounts short steps).
 
 This process listens, keeps saved/dropped blocks for the next stats call
 (the gateway publishes them to the directory) and lets a finishing request
@@ -33,8 +38,9 @@ class _Protocol(asyncio.DatagramProtocol):
 
 
 class KVEventChannel:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, on_iteration=None) -> None:
         self.path = path
+        self.on_iteration = on_iteration  # called with each "iteration" event
         self._transport: asyncio.DatagramTransport | None = None
         self._saved: dict[str, dict] = {}
         self._waiters: dict[str, asyncio.Future] = {}
@@ -71,6 +77,8 @@ class KVEventChannel:
                     self._saved.pop(next(iter(self._saved)))
         elif event.get("type") == "dropped":
             self.pending_dropped.extend(blocks)
+        elif event.get("type") == "iteration" and self.on_iteration is not None:
+            self.on_iteration(event)
 
     async def wait_saved(self, rid: str, timeout: float) -> dict | None:
         if rid in self._saved:

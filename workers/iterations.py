@@ -51,8 +51,13 @@ class IterationLog:
         return toks / window_s
 
 
-def make_stat_logger_factory(log: IterationLog, phase: Callable[[], Phase], context_tokens: Callable[[], int]):
+def make_stat_logger_factory(log: IterationLog, phase: Callable[[], Phase], context_tokens: Callable[[], int],
+                             records: bool = True):
     """A vLLM per-engine stat logger factory that feeds `log`.
+
+    With `records=False` it only keeps the scheduler view (running, waiting,
+    KV usage): the KV connector then publishes the iteration records, timed
+    around the forward pass itself.
 
     Imported lazily so this module stays importable without vLLM.
     """
@@ -67,7 +72,7 @@ def make_stat_logger_factory(log: IterationLog, phase: Callable[[], Phase], cont
                 log.scheduler = (scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs,
                                  scheduler_stats.kv_cache_usage)
             details = getattr(scheduler_stats, "iteration_details", None) if scheduler_stats else None
-            if details is None or details.is_dummy:
+            if not records or details is None or details.is_dummy:
                 return
             cached = iteration_stats.prompt_token_stats.cached_tokens if iteration_stats else 0
             log.append(

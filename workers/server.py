@@ -17,6 +17,7 @@ import time
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workers import phase as ph
 from workers.engine import EngineConfig, EngineError, WorkerEngine
@@ -76,8 +77,16 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
         where = ".".join(str(p) for p in first.get("loc", ()))
         return _error(400, "invalid_request", f"{where}: {first.get('msg', 'invalid body')}")
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException):
+        # e.g. a body that is not JSON at all: same error shape as the rest.
+        return _error(exc.status_code, "invalid_request" if exc.status_code < 500 else "server_error",
+                      str(exc.detail))
+
     @app.get("/healthz")
     async def healthz():
+        if getattr(eng, "started", False) and not eng.ready:
+            return _error(503, "engine_dead", "the engine core has stopped", retryable=True)
         return {"status": "ok"}
 
     @app.get("/readyz")

@@ -32,7 +32,7 @@ class AdminContext:
 
 
 Limit = Annotated[int, Query(ge=1, le=10_000, description="page size")]
-Offset = Annotated[int, Query(ge=0, description="rows to skip")]
+Offset = Annotated[int, Query(ge=0, le=2**31 - 1, description="rows to skip")]
 Since = Annotated[float | datetime | None, Query(description="unix seconds or ISO-8601, inclusive")]
 Until = Annotated[float | datetime | None, Query(description="unix seconds or ISO-8601, exclusive")]
 Format = Annotated[Literal["json", "csv"], Query(description="`csv` for a spreadsheet export")]

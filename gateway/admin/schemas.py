@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.store.records import MAX_PRIORITY, Policy
 
+# Policy numbers fit a signed 64-bit column; larger ones are client errors, not 500s.
+MAX_POLICY_INT = 2**62
+
 T = TypeVar("T")
 Phase = Literal["prefill", "decode"]
 Mode = Literal["auto", "advisory", "manual"]
@@ -70,7 +73,7 @@ class PinsOut(BaseModel):
 
 class SplitPinIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    prefill_nodes: int = Field(ge=0)
+    prefill_nodes: int = Field(ge=0, le=1_000_000)
 
 
 class NodePinIn(BaseModel):
@@ -125,13 +128,13 @@ class PolicyBody(BaseModel):
     """A tenant policy. Null limits mean unlimited; null `allowed_models` means all."""
 
     model_config = ConfigDict(extra="forbid")
-    requests_per_minute: int | None = Field(default=None, ge=1)
-    tokens_per_minute: int | None = Field(default=None, ge=1, description="prompt + max_tokens")
-    max_concurrent: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1, le=MAX_POLICY_INT)
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=MAX_POLICY_INT, description="prompt + max_tokens")
+    max_concurrent: int | None = Field(default=None, ge=1, le=MAX_POLICY_INT)
     priority: int = Field(default=1, ge=0, le=MAX_PRIORITY, description="0 = admitted first under load")
     allowed_models: list[str] | None = Field(default=None, max_length=1000)
-    max_active_branches: int | None = Field(default=None, ge=1)
-    kv_retention_blocks: int | None = Field(default=None, ge=0)
+    max_active_branches: int | None = Field(default=None, ge=1, le=MAX_POLICY_INT)
+    kv_retention_blocks: int | None = Field(default=None, ge=0, le=MAX_POLICY_INT)
     cache_isolation: bool = Field(default=True, description="tenant salt in KV block hashes")
 
     @field_validator("allowed_models")
