@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="data/demo-model")
     p.add_argument("--prompt-tokens", type=int, default=500)
     p.add_argument("--output-tokens", type=int, default=64)
-    p.add_argument("--migration-output-tokens", type=int, default=256)
+    p.add_argument("--migration-output-tokens", type=int, default=1500)
     p.add_argument("--migrate-after-tokens", type=int, default=40)
     p.add_argument("--port", type=int, default=8400, help="worker A on PORT, worker B on PORT+1")
     p.add_argument("--log-dir", default=None)

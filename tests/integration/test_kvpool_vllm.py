@@ -78,7 +78,7 @@ def test_failed_transfer_falls_back_to_recompute(vllm_cluster):
 
 def test_live_migration_continues_with_identical_tokens(vllm_cluster):
     vllm_cluster.phases(wA="decode", wB="decode")
-    sampling = {"max_tokens": 160, "ignore_eos": True}
+    sampling = {"max_tokens": 1500, "ignore_eos": True}  # long enough to catch mid-stream
     ref = _reference(vllm_cluster, "wA", PROMPT, sampling)
     salt = _salt()
     got: list[int] = []
@@ -104,10 +104,10 @@ def test_live_migration_continues_with_identical_tokens(vllm_cluster):
     t.join(60)
     assert moved.json()["migrated"] == ["mig-1"]
     assert final["finish_reason"] == "migrated" and final["saved_blocks"]
-    assert 0 < len(got) < 160
+    assert 0 < len(got) < 1500
     cont = vllm_cluster.generate("wA", {
         "request_id": "mig-1-cont", "prompt_token_ids": PROMPT + got, "role": "decode", "tenant_salt": salt,
-        "sampling": {**sampling, "max_tokens": 160 - len(got)},
+        "sampling": {**sampling, "max_tokens": 1500 - len(got)},
         "kv": {"load": final["saved_blocks"], "peers": {"wB": vllm_cluster.url("wB")}}})
     assert got + cont["token_ids"] == ref
     assert cont["cached_tokens"] >= len(PROMPT + got) - 64

@@ -4,6 +4,11 @@ every repository function against the real database."""
 from __future__ import annotations
 
 import math
+import os
+import pathlib
+import subprocess
+import sys
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -12,12 +17,14 @@ from alembic.runtime.migration import MigrationContext
 
 from gateway import errors
 from gateway.control import SwitchOutcome
-from gateway.dbcli import db_downgrade, db_revision, db_upgrade
+from gateway.dbcli import MIGRATION_LOCK_KEY, db_downgrade, db_revision, db_upgrade
 from gateway.store import Database, Policy, repository
 from gateway.store.secrets import TENANT_KEY_PREFIX, verify_secret
 from gateway.store.tables import Base
 from planner.types import Decision, NodePhase, SplitPrediction, SwitchAction
-from tests.integration.conftest_store import migrated_db, store_url  # noqa: F401 (fixtures)
+from tests.integration.conftest_store import PG_URL, migrated_db, pg_database, store_url  # noqa: F401 (fixtures)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 STORE_TABLES = {"tenants", "api_keys", "tenant_policies", "planner_decisions", "switch_events", "overrides",
                 "audit_log", "usage_minutes", "admin_tokens"}
@@ -46,6 +53,43 @@ def test_migrations_up_down_and_match_models(store_url: str) -> None:
     assert not (STORE_TABLES & _tables(store_url))
     db_upgrade(store_url)  # and up again
     assert db_revision(store_url) == "0001"
+
+
+@pytest.mark.postgres
+def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None:
+    """Two `evolving-infra db upgrade` processes on one fresh database (what two
+    gateway init containers do): the advisory lock serialises them, so neither
+    trips over the other's half-created tables."""
+    import psycopg
+
+    with pg_database() as name:
+        url = PG_URL.format(host="127.0.0.1", port=5432, name=name)
+        # Hold the migration lock so both processes are certainly waiting at once,
+        # then let them go together.
+        with psycopg.connect(f"host=127.0.0.1 port=5432 user=postgres dbname={name}", autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+            env = {**os.environ, "EVOLVING_DB_URL": url}
+            procs = [subprocess.Popen([sys.executable, "-m", "gateway.cli", "db", "upgrade"], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+            try:
+                deadline = time.monotonic() + 60
+                waiting = 0
+                while waiting < 2 and time.monotonic() < deadline:
+                    assert all(p.poll() is None for p in procs), "an upgrade finished while the lock was held"
+                    waiting = holder.execute(
+                        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                        "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = %s", (name,)).fetchone()[0]
+                    time.sleep(0.1)
+                assert waiting == 2, "the upgrades did not wait on the migration lock"
+                assert db_revision(url) is None  # nothing migrated behind the lock
+            finally:
+                holder.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+                outputs = [p.communicate(timeout=120)[0].decode() for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        assert db_revision(url) == "0001"
+        assert STORE_TABLES <= _tables(url)
+        db_upgrade(url)  # a third, later upgrade is a no-op
+        assert db_revision(url) == "0001"
 
 
 def test_tenant_key_policy_roundtrip(migrated_db: Database) -> None:
