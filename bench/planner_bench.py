@@ -48,11 +48,16 @@ async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int)
                     "role": "decode", "stream": False, "sampling": {"max_tokens": out, "ignore_eos": True}}
             (await client.post(decode_url + "/internal/generate", json=body)).raise_for_status()
 
+        async def prefills(first: int, count: int) -> None:
+            # One at a time: clean single-request prefill steps of varied shape.
+            for k in range(count):
+                await prefill(first + k)
+
         n = 0
         for _ in range(rounds):
             batch = rng.choice([1, 2, 4, 8, 16, 24])
             jobs = [decode(n + k, rng.choice([64, 256, 1024, 2048]), rng.choice([32, 64, 128])) for k in range(batch)]
-            jobs += [prefill(n + k) for k in range(rng.choice([4, 6, 8]))]
+            jobs.append(prefills(n + batch, 8))
             n += batch + 8
             await asyncio.gather(*jobs)
 

@@ -264,11 +264,14 @@ def test_gateway_probes_ports_and_disruption_budget(render) -> None:
     assert gw["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     assert gw["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert gw["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # `evolving-infra gateway`'s own defaults for these win over EVOLVING_HOST/PORT/BLOCK_SIZE.
+    assert gw["args"] == ["--host=0.0.0.0", "--port=8000", "--block-size=32"]
     env = env_of(gw)
-    assert env["EVOLVING_HOST"]["value"] == "0.0.0.0" and env["EVOLVING_PORT"]["value"] == "8000"
-    assert env["EVOLVING_BLOCK_SIZE"]["value"] == "16"
     assert env["EVOLVING_DB_URL"]["valueFrom"]["secretKeyRef"] == {"name": f"{PREFIX}-secrets", "key": "dbUrl"}
-    assert env["EVOLVING_REDIS_URL"]["valueFrom"]["secretKeyRef"]["key"] == "redisUrl"
+    assert env["EVOLVING_DIRECTORY_URL"]["valueFrom"]["secretKeyRef"]["key"] == "redisUrl"
+    assert env["EVOLVING_CLUSTER_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": f"{PREFIX}-secrets",
+                                                                          "key": "clusterToken"}
+    assert env["EVOLVING_PLANNER"]["value"] == "evolving" and env["EVOLVING_PLANNER_MODE"]["value"] == "advisory"
     init = pod_spec(deploy)["initContainers"][0]
     assert init["command"] == ["evolving-infra", "db", "upgrade"]
     assert deploy["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
@@ -310,7 +313,7 @@ def test_workers_get_gpus_shared_memory_and_ucx(render) -> None:
     env = env_of(worker)
     assert env["UCX_TLS"]["value"] == "tcp,sm,self,cuda_copy,cuda_ipc"
     assert env["UCX_NET_DEVICES"]["value"] == "all"
-    assert {"--host=0.0.0.0", "--port=8100", "--node-id=$(POD_NAME)", "--block-size=16",
+    assert {"--host=0.0.0.0", "--port=8100", "--node-id=$(POD_NAME)", "--block-size=32",
             "--kv-store-gib=64"} <= set(worker["args"])
     assert env["EVOLVING_CLUSTER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "clusterToken"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(sts)["tolerations"]
@@ -360,7 +363,7 @@ def test_existing_secrets_are_referenced_not_created(render) -> None:
     objs = render("external-existing-secrets")
     gw = env_of(container(objs[("Deployment", f"{PREFIX}-gateway")], "gateway"))
     assert gw["EVOLVING_DB_URL"]["valueFrom"]["secretKeyRef"] == {"name": "ops-db", "key": "url"}
-    assert gw["EVOLVING_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "ops-redis", "key": "url"}
+    assert gw["EVOLVING_DIRECTORY_URL"]["valueFrom"]["secretKeyRef"] == {"name": "ops-redis", "key": "url"}
     assert gw["EVOLVING_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "ops-admin", "key": "adminToken"}
     # Only the chart's own Secret remains, for the workers' cluster token.
     data = secret_data(objs[("Secret", f"{PREFIX}-secrets")])
@@ -371,9 +374,29 @@ def test_single_gateway_runs_without_redis_or_pdb(render) -> None:
     objs = render("single-gateway-no-redis")
     assert ("PodDisruptionBudget", f"{PREFIX}-gateway") not in objs
     env = env_of(container(objs[("Deployment", f"{PREFIX}-gateway")], "gateway"))
-    assert "EVOLVING_REDIS_URL" not in env
+    assert "EVOLVING_DIRECTORY_URL" not in env
     assert env["EVOLVING_MODEL_NAME"]["value"] == "qwen3-8b"
     assert env["EVOLVING_MODEL_DIR"]["value"] == "/models/Qwen3-8B"
+
+
+def test_gateway_env_and_flags_are_ones_the_gateway_reads(scenario: tuple[str, list[dict]]) -> None:
+    """Every EVOLVING_* variable the chart sets on the gateway pod is one
+    gateway/settings.py documents (and so reads), and every flag is one
+    `evolving-infra gateway` accepts."""
+    import re
+
+    from gateway import settings as settings_module
+    from gateway.cli import build_parser
+
+    name, objects = scenario
+    documented = set(re.findall(r"\bEVOLVING_[A-Z_]+\b", settings_module.__doc__ or ""))
+    deploy = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == f"{PREFIX}-gateway")
+    spec = pod_spec(deploy)
+    for c in spec["containers"] + spec.get("initContainers", []):
+        unknown = {n for n in env_of(c) if n.startswith("EVOLVING_")} - documented
+        assert not unknown, f"{name}: {c['name']} sets variables the gateway does not read: {sorted(unknown)}"
+    gw = container(deploy, "gateway")
+    build_parser().parse_args(["gateway", *gw.get("args", [])])  # exits (SystemExit) on an unknown flag
 
 
 def test_console_reaches_the_admin_api_through_the_gateway_service(render) -> None:
@@ -407,6 +430,7 @@ def test_dashboard_configmap_carries_the_dashboard_file(render) -> None:
     ({"redis": {"enabled": False}, "gateway": {"replicas": 2}}, "gateway.replicas > 1 needs a shared KV directory"),
     ({"workers": {"replicas": 0}}, "workers.replicas must be >= 1"),
     ({"adminToken": {"value": "short"}}, "adminToken.value must be at least 16 characters"),
+    ({"gateway": {"settings": {"blockSize": 16}}}, "gateway.settings.blockSize must be a positive multiple of 32"),
 ])
 def test_inconsistent_values_fail_the_render(helm_library: pathlib.Path, tmp_path: pathlib.Path,
                                              values: dict, message: str) -> None:

@@ -154,6 +154,10 @@ Call with (dict "root" $ "key" "adminToken" "length" 40).
 {{- if lt (int .Values.workers.replicas) 1 -}}
 {{- fail "workers.replicas must be >= 1" -}}
 {{- end -}}
+{{- $blockSize := int .Values.gateway.settings.blockSize -}}
+{{- if or (lt $blockSize 1) (ne (mod $blockSize 32) 0) -}}
+{{- fail "gateway.settings.blockSize must be a positive multiple of 32 (workers/engine.py)" -}}
+{{- end -}}
 {{- if lt (int .Values.workers.gpus) 1 -}}
 {{- fail "workers.gpus must be >= 1" -}}
 {{- end -}}
