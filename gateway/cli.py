@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("dir")
     db = sub.add_parser("db", help="control-plane database")
     db.add_argument("action", choices=["upgrade"])
-    db.add_argument("--url", default=None, help="SQLAlchemy URL (default: EVOLVING_DB_URL or SQLite)")
+    db.add_argument("--url", default=None,
+                    help="SQLAlchemy URL (default: EVOLVING_DB_URL, else data/evolving.db as `up` uses)")
     bench = sub.add_parser("bench", help="benchmarks")
     bench.add_argument("name", choices=sorted(BENCHES))
     for name in PASSTHROUGH:
@@ -120,10 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(init_demo(args.dir))
             return 0
         if args.command == "db":
-            import os
-
             db_upgrade = resolve(("gateway.dbcli:db_upgrade",))
-            db_upgrade(args.url or os.environ.get("EVOLVING_DB_URL"))
+            from gateway.settings import GatewaySettings
+
+            # The same store `up` and `gateway` use (EVOLVING_DB_URL, else
+            # the SQLite file under EVOLVING_DATA_DIR).
+            db_upgrade(args.url or GatewaySettings.from_env().store_url)
             return 0
     except MissingCommand as exc:
         print(f"evolving-infra: this command is not available: {exc}", file=sys.stderr)
