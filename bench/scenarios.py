@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench import traces, workloads
 
+SHIFT_AGENTS_PER_NODE = 48
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
@@ -34,8 +35,15 @@ def build(name: str, *, seed: int, nodes: int | None = None, trace: str | None =
     if name == "shift":
         n = nodes or 9
         d = duration_s or 10_800.0
-        wl = _trace_or(trace, lambda: workloads.shift(seed=seed, duration_s=d, concurrency=int(12 * n * scale)), seed)
-        return Scenario(name, wl, n, max(1, n // 3), "3 h, math agents -> computer-use agents, closed loop")
+        # 48 agent slots per node: enough that the math phase is decode-bound
+        # (its best split is 1-2 prefill nodes) while computer use is
+        # prefill-bound (7-8 prefill nodes). At 12 per node the math phase
+        # barely loads the decode nodes and every split from 1P to 5P serves
+        # it equally, so the scenario would not be a shift (docs/benchmarks-sim.md).
+        agents = int(SHIFT_AGENTS_PER_NODE * n * scale)
+        wl = _trace_or(trace, lambda: workloads.shift(seed=seed, duration_s=d, concurrency=agents), seed)
+        return Scenario(name, wl, n, max(1, n // 3),
+                        f"3 h, math agents -> computer-use agents, closed loop, {SHIFT_AGENTS_PER_NODE} agents/node")
     if name == "scale":
         n = nodes or 768
         d = duration_s or 3_600.0

@@ -71,8 +71,12 @@ class AgentShape:
 
 
 CODING = AgentShape("coding", 6_000, (800, 3_000), (10, 40), (300, 3_000), (80, 600), (1.0, 8.0))
-MATH = AgentShape("math", 500, (150, 1_200), (1, 3), (100, 400), (2_000, 10_000), (0.5, 3.0))
-COMPUTER_USE = AgentShape("cu", 3_000, (200, 800), (15, 45), (1_200, 2_600), (30, 200), (1.0, 4.0))
+# Math/reasoning: short prompts (300-1,000 tokens: 200 shared + 100-800 task),
+# 1-3 turns with small tool results, long reasoning outputs of 2-8k tokens.
+MATH = AgentShape("math", 200, (100, 800), (1, 3), (100, 400), (2_000, 8_000), (0.5, 3.0))
+# Computer use: many turns, each appending a screenshot-sized observation of
+# 1-3k tokens to a growing context, short actions of 50-200 tokens.
+COMPUTER_USE = AgentShape("cu", 3_000, (200, 800), (15, 45), (1_000, 3_000), (50, 200), (1.0, 4.0))
 SHAPES = {s.kind: s for s in (CODING, MATH, COMPUTER_USE)}
 
 

@@ -4,7 +4,8 @@ Per tick (``decide``), in order; the first rule that applies wins:
 
 1. Node pins: a node pinned to a phase it is not in is switched to it.
 2. Split pin: move toward the pinned prefill count (pins beat every gate).
-3. Not enough data (models before warm-up, too few requests): hold.
+3. Not enough data (models before warm-up, too few requests, or less than
+   ``min_history_s`` of traffic history): hold.
 4. A switch in progress (some node draining) or the cooldown: hold.
 5. SLO repair: fewer prefill nodes than the TTFT SLO needs (or more than the
    TPOT SLO allows), and that has held in every sub-window of the
@@ -22,7 +23,7 @@ Predictions per split are computed on every tick once data suffices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -55,6 +56,16 @@ class EvolvingConfig:
     min_prefill / min_decode: node floors of each phase (≥ 0 / ≥ 1).
     max_nodes_per_decision: cap on nodes moved per tick; None = as predicted.
     slo_margin: SLO bounds use margin × target, for headroom ((0, 1]).
+    min_history_s: traffic history (s) needed before any model-based move:
+        a request is seen only when it finishes, so early on the long ones
+        (reasoning decodes of minutes) are missing from the estimate (≥ 0).
+    key_by_report: re-key each finished request's sample to the later of its
+        arrival and the previous tick, i.e. to (within one tick) the time it
+        finished. Keyed by arrival, a window holds only the requests that
+        both arrived and finished in it, so every request longer than the
+        window is missing and the mix is biased toward short requests
+        (survivorship); keyed by finish, it holds the requests completed in
+        it, an unbiased sample of the served mix.
     workload / estimator / regression: the sub-components' configs. The
         workload window defaults to 60 s = persist_s, so that once a shift
         has persisted the estimate holds only post-shift traffic.
@@ -71,6 +82,8 @@ class EvolvingConfig:
     min_decode: int = 1
     max_nodes_per_decision: int | None = None
     slo_margin: float = 0.8
+    min_history_s: float = 120.0
+    key_by_report: bool = True
     workload: WorkloadConfig = field(default_factory=lambda: WorkloadConfig(window_s=60.0))
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     regression: RLSConfig = field(default_factory=RLSConfig)
@@ -86,6 +99,8 @@ class EvolvingConfig:
             raise ValueError("min_prefill must be >= 0 and min_decode >= 1")
         if self.max_nodes_per_decision is not None and self.max_nodes_per_decision < 1:
             raise ValueError("max_nodes_per_decision must be >= 1 or None")
+        if self.min_history_s < 0:
+            raise ValueError("min_history_s must be >= 0")
         if not 0 < self.slo_margin <= 1:
             raise ValueError("slo_margin must be in (0, 1]")
 
@@ -119,17 +134,22 @@ class EvolvingPlanner:
         self.profile = profile or Profile.from_records([], self.config.regression)
         self.workload = WorkloadEstimator(self.config.workload)
         self._last_act_t: float | None = None
+        self._last_tick_t: float | None = None  # ``now`` of the previous decide
         self.last_decision: Decision | None = None
 
     def observe_iterations(self, records: list[IterationRecord]) -> None:
         self.profile.update(sorted(records, key=lambda r: r.t))
 
     def observe_requests(self, samples: list[RequestSample]) -> None:
+        t0 = self._last_tick_t
+        if self.config.key_by_report and t0 is not None:
+            samples = [s if s.t >= t0 else replace(s, t=t0) for s in samples]
         self.workload.observe(samples)
 
     # -- decide --------------------------------------------------------------
     def decide(self, view: ClusterView) -> Decision:
         cfg = self.config
+        self._last_tick_t = view.now if self._last_tick_t is None else max(self._last_tick_t, view.now)
         nodes = view.nodes
         p_cur = sum(1 for n in nodes if n.phase == NodePhase.PREFILL)
         tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
@@ -164,6 +184,8 @@ class EvolvingPlanner:
         w = self.workload.estimate(view.now)
         tick.inputs.update(w.summary())
         if not self.profile.ready or w.n < cfg.min_requests or n_nodes < 2:
+            return
+        if not self.workload.covers(view.now, cfg.min_history_s):
             return
         splits = self._splits(n_nodes, tick.current[0])
         tick.workload = w

@@ -163,3 +163,22 @@ def test_config_validation() -> None:
         EvolvingConfig(slo_margin=0.0)
     with pytest.raises(ValueError):
         EvolvingConfig(persist_s=10_000.0)
+
+
+@pytest.mark.parametrize("key_by_report", [True, False])
+def test_long_request_counts_when_it_finishes(key_by_report: bool) -> None:
+    """A 90 s decode that arrived before the 60 s window still counts in the
+    window in which it finished (no survivorship bias toward short requests)."""
+    planner = _planner(key_by_report=key_by_report)
+    planner.decide(_view(2, 8, now=100.0))
+    planner.observe_requests([RequestSample(10.0, 1000, 0, 6000), RequestSample(95.0, 2000, 0, 100)])
+    w = planner.workload.estimate(now=110.0)
+    assert w.n == (2 if key_by_report else 1)
+    if key_by_report:
+        assert w.output_mean == pytest.approx(3050.0)
+
+
+def test_min_history_holds() -> None:
+    planner = _planner(min_history_s=300.0)
+    planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
+    assert planner.decide(_view(4, 8, now=200.0, slo=LAX)).reason == "hold: insufficient data"
