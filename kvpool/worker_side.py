@@ -34,6 +34,11 @@ from kvpool.store import HostBlockStore, StoreConfig
 
 log = logging.getLogger(__name__)
 
+# Reads of a few blocks take milliseconds; a peer that has not answered in
+# this long is dead or wedged, and every load queued behind it would wait too.
+PULL_TIMEOUT_S = 3.0
+BAD_PEER_COOLDOWN_S = 30.0
+
 
 class WorkerSide:
     def __init__(self, node_id: str, block_bytes: int, capacity: int, extra: dict) -> None:
@@ -44,6 +49,7 @@ class WorkerSide:
         self.store: HostBlockStore | None = None
         self.transport = None
         self._peers: dict[str, str] = {}
+        self._bad_peers: dict[str, float] = {}  # node -> monotonic time until which it is skipped
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kv-load")
         self._lock = threading.Lock()
         self._done_recv: set[str] = set()
@@ -175,13 +181,19 @@ class WorkerSide:
         by_node: dict[str, list] = {}
         for r in load.remote:
             by_node.setdefault(r.node_id, []).append(r)
+        node = ""
         try:
             for node, reads in by_node.items():
+                if time.monotonic() < self._bad_peers.get(node, 0.0):
+                    return False  # failed recently: recompute at once instead of waiting on it again
                 self._ensure_peer(node)
                 self.transport.read_blocks_sync(node, [r.remote_slot for r in reads], [r.local_slot for r in reads],
-                                                timeout_s=10.0)
+                                                timeout_s=PULL_TIMEOUT_S)
         except (TransferError, ValueError, httpx.HTTPError) as exc:
-            log.warning("KV pull for %s failed: %s", load.req_id, exc)
+            log.warning("KV pull for %s from %s failed: %s; skipping that peer for %.0f s",
+                        load.req_id, node, exc, BAD_PEER_COOLDOWN_S)
+            self._bad_peers[node] = time.monotonic() + BAD_PEER_COOLDOWN_S
+            self.transport.remove_peer(node)  # a restarted peer comes back with new metadata
             return False
         expected = dict(zip(load.local_slots, load.hashes))
         assert self.store is not None

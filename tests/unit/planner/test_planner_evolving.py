@@ -182,3 +182,24 @@ def test_min_history_holds() -> None:
     planner = _planner(min_history_s=300.0)
     planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
     assert planner.decide(_view(4, 8, now=200.0, slo=LAX)).reason == "hold: insufficient data"
+
+
+def test_persisted_shift_moves_several_nodes_in_one_decision() -> None:
+    # No per-decision cap: once the shift persisted, the first move jumps
+    # straight to the split with the best lower-bounded net gain (1P -> 3P),
+    # not one node per cooldown.
+    traffic = [synthetic_samples(0, 200, 2.0, seed=1, **DECODE_HEAVY),
+               synthetic_samples(200, 400, 1.2, seed=2, **PREFILL_HEAVY)]
+    decisions = _run(_planner(), traffic, _view(1, 8, slo=LAX))
+    first = next(d for d in decisions if d.acted)
+    assert first.chosen_split[0] - first.current_split[0] >= 2
+    assert len(first.actions) == first.chosen_split[0] - first.current_split[0]
+    assert first.chosen_split[0] == first.inputs["candidate_prefill"]
+
+
+def test_burst_does_not_switch_even_without_cooldown() -> None:
+    # The burst guard is the persistence sub-windows, not the cooldown.
+    traffic = [synthetic_samples(0, 400, 2.0, seed=1, **DECODE_HEAVY),
+               synthetic_samples(200, 210, 20.0, seed=2, **PREFILL_HEAVY)]
+    decisions = _run(_planner(cooldown_s=0.0), traffic, _view(1, 8, slo=LAX))
+    assert not any(d.acted for d in decisions)
