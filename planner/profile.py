@@ -30,6 +30,11 @@ from planner.regression import RecursiveLeastSquares, RLSConfig
 from planner.types import IterationRecord, NodePhase
 
 Kind = Literal["prefill", "decode"]
+# Floor for the relative-error weights: steps shorter than this are timer noise.
+MIN_STEP_MS = 0.5
+# A weak prior: rows are scaled by 1/t (see `IterationModel.update`), which
+# would otherwise let the default prior shrink the coefficients.
+DEFAULT_RLS = RLSConfig(prior_var=1e10)
 PREFILL_SCALES = (1.0, 1000.0, 1000.0, 100.0)
 DECODE_SCALES = (1.0, 10.0, 10_000.0)
 ATTENTION_DIVISOR = 1e4
@@ -65,7 +70,7 @@ def decode_features(batch: np.ndarray | float, context: np.ndarray | float) -> n
 class IterationModel:
     """One phase's iteration-time regression (milliseconds)."""
 
-    def __init__(self, kind: Kind, config: RLSConfig = RLSConfig()) -> None:
+    def __init__(self, kind: Kind, config: RLSConfig = DEFAULT_RLS) -> None:
         self.kind: Kind = kind
         self.rls = RecursiveLeastSquares(PREFILL_SCALES if kind == "prefill" else DECODE_SCALES, config)
 
@@ -75,8 +80,16 @@ class IterationModel:
         return decode_features(record.batch_size, record.context_tokens)
 
     def update(self, record: IterationRecord) -> None:
-        """Train on one record of this model's kind (caller classified it)."""
-        self.rls.update(self.features(record), record.elapsed_ms)
+        """Train on one record of this model's kind (caller classified it).
+
+        Step-time noise is multiplicative (a preempted 2 ms step and a
+        preempted 200 ms step are off by similar factors), so each row is
+        scaled by 1/t: least squares then minimises relative error, and a few
+        long steps no longer drown the short ones. Coefficients keep their
+        meaning (ms per feature); `sigma` becomes a relative error.
+        """
+        w = 1.0 / max(record.elapsed_ms, MIN_STEP_MS)
+        self.rls.update(self.features(record) * w, record.elapsed_ms * w)
 
     def predict(self, record: IterationRecord) -> float:
         return self.rls.predict(self.features(record))[0]
@@ -84,6 +97,15 @@ class IterationModel:
     @property
     def samples(self) -> int:
         return self.rls.count
+
+
+def _predict(model: IterationModel, x: np.ndarray, include_noise: bool) -> tuple[float, float]:
+    """(mean, std) in ms; the fitted noise is relative (see `update`), so one
+    observation's noise is sigma * mean."""
+    mean, sd = model.rls.predict(x, include_noise=False)
+    if include_noise:
+        sd = float(np.hypot(sd, model.rls.sigma * mean))
+    return mean, sd
 
 
 class Profile:
@@ -96,7 +118,7 @@ class Profile:
         self.skipped = 0  # mixed or empty records seen
 
     @classmethod
-    def from_records(cls, records: Iterable[IterationRecord], config: RLSConfig = RLSConfig()) -> Profile:
+    def from_records(cls, records: Iterable[IterationRecord], config: RLSConfig = DEFAULT_RLS) -> Profile:
         """Fit a fresh profile on ``records`` in time order."""
         profile = cls(IterationModel("prefill", config), IterationModel("decode", config))
         profile.update(sorted(records, key=lambda r: r.t))
@@ -140,12 +162,12 @@ class Profile:
     def predict_prefill_ms(self, uncached: int, cached: int, include_noise: bool = True) -> tuple[float, float]:
         """(mean, std) of one prefill iteration computing ``uncached`` new tokens
         over ``cached`` prefix tokens (batch totals), in ms."""
-        return self.prefill.rls.predict(prefill_features(uncached, cached), include_noise)
+        return _predict(self.prefill, prefill_features(uncached, cached), include_noise)
 
     def predict_decode_ms(self, batch: int, context: int, include_noise: bool = True) -> tuple[float, float]:
         """(mean, std) of one decode iteration of ``batch`` requests attending
         ``context`` KV tokens in total, in ms."""
-        return self.decode.rls.predict(decode_features(batch, context), include_noise)
+        return _predict(self.decode, decode_features(batch, context), include_noise)
 
     # -- persistence ---------------------------------------------------------
     def to_dict(self) -> dict[str, object]:
@@ -188,7 +210,7 @@ class FitReport:
 
 
 def fit_mape(
-    records: Iterable[IterationRecord], holdout_fraction: float = 0.3, config: RLSConfig = RLSConfig()
+    records: Iterable[IterationRecord], holdout_fraction: float = 0.3, config: RLSConfig = DEFAULT_RLS
 ) -> FitReport:
     """Fit on the earliest (1 − holdout_fraction) of each kind's records, in
     time order, and report MAPE on the rest (never trained on)."""
