@@ -40,6 +40,7 @@ class WorkerState:
         self.engine = engine
         self.state = ph.from_phase(initial)
         self.switch_lock = asyncio.Lock()
+        self.store_stats: HostStoreStats | None = None  # host store layout, once known
 
     @property
     def phase(self) -> Phase:
@@ -144,7 +145,7 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
         return WorkerStats(
             node_id=config.node_id, phase=ws.phase, draining_to=_draining_to(ws.state),
             num_running=running, num_waiting=waiting, kv_usage=kv_usage, block_size=config.block_size,
-            tokens_per_s=eng.iterations.tokens_per_s(), host_store=_store_stats(config),
+            tokens_per_s=eng.iterations.tokens_per_s(), host_store=_store_stats(ws, config),
             iterations=eng.iterations.since(max(0, since)),
             saved_blocks=[loc(h, s) for h, s in saved], dropped_blocks=[loc(h, s) for h, s in dropped],
         )
@@ -163,12 +164,16 @@ def _draining_to(state: ph.PhaseState) -> Phase | None:
     return ph.stable_phase(state) if ph.leaving_phase(state) else None
 
 
-def _store_stats(config: EngineConfig) -> HostStoreStats:
-    path = pathlib.Path(config.run_dir) / config.node_id / "kv-agent.json"
-    if not path.exists():
-        return HostStoreStats()
-    info = json.loads(path.read_text())
-    return HostStoreStats(capacity_blocks=info["capacity_blocks"], block_bytes=info["block_bytes"])
+def _store_stats(ws: WorkerState, config: EngineConfig) -> HostStoreStats:
+    """The host store's layout, read once from the connector's agent file
+    (the heartbeat asks every half second; the layout never changes)."""
+    if ws.store_stats is None:
+        path = pathlib.Path(config.run_dir) / config.node_id / "kv-agent.json"
+        if not path.exists():
+            return HostStoreStats()  # not written yet (engine starting) or no pool
+        info = json.loads(path.read_text())
+        ws.store_stats = HostStoreStats(capacity_blocks=info["capacity_blocks"], block_bytes=info["block_bytes"])
+    return ws.store_stats
 
 
 async def _change_phase(ws: WorkerState, node_id: str, req: PhaseChangeRequest):

@@ -217,14 +217,14 @@ class EventSink:
                 return True
             job = asyncio.ensure_future(asyncio.to_thread(self._write, batch, usage))
             try:
-                await asyncio.shield(job)
+                # wait() never raises the job's own error: _settle reads it,
+                # counts it and puts the rows back.
+                await asyncio.wait([job])
             except asyncio.CancelledError:
                 # Let the thread finish so its rows are neither lost nor written twice.
                 await asyncio.wait([job])
                 self._settle(job, batch, usage)
                 raise
-            except Exception:  # noqa: BLE001 - not hidden: _settle logs and re-queues it
-                pass
             return self._settle(job, batch, usage)
 
     async def flush_all(self) -> bool:
