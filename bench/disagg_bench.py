@@ -107,13 +107,15 @@ def _stream_and_migrate(url_b: str, body: dict, migrate_after: int) -> tuple[Str
         finally:
             reached.set()
 
-    t = threading.Thread(target=consume, daemon=True)
-    t.start()
-    reached.wait(300)
-    t0 = time.perf_counter()
-    moved = httpx.post(url_b + "/internal/migrate", json={"request_ids": [body["request_id"]]}, timeout=120)
-    migration_s = time.perf_counter() - t0
-    t.join(120)
+    with httpx.Client(base_url=url_b, timeout=120) as client:
+        client.get("/internal/phase").raise_for_status()  # connect now, not after the 40th token
+        t = threading.Thread(target=consume, daemon=True)
+        t.start()
+        reached.wait(300)
+        t0 = time.perf_counter()
+        moved = client.post("/internal/migrate", json={"request_ids": [body["request_id"]]})
+        migration_s = time.perf_counter() - t0
+        t.join(300)
     if "error" in box:
         raise BenchError(f"migrating stream failed: {box['error']}")
     first: StreamResult = box["result"]
@@ -124,7 +126,7 @@ def _stream_and_migrate(url_b: str, body: dict, migrate_after: int) -> tuple[Str
 
 
 def run_migration(url_a: str, url_b: str, prompt: list[int], output_tokens: int, migrate_after: int,
-                  attempts: int = 3) -> dict:
+                  attempts: int = 4) -> dict:
     """Case 2: a decode on B migrated mid-stream and continued on A (both in decode phase)."""
     sampling = {"max_tokens": output_tokens, "ignore_eos": True}
     ref = stream_generate(url_a, {"request_id": _rid("ref"), "prompt_token_ids": prompt, "role": "decode",

@@ -218,6 +218,11 @@ class WorkerEngine:
                     chunk.finish_reason = comp.finish_reason or "stop"
                     await self._finish_chunk(chunk, state, req)
                 yield chunk
+                # When outputs pile up (a busy machine), neither vLLM's output
+                # queue nor the HTTP send ever suspends, so one stream would
+                # starve every other handler (migrate, phase, stats) until it
+                # ends. Yield to the loop once per chunk.
+                await asyncio.sleep(0)
         except EngineError:
             raise
         except (ValueError, TypeError) as exc:  # input the engine refused

@@ -78,41 +78,50 @@ def test_failed_transfer_falls_back_to_recompute(vllm_cluster):
 
 
 def _stream_and_migrate(cluster, rid: str, salt: str, sampling: dict) -> tuple[list[int], dict, list[str]]:
-    """Stream a decode on wB, migrate it after 40 tokens; (tokens, last chunk, migrated ids)."""
+    """Stream a decode on wB, migrate it after 40 tokens; (tokens, last chunk, migrated ids).
+
+    The migrate call goes over an already-open connection, so only the
+    worker's own handling stands between the 40th token and the abort."""
     got: list[int] = []
     final: dict = {}
     errors: list[BaseException] = []
+    reached = threading.Event()
 
     def stream():
         body = {"request_id": rid, "prompt_token_ids": PROMPT, "role": "decode", "tenant_salt": salt,
                 "sampling": sampling, "stream": True}
         try:
-            with httpx.stream("POST", cluster.url("wB") + "/internal/generate", json=body, timeout=120) as r:
+            with httpx.stream("POST", cluster.url("wB") + "/internal/generate", json=body, timeout=300) as r:
                 for line in r.iter_lines():
                     if line:
                         chunk = json.loads(line)
                         got.extend(chunk["token_ids"])
+                        if len(got) >= 40:
+                            reached.set()
                         if chunk.get("finish_reason"):
                             final.update(chunk)
         except BaseException as exc:  # surfaced by the caller
             errors.append(exc)
+        finally:
+            reached.set()
 
-    t = threading.Thread(target=stream)
-    t.start()
-    while len(got) < 40 and t.is_alive():
-        threading.Event().wait(0.005)
-    moved = httpx.post(cluster.url("wB") + "/internal/migrate", json={"request_ids": [rid]}, timeout=60)
-    t.join(120)
+    with httpx.Client(base_url=cluster.url("wB"), timeout=120) as client:
+        client.get("/internal/phase").raise_for_status()  # opens the connection
+        t = threading.Thread(target=stream)
+        t.start()
+        reached.wait(300)
+        moved = client.post("/internal/migrate", json={"request_ids": [rid]})
+        t.join(300)
     assert not errors, errors
     return got, final, moved.json()["migrated"]
 
 
 def test_live_migration_continues_with_identical_tokens(vllm_cluster):
     vllm_cluster.phases(wA="decode", wB="decode")
-    total = 3500  # long enough that the migrate call lands mid-stream even on a quiet machine
+    total = 4096 - len(PROMPT)  # as long as the context allows: the migrate call lands mid-stream even on a busy machine
     sampling = {"max_tokens": total, "ignore_eos": True}
     ref = _reference(vllm_cluster, "wA", PROMPT, sampling)
-    for attempt in range(3):
+    for attempt in range(4):
         salt = _salt()
         got, final, migrated = _stream_and_migrate(vllm_cluster, f"mig-{attempt}-{salt[:6]}", salt, sampling)
         if migrated:
