@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import tempfile
@@ -56,13 +57,18 @@ async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int)
         n = 0
         for _ in range(rounds):
             batch = rng.choice([1, 2, 4, 8, 16, 24])
-            jobs = [decode(n + k, rng.choice([64, 256, 1024, 2048]), rng.choice([32, 64, 128])) for k in range(batch)]
-            jobs.append(prefills(n + batch, 8))
+            # Decode batch, then prefills, not both at once: here the two
+            # workers share one memory system, and timing one worker's steps
+            # while the other computes measures that sharing, which separate
+            # nodes do not have.
+            await asyncio.gather(*[decode(n + k, rng.choice([64, 256, 1024, 2048]), rng.choice([32, 64, 128]))
+                                   for k in range(batch)])
+            await prefills(n + batch, 8)
             n += batch + 8
-            await asyncio.gather(*jobs)
 
 
-def live_fit(model: str, rounds: int = 24, seed: int = 0, base_port: int = 8460) -> dict:
+def live_fit(model: str, rounds: int = 24, seed: int = 0, base_port: int = 8460,
+             records_out: str | None = None) -> dict:
     log = tempfile.mkdtemp(prefix="bench-planner-")
     run_dir = tempfile.mkdtemp(prefix="bench-planner-run-")
     p = WorkerProcess(base_port, "prefill", model, "bp-prefill", threads_bind="0", log_path=f"{log}/p.log",
@@ -80,6 +86,9 @@ def live_fit(model: str, rounds: int = 24, seed: int = 0, base_port: int = 8460)
     finally:
         p.stop(), d.stop()
     records.sort(key=lambda r: r.t)
+    if records_out:
+        with open(records_out, "w") as f:
+            json.dump([dataclasses.asdict(r) for r in records], f)
     fit = fit_mape_from_records(records)
     return {**fit, "records": len(records)}
 
@@ -90,11 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-live", action="store_true", help="only the decision-time part")
+    ap.add_argument("--records-out", help="also write the live iteration records here (JSON list)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
     args = ap.parse_args(argv)
     out: dict = {}
     if not args.skip_live:
-        out.update(live_fit(args.model, args.rounds, args.seed))
+        out.update(live_fit(args.model, args.rounds, args.seed, records_out=args.records_out))
     out.update(decide_bench())
     print(json.dumps(out))
     return 0

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
+from workers import affinity
 from workers.events import KVEventChannel
 from workers.iterations import IterationLog, make_stat_logger_factory
 from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, Phase, Role
@@ -120,6 +121,10 @@ class WorkerEngine:
         factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens,
                                            records=self.kv_events is None)
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+        # The engine process is bound now; keep this process off its cores.
+        cpus = affinity.http_side_cpus(cfg.threads_bind, os.sched_getaffinity(0))
+        if cpus:
+            affinity.pin_own_threads(cpus)
         self.vocab_size = self._llm.model_config.get_vocab_size()
         self.started = True
 

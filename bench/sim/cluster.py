@@ -11,6 +11,7 @@ the relaunch delay). Deterministic for a seed.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,7 +56,6 @@ class Cluster:
     def __init__(self, workload: Workload, gpu: GpuProfile, planner: Planner | None, cfg: SimConfig) -> None:
         self.wl, self.gpu, self.planner, self.cfg = workload, gpu, planner, cfg
         self.loop = EventLoop()
-        self.rng = np.random.default_rng(cfg.seed)
         node_cfg = gpu.node if not cfg.layerwise_kv else _with(gpu.node, layerwise_kv=True)
         self.node_cfg = node_cfg
         self.records: list[IterationRecord] = []
@@ -63,8 +63,12 @@ class Cluster:
         for i in range(cfg.nodes):
             nid = f"n{i:04d}"
             phase = NodePhase.PREFILL if i < cfg.prefill_nodes else NodePhase.DECODE
-            self.nodes[nid] = SimNode(nid, phase, self.loop, gpu.model, node_cfg, self._prefill_done,
-                                      self._first_token, self._decode_done, self.records)
+            node = SimNode(nid, phase, self.loop, gpu.model, node_cfg, self._prefill_done,
+                           self._first_token, self._decode_done, self.records)
+            node.on_change = self._serving_changed
+            self.nodes[nid] = node
+        self._serving: list[SimNode] | None = None  # accepting nodes; rebuilt after a status/phase change
+        self._pick = random.Random(cfg.seed)  # candidate sampling: O(k), unlike numpy's choice without replacement
         self.index: PrefixIndex = make_prefix_index(cfg.host_blocks_per_node,
                                                     workload.block_tokens * node_cfg.kv_bytes_per_token,
                                                     lambda: self.loop.now, cfg.directory)
@@ -100,12 +104,15 @@ class Cluster:
         return self.log
 
     # -- routing ---------------------------------------------------------------
+    def _serving_changed(self) -> None:
+        self._serving = None
+
     def _candidates(self, per_node: dict[str, int]) -> list[NodeLoad]:
-        serving = [n for n in self.nodes.values() if n.accepting]
+        if self._serving is None:
+            self._serving = [n for n in self.nodes.values() if n.accepting]
+        serving = self._serving
         if len(serving) > 2 * self.cfg.max_candidates:
-            k = self.cfg.max_candidates
-            idx = self.rng.choice(len(serving), size=min(len(serving), 2 * k), replace=False)
-            chosen = {serving[i].node_id: serving[i] for i in idx}
+            chosen = {n.node_id: n for n in self._pick.sample(serving, 2 * self.cfg.max_candidates)}
             for nid in sorted(per_node, key=lambda n: -per_node[n])[:4]:
                 if self.nodes[nid].accepting:
                     chosen[nid] = self.nodes[nid]

@@ -42,16 +42,22 @@ class LocalPrefixIndex:
     def lookup(self, hashes: tuple[int, ...]) -> tuple[int, dict[str, int]]:
         self.lookups += 1
         pool = 0
-        live: set[str] | None = None
+        live: set[str] | None = None  # nodes holding every block so far
         per_node: dict[str, int] = {}
-        for i, h in enumerate(hashes):
-            hs = self.holders.get(h)
+        holders = self.holders
+        for h in hashes:
+            hs = holders.get(h)
             if not hs:
                 break
-            pool = i + 1
-            live = set(hs) if live is None else live & hs
-            for n in live:
-                per_node[n] = i + 1
+            if live is None:
+                live = set(hs)
+            elif live and not live <= hs:
+                for n in live - hs:  # their prefix ends before this block
+                    per_node[n] = pool
+                live &= hs
+            pool += 1
+        for n in live or ():
+            per_node[n] = pool
         self.hit_blocks += pool
         return pool, per_node
 

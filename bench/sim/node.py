@@ -153,12 +153,15 @@ class SimNode:
         self.prefill = PrefillEngine(node_id, loop, model, cfg, on_prefill_done, records)
         self.decode = DecodeEngine(node_id, loop, model, cfg, on_first_token, on_decode_done, records)
         self.phase_since = 0.0
+        self.on_change: Callable[[], None] | None = None  # told when status or phase changes
         self.prefill_phase_s = 0.0  # time spent serving as a prefill node (for idle fraction)
 
     def set_status(self, status: NodeStatus) -> None:
         if status not in TRANSITIONS[self.status]:
             raise ValueError(f"{self.node_id}: {self.status.value} -> {status.value} not allowed")
         self.status = status
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def accepting(self) -> bool:
@@ -167,6 +170,8 @@ class SimNode:
     def set_phase(self, phase: NodePhase, now: float) -> None:
         self.close_phase_clock(now)
         self.phase = phase
+        if self.on_change is not None:
+            self.on_change()
 
     def close_phase_clock(self, now: float) -> None:
         if self.phase is NodePhase.PREFILL and self.status is NodeStatus.SERVING:
