@@ -71,10 +71,12 @@ def live_fit(model: str, rounds: int = 24, seed: int = 0, base_port: int = 8460,
              records_out: str | None = None) -> dict:
     log = tempfile.mkdtemp(prefix="bench-planner-")
     run_dir = tempfile.mkdtemp(prefix="bench-planner-run-")
-    p = WorkerProcess(base_port, "prefill", model, "bp-prefill", threads_bind="0", log_path=f"{log}/p.log",
-                      extra=["--run-dir", run_dir])
+    # Each worker's HTTP side runs off its engine's core (the load below
+    # keeps one worker computing at a time, so that core is free).
+    extra = ["--run-dir", run_dir, "--http-cpus", "auto"]
+    p = WorkerProcess(base_port, "prefill", model, "bp-prefill", threads_bind="0", log_path=f"{log}/p.log", extra=extra)
     d = WorkerProcess(base_port + 1, "decode", model, "bp-decode", threads_bind="1", log_path=f"{log}/d.log",
-                      extra=["--run-dir", run_dir])
+                      extra=extra)
     try:
         p.start(), d.start()
         p.wait_ready(), d.wait_ready()

@@ -36,6 +36,7 @@ class EngineConfig:
     kv_store_gib: float = 0.25  # host block store shared through the KV pool
     kv_pool: bool = True  # load the KV connector (kvpool.connector)
     threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "1"
+    http_cpus: str | None = None  # this process's own threads: None, "auto" or a CPU list (workers/affinity.py)
     enforce_eager: bool = True  # faster start on CPU; compile cache helps later
     run_dir: str = "data/run"
 
@@ -121,8 +122,8 @@ class WorkerEngine:
         factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens,
                                            records=self.kv_events is None)
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
-        # The engine process is bound now; keep this process off its cores.
-        cpus = affinity.http_side_cpus(cfg.threads_bind, os.sched_getaffinity(0))
+        # The engine process is bound now; move this process's threads if asked.
+        cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, os.sched_getaffinity(0))
         if cpus:
             affinity.pin_own_threads(cpus)
         self.vocab_size = self._llm.model_config.get_vocab_size()

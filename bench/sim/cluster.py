@@ -117,7 +117,7 @@ class Cluster:
                 if self.nodes[nid].accepting:
                     chosen[nid] = self.nodes[nid]
             serving = list(chosen.values())
-        return [NodeLoad(n.node_id, n.phase.value, n.queue, n.running, n.decode.kv_usage) for n in serving]
+        return [n.load() for n in serving]
 
     def _route(self, prompt: int, pool_cached: int, per_node_tokens: dict[str, int], per_node_blocks: dict[str, int]):
         loads = self._candidates(per_node_blocks)

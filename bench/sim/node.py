@@ -20,6 +20,7 @@ from collections.abc import Callable
 from bench.sim.decode import DecodeEngine
 from bench.sim.events import EventLoop
 from bench.sim.state import IterationModel, NodeConfig, SimRequest
+from gateway.routing.scorers import NodeLoad
 from planner.types import IterationRecord, NodePhase
 
 
@@ -177,6 +178,18 @@ class SimNode:
         if self.phase is NodePhase.PREFILL and self.status is NodeStatus.SERVING:
             self.prefill_phase_s += now - self.phase_since
         self.phase_since = now
+
+    def load(self) -> NodeLoad:
+        """What the router sees of this node (the same numbers as `queue`,
+        `running` and the decode KV use, read without property hops: the
+        router asks for ~36 nodes per request)."""
+        dec = self.decode
+        kv = dec.kv_used / self.cfg.kv_capacity_tokens
+        if self.phase is NodePhase.PREFILL:
+            pre = self.prefill
+            return NodeLoad(self.node_id, "prefill", pre.waiting, 1 if pre.running else 0, kv if kv < 1.0 else 1.0)
+        return NodeLoad(self.node_id, "decode", len(dec.waiting) + len(dec.transit), len(dec.batch),
+                        kv if kv < 1.0 else 1.0)
 
     @property
     def queue(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench import workloads
-from bench.sim.cluster import Cluster, SimConfig
+from bench.sim.cluster import Cluster, NodeStatus, SimConfig
 from bench.sim.profiles import GpuProfile
 from planner.types import ClusterView, Decision, NodePhase, SwitchAction
 
@@ -74,3 +74,20 @@ def test_cluster_run_is_deterministic_and_switches_in_place() -> None:
 def test_local_index_matches_real_directory_on_hits() -> None:
     a, b = _run(None, "memory"), _run(None, "local")
     assert a["completed"] == b["completed"]
+
+
+def test_router_view_matches_node_state_and_follows_switches() -> None:
+    w = workloads.shift(seed=1, duration_s=120, concurrency=24)
+    cluster = Cluster(w, GpuProfile.from_json(), FlipOnce(), SimConfig(nodes=4, prefill_nodes=1, seed=1))
+    before = {n.node_id for n in cluster._candidates({})}
+    cluster.run()
+    for n in cluster.nodes.values():
+        load = n.load()
+        assert (load.phase, load.queue, load.running, load.kv_usage) == (
+            n.phase.value, n.queue, n.running, n.decode.kv_usage)
+    after = cluster._candidates({})
+    assert {c.node_id for c in after} == before == set(cluster.nodes)
+    assert sorted(c.phase for c in after) == ["decode", "decode", "prefill", "prefill"]  # the flip is seen
+    leaving = cluster.nodes["n0003"]
+    leaving.set_status(NodeStatus.DRAINING)  # the cached serving list must drop it at once
+    assert "n0003" not in {c.node_id for c in cluster._candidates({})}

@@ -18,14 +18,21 @@ def test_parse_cpu_list_rejects(bad):
         parse_cpu_list(bad)
 
 
-def test_http_side_takes_the_other_cores():
-    assert http_side_cpus("1", {0, 1}) == {0}
-    assert http_side_cpus("0-1", {0, 1, 2, 3}) == {2, 3}
+def test_auto_takes_the_cores_outside_the_engine_bind():
+    assert http_side_cpus("auto", "1", {0, 1}) == {0}
+    assert http_side_cpus("auto", "0-1", {0, 1, 2, 3}) == {2, 3}
 
 
-@pytest.mark.parametrize("bind", [None, "", "auto", "nobind", "0-1", "garbage"])
-def test_http_side_left_alone(bind):
-    assert http_side_cpus(bind, {0, 1}) is None
+def test_explicit_list_is_kept_within_the_available_cores():
+    assert http_side_cpus("2-5", "0-1", {0, 1, 2, 3}) == {2, 3}
+    with pytest.raises(ValueError):
+        http_side_cpus("x", "0", {0, 1})
+
+
+@pytest.mark.parametrize("spec,bind", [(None, "1"), ("none", "1"), ("auto", None), ("auto", ""), ("auto", "nobind"),
+                                       ("auto", "0-1"), ("auto", "garbage"), ("7", "0")])
+def test_left_alone(spec, bind):
+    assert http_side_cpus(spec, bind, {0, 1}) is None
 
 
 def test_pin_own_threads_moves_this_process_and_back():
