@@ -126,11 +126,12 @@ def _stream_and_migrate(url_b: str, body: dict, migrate_after: int) -> tuple[Str
 
 
 def run_migration(url_a: str, url_b: str, prompt: list[int], output_tokens: int, migrate_after: int,
-                  attempts: int = 4) -> dict:
-    """Case 2: a decode on B migrated mid-stream and continued on A (both in decode phase)."""
+                  attempts: int = 4, verify_after: int | None = None) -> dict:
+    """Case 2: a decode on B migrated mid-stream and continued on A (both in
+    decode phase). `verify_after`: resume for only this many tokens and
+    compare with a reference of the same length (greedy decoding: a shorter
+    reference is a prefix of the long one); None resumes to `output_tokens`."""
     sampling = {"max_tokens": output_tokens, "ignore_eos": True}
-    ref = stream_generate(url_a, {"request_id": _rid("ref"), "prompt_token_ids": prompt, "role": "decode",
-                                  "tenant_salt": _salt(), "sampling": sampling})
     for _ in range(attempts):  # on a loaded machine the stream can outrun the migrate call
         salt, rid = _salt(), _rid("mig")
         got = _stream_and_migrate(url_b, {"request_id": rid, "prompt_token_ids": prompt, "role": "decode",
@@ -142,9 +143,12 @@ def run_migration(url_a: str, url_b: str, prompt: list[int], output_tokens: int,
                          "raise --migration-output-tokens")
     first, migration_s = got
     before = first.tokens
+    resume = output_tokens - len(before) if verify_after is None else min(verify_after, output_tokens - len(before))
+    ref = stream_generate(url_a, {"request_id": _rid("ref"), "prompt_token_ids": prompt, "role": "decode",
+                                  "tenant_salt": _salt(), "sampling": {**sampling, "max_tokens": len(before) + resume}})
     cont = stream_generate(url_a, {
         "request_id": rid + "-cont", "prompt_token_ids": prompt + before, "role": "decode", "tenant_salt": salt,
-        "sampling": {**sampling, "max_tokens": output_tokens - len(before)},
+        "sampling": {**sampling, "max_tokens": resume},
         "kv": {"load": first.saved_blocks, "peers": {node_id(url_b): url_b}, "mode": "async"}})
     resumed_context = len(prompt) + len(before)
     return {
@@ -173,7 +177,8 @@ def _warm_up(url_a: str, url_b: str) -> None:
 
 
 def run_bench(url_a: str, url_b: str, *, prompt_tokens: int = 500, output_tokens: int = 64,
-              migration_output_tokens: int = 256, migrate_after_tokens: int = 40, seed: int = 0) -> dict:
+              migration_output_tokens: int = 256, migrate_after_tokens: int = 40, seed: int = 0,
+              verify_after: int | None = None) -> dict:
     """Both cases on two running workers; restores their phases afterwards."""
     prompt = synthetic_tokens(prompt_tokens, random.Random(seed))
     phases = {url_a: phase_of(url_a), url_b: phase_of(url_b)}
@@ -183,7 +188,8 @@ def run_bench(url_a: str, url_b: str, *, prompt_tokens: int = 500, output_tokens
         _warm_up(url_a, url_b)
         result = {"prompt_tokens": prompt_tokens, **run_disaggregation(url_a, url_b, prompt, output_tokens)}
         set_phase(url_a, "decode")
-        result.update(run_migration(url_a, url_b, prompt, migration_output_tokens, migrate_after_tokens))
+        result.update(run_migration(url_a, url_b, prompt, migration_output_tokens, migrate_after_tokens,
+                                    verify_after=verify_after))
     finally:
         for url, phase in phases.items():
             set_phase(url, phase)

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.vllm
 def test_disagg_bench_short_run_is_identical(vllm_cluster):
     url_a, url_b = vllm_cluster.url("wA"), vllm_cluster.url("wB")
     r = disagg_bench.run_bench(url_a, url_b, prompt_tokens=330, output_tokens=24,
-                               migration_output_tokens=3700, migrate_after_tokens=30, seed=3)
+                               migration_output_tokens=3700, migrate_after_tokens=30, seed=3,
+                               verify_after=256)
     assert r["identical_tokens"], r
     assert r["migration_identical_tokens"], r
     assert r["decode_computed_prompt_tokens"] == 330 - 320  # 10 full blocks pulled; B computes the tail
