@@ -53,7 +53,7 @@ def http_side_cpus(spec: str | None, threads_bind: str | None, available: set[in
         return None
     if spec != "auto":
         return (parse_cpu_list(spec) & available) or None
-    if not threads_bind or threads_bind.strip() in ("auto", "nobind", "all"):
+    if not threads_bind or threads_bind.strip() in ("auto", "nobind"):
         return None
     try:
         engine = parse_cpu_list(threads_bind)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from workers.affinity import parse_cpu_list
 from workers.engine import EngineConfig
 from workers.protocol import Phase
 
@@ -33,24 +32,17 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return p
 
 
-def _http_cpus(spec: str | None) -> str | None:
-    if spec not in (None, "none", "auto"):
-        try:
-            parse_cpu_list(spec)
-        except ValueError as exc:
-            raise SystemExit(f"--http-cpus: {exc}") from None
-    return spec
-
-
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    config = EngineConfig(
-        model=args.model, node_id=args.node_id or f"w{args.port}", block_size=args.block_size,
-        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, kvcache_gib=args.kvcache_gib,
-        kv_store_gib=args.kv_store_gib, kv_pool=not args.no_kv_pool, threads_bind=args.threads_bind,
-        http_cpus=_http_cpus(args.http_cpus),
-        run_dir=args.run_dir,
-    )
+    try:
+        config = EngineConfig(
+            model=args.model, node_id=args.node_id or f"w{args.port}", block_size=args.block_size,
+            max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, kvcache_gib=args.kvcache_gib,
+            kv_store_gib=args.kv_store_gib, kv_pool=not args.no_kv_pool, threads_bind=args.threads_bind,
+            http_cpus=args.http_cpus, run_dir=args.run_dir,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"evolving-infra worker: {exc}") from None
     token = args.cluster_token or os.environ.get("EVOLVING_CLUSTER_TOKEN") or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
         raise SystemExit("a worker bound beyond loopback needs --cluster-token (or EVOLVING_CLUSTER_TOKEN)")

@@ -50,6 +50,8 @@ class EngineConfig:
             raise ValueError("max_model_len must be >= block_size")
         if self.kvcache_gib < 1:
             raise ValueError("kvcache_gib must be >= 1 (vLLM-CPU takes whole GiB)")
+        if self.http_cpus not in (None, "none", "auto"):
+            affinity.parse_cpu_list(self.http_cpus)  # raises ValueError with the reason
 
 
 class EngineError(Exception):

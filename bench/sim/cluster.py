@@ -235,9 +235,9 @@ class Cluster:
     def view(self) -> ClusterView:
         states = []
         for n in self.nodes.values():
-            phase = n.draining_to or n.phase
-            states.append(NodeState(n.node_id, phase, draining=not n.accepting, queue=n.queue, running=n.running,
-                                    kv_usage=n.decode.kv_usage, kv_capacity_tokens=self.node_cfg.kv_capacity_tokens))
+            phase, load = n.draining_to or n.phase, n.load()
+            states.append(NodeState(n.node_id, phase, draining=not n.accepting, queue=load.queue, running=load.running,
+                                    kv_usage=load.kv_usage, kv_capacity_tokens=self.node_cfg.kv_capacity_tokens))
         return ClusterView(self.loop.now, tuple(states), slo=self.cfg.slo, last_switch_t=self.switcher.last_switch_t)
 
     def split(self) -> tuple[int, int, int]:

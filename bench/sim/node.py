@@ -180,21 +180,18 @@ class SimNode:
         self.phase_since = now
 
     def load(self) -> NodeLoad:
-        """What the router sees of this node (the same numbers as `queue`,
-        `running` and the decode KV use, read without property hops: the
-        router asks for ~36 nodes per request)."""
+        """What the router and the planner see of this node: queue and running
+        of its current phase, decode KV use. The one place these are defined."""
         dec = self.decode
-        kv = dec.kv_used / self.cfg.kv_capacity_tokens
         if self.phase is NodePhase.PREFILL:
             pre = self.prefill
-            return NodeLoad(self.node_id, "prefill", pre.waiting, 1 if pre.running else 0, kv if kv < 1.0 else 1.0)
-        return NodeLoad(self.node_id, "decode", len(dec.waiting) + len(dec.transit), len(dec.batch),
-                        kv if kv < 1.0 else 1.0)
+            return NodeLoad(self.node_id, "prefill", pre.waiting, 1 if pre.running else 0, dec.kv_usage)
+        return NodeLoad(self.node_id, "decode", dec.queued, len(dec.batch), dec.kv_usage)
 
     @property
     def queue(self) -> int:
-        return self.prefill.waiting if self.phase is NodePhase.PREFILL else self.decode.queued
+        return self.load().queue
 
     @property
     def running(self) -> int:
-        return (1 if self.prefill.running else 0) if self.phase is NodePhase.PREFILL else len(self.decode.batch)
+        return self.load().running

@@ -83,8 +83,12 @@ def test_router_view_matches_node_state_and_follows_switches() -> None:
     cluster.run()
     for n in cluster.nodes.values():
         load = n.load()
-        assert (load.phase, load.queue, load.running, load.kv_usage) == (
-            n.phase.value, n.queue, n.running, n.decode.kv_usage)
+        if n.phase is NodePhase.PREFILL:
+            expected = (n.prefill.waiting, 1 if n.prefill.running else 0)
+        else:
+            expected = (len(n.decode.waiting) + len(n.decode.transit), len(n.decode.batch))
+        assert (load.phase, load.queue, load.running) == (n.phase.value, *expected)
+        assert load.kv_usage == min(1.0, n.decode.kv_used / n.cfg.kv_capacity_tokens)
     after = cluster._candidates({})
     assert {c.node_id for c in after} == before == set(cluster.nodes)
     assert sorted(c.phase for c in after) == ["decode", "decode", "prefill", "prefill"]  # the flip is seen

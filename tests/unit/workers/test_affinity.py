@@ -30,7 +30,7 @@ def test_explicit_list_is_kept_within_the_available_cores():
 
 
 @pytest.mark.parametrize("spec,bind", [(None, "1"), ("none", "1"), ("auto", None), ("auto", ""), ("auto", "nobind"),
-                                       ("auto", "0-1"), ("auto", "garbage"), ("7", "0")])
+                                       ("auto", "0-1"), ("auto", "garbage"), ("auto", "all"), ("7", "0")])
 def test_left_alone(spec, bind):
     assert http_side_cpus(spec, bind, {0, 1}) is None
 
