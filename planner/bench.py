@@ -107,9 +107,12 @@ def decide_bench(node_counts: Iterable[int] = (16, 256, 3072), repeats: int = 20
 
 def fit_mape_from_records(records: Iterable[IterationRecord], holdout_fraction: float = 0.3) -> dict[str, float | None]:
     """``{"fit_mape_prefill", "fit_mape_decode"}``: hold-out MAPE (fraction) of
-    models fitted online on the earlier records; None where a kind is absent."""
+    models fitted online on the earlier records; None where a kind is absent.
+    ``fit_mape_floor``: the same error of a hindsight fit on all records
+    (``FitReport.floor_*``), so a reader can tell model error from noise."""
     report = fit_mape(records, holdout_fraction)
-    return {"fit_mape_prefill": report.mape_prefill, "fit_mape_decode": report.mape_decode}
+    return {"fit_mape_prefill": report.mape_prefill, "fit_mape_decode": report.mape_decode,
+            "fit_mape_floor": {"prefill": report.floor_prefill, "decode": report.floor_decode}}
 
 
 if __name__ == "__main__":  # pragma: no cover - manual run

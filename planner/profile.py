@@ -199,14 +199,23 @@ class FitReport:
 
     mape_*: mean absolute percentage error as a fraction (0.1 = 10 %) on the
     held-back later records of that kind; None when there are none.
+    floor_*: the same error of a model fitted on every record of the kind,
+    held-back ones included: what no model of this form, however trained,
+    gets below on these records (timing noise and unmodelled effects).
     """
 
     mape_prefill: float | None
     mape_decode: float | None
+    floor_prefill: float | None
+    floor_decode: float | None
     train_prefill: int
     test_prefill: int
     train_decode: int
     test_decode: int
+
+
+def _mape(model: IterationModel, records: list[IterationRecord]) -> float:
+    return float(np.mean([abs(model.predict(r) - r.elapsed_ms) / r.elapsed_ms for r in records]))
 
 
 def fit_mape(
@@ -228,8 +237,11 @@ def fit_mape(
         model = IterationModel(kind, config)
         for record in train:
             model.update(record)
-        errors = [abs(model.predict(r) - r.elapsed_ms) / r.elapsed_ms for r in test]
-        result[f"mape_{kind}"] = float(np.mean(errors)) if errors and train else None
+        result[f"mape_{kind}"] = _mape(model, test) if test and train else None
+        hindsight = IterationModel(kind, RLSConfig(**{**config.__dict__, "forgetting": 1.0}))
+        for record in rows:
+            hindsight.update(record)
+        result[f"floor_{kind}"] = _mape(hindsight, test) if test and train else None
         result[f"train_{kind}"] = len(train)
         result[f"test_{kind}"] = len(test)
     return FitReport(**result)  # type: ignore[arg-type]

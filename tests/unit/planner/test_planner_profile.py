@@ -49,5 +49,9 @@ def test_fit_mape_on_held_back_records() -> None:
     assert report.test_prefill == 450 and report.train_prefill == 1050
     assert report.mape_prefill is not None and report.mape_prefill < 0.1
     assert report.mape_decode is not None and report.mape_decode < 0.1
+    # Hindsight floor: 5 % Gaussian timing noise is a MAPE of 0.05·sqrt(2/pi) ≈ 0.04.
+    assert report.floor_decode == pytest.approx(0.04, abs=0.01)
+    assert report.floor_prefill == pytest.approx(0.04, abs=0.01)
     only_decode = [r for r in records if r.uncached_prompt_tokens == 0]
     assert fit_mape_from_records(only_decode)["fit_mape_prefill"] is None
+    assert fit_mape_from_records(only_decode)["fit_mape_floor"]["prefill"] is None
