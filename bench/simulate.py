@@ -6,6 +6,13 @@ JSON: {"scenario", "nodes", "gpus", "results": {"evolving": {...},
 "static_best": {..., "split": [p, d]}, "dynamo": {...}}, "ratios":
 {"vs_static_best", "vs_dynamo"}} with throughput ratios (evolving / other).
 `fixed-4p5d` instead compares KV loading: results {"async", "layerwise"}.
+
+`--oracle` adds a clairvoyant reference: the run is cut into
+`--oracle-segments` equal segments and, segment by segment, every split is
+tried with the earlier segments' choices fixed, keeping the one that has
+finished the most requests by the segment's end (greedy; a switch costs
+what an in-place switch costs). It says how much any planner could gain on
+the scenario; results["oracle"]["schedule"] is the table it found.
 """
 
 from __future__ import annotations
@@ -33,7 +40,41 @@ def _planner(name: str, gpu: GpuProfile, prefill_nodes: int):  # noqa: ANN202
         return make_planner("static", prefill_nodes=prefill_nodes)
     if name == "none":
         return None
+    if name.startswith("schedule:"):  # "schedule:0=2,3600=5" (picklable for the process pool)
+        pairs = [item.split("=") for item in name.split(":", 1)[1].split(",")]
+        return make_planner("schedule", schedule=[(float(t), int(p)) for t, p in pairs])
     raise ValueError(name)
+
+
+def _schedule_spec(schedule: list[tuple[float, int]]) -> str:
+    return "schedule:" + ",".join(f"{t:g}={p}" for t, p in schedule)
+
+
+def _run_all(tasks: list[tuple], jobs: int) -> list[dict[str, Any]]:
+    if jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(run_one, tasks))
+    return [run_one(t) for t in tasks]
+
+
+def oracle_search(sc: Scenario, *, seed: int, profile: str, jobs: int, extra: dict[str, Any],
+                  segments: int) -> dict[str, Any]:
+    """Greedy clairvoyant schedule (module doc); the full run of the best table."""
+    if segments < 1:
+        raise ValueError("segments must be >= 1")
+    horizon = sc.workload.duration_s
+    width = horizon / segments
+    schedule: list[tuple[float, int]] = []
+    best: dict[str, Any] = {}
+    for i in range(segments):
+        start, end = i * width, horizon if i == segments - 1 else (i + 1) * width
+        splits = list(range(1, sc.nodes))
+        tables = [schedule + [(start, p)] for p in splits]
+        outs = _run_all([(sc, _schedule_spec(t), profile, t[0][1], seed, {**extra, "horizon_s": end})
+                         for t in tables], jobs)
+        k = max(range(len(splits)), key=lambda j: (outs[j]["completed"], -outs[j]["mean_e2e_s"]))
+        schedule, best = tables[k], outs[k]
+    return {**best, "schedule": [[t, p] for t, p in schedule]}
 
 
 def run_one(args: tuple[Scenario, str, str, int, int, dict[str, Any]]) -> dict[str, Any]:
@@ -55,7 +96,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def simulate(sc: Scenario, planners: list[str], *, seed: int, profile: str, jobs: int,
-             extra: dict[str, Any]) -> dict[str, Any]:
+             extra: dict[str, Any], oracle_segments: int = 3) -> dict[str, Any]:
     n = sc.nodes
     gpu = GpuProfile.from_json(profile)
     tasks: dict[str, tuple] = {}
@@ -71,12 +112,10 @@ def simulate(sc: Scenario, planners: list[str], *, seed: int, profile: str, jobs
             for p in range(1, n):
                 tasks[f"static:{p}"] = (sc, "static", profile, p, seed, extra)
     names = list(tasks)
-    if jobs > 1 and len(names) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            outs = list(pool.map(run_one, [tasks[k] for k in names]))
-    else:
-        outs = [run_one(tasks[k]) for k in names]
-    res = dict(zip(names, outs))
+    res = dict(zip(names, _run_all([tasks[k] for k in names], jobs), strict=True))
+    if "oracle" in planners and sc.name != "fixed-4p5d":
+        res["oracle"] = oracle_search(sc, seed=seed, profile=profile, jobs=jobs, extra=extra,
+                                      segments=oracle_segments)
     results: dict[str, Any] = {k: v for k, v in res.items() if not k.startswith("static:")}
     statics = {int(k.split(":")[1]): v for k, v in res.items() if k.startswith("static:")}
     if statics:
@@ -92,6 +131,11 @@ def simulate(sc: Scenario, planners: list[str], *, seed: int, profile: str, jobs
         if "dynamo" in results:
             ratios["vs_dynamo"] = _ratio(ev, results["dynamo"]["throughput_rps"])
             ratios["e2e_vs_dynamo"] = _ratio(results["dynamo"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"])
+        if "oracle" in results:
+            ratios["vs_oracle"] = _ratio(ev, results["oracle"]["throughput_rps"])
+    if "oracle" in results and "static_best" in results:
+        ratios["oracle_vs_static_best"] = _ratio(results["oracle"]["throughput_rps"],
+                                                 results["static_best"]["throughput_rps"])
     return {"scenario": sc.name, "note": sc.note, "nodes": n, "gpus": n * gpu.gpus_per_node, "profile": gpu.name,
             "requests": len(sc.workload.requests), "seed": seed, "results": results, "ratios": ratios}
 
@@ -125,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", choices=SCENARIOS, help="required unless --fidelity")
     ap.add_argument("--trace", help="replace the scenario's generated workload by this trace file")
     ap.add_argument("--planner", default="all", choices=["evolving", "static-best", "dynamo", "all"])
+    ap.add_argument("--oracle", action="store_true", help="also search the clairvoyant split table (costly)")
+    ap.add_argument("--oracle-segments", type=int, default=3, help="segments of the oracle's split table")
     ap.add_argument("--nodes", type=int, help="nodes (each gpus_per_node GPUs of the profile)")
     ap.add_argument("--duration", type=float, help="seconds of workload (scenario default otherwise)")
     ap.add_argument("--load", type=float, default=1.0, help="multiply the scenario's agent count / rate")
@@ -145,9 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.scenario is None:
         ap.error("--scenario is required")
     planners = ["evolving", "static-best", "dynamo"] if a.planner == "all" else [a.planner]
+    planners += ["oracle"] if a.oracle else []
     t0 = time.perf_counter()
     sc = build(a.scenario, seed=a.seed, nodes=a.nodes, trace=a.trace, duration_s=a.duration, scale=a.load)
-    report = simulate(sc, planners, seed=a.seed, profile=a.profile, jobs=a.jobs, extra={"directory": a.directory})
+    report = simulate(sc, planners, seed=a.seed, profile=a.profile, jobs=a.jobs, extra={"directory": a.directory},
+                      oracle_segments=a.oracle_segments)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if a.plot:
         plot(report, a.plot)

@@ -1,4 +1,5 @@
-"""Baseline planners for comparison: a static split and a Dynamo-like load planner.
+"""Baseline planners for comparison: a static split, a time-table of splits
+(the simulator's clairvoyant reference) and a Dynamo-like load planner.
 
 Dynamo's load-based planner, as NVIDIA documents it: every metric-pulling
 interval it samples the prefill queue and the decode workers' KV-cache
@@ -31,7 +32,22 @@ from planner import decision as rule
 from planner.types import ClusterView, Decision, IterationRecord, NodePhase, PlannerMode, RequestSample
 
 
-class StaticPlanner:
+class _Blind:
+    """Observes nothing: the split is decided without looking at the load."""
+
+    def observe_iterations(self, records: list[IterationRecord]) -> None:
+        return None
+
+    def observe_requests(self, samples: list[RequestSample]) -> None:
+        return None
+
+
+def _split(view: ClusterView) -> tuple[int, int]:
+    p = sum(1 for n in view.nodes if n.phase == NodePhase.PREFILL)
+    return p, len(view.nodes) - p
+
+
+class StaticPlanner(_Blind):
     """A fixed split of ``prefill_nodes`` prefill nodes; never switches and
     honours nothing else (the simulator sets the split up from it)."""
 
@@ -43,17 +59,43 @@ class StaticPlanner:
             raise ValueError("prefill_nodes must be >= 0")
         self.prefill_nodes = prefill_nodes
 
-    def observe_iterations(self, records: list[IterationRecord]) -> None:
-        return None
-
-    def observe_requests(self, samples: list[RequestSample]) -> None:
-        return None
-
     def decide(self, view: ClusterView) -> Decision:
-        p = sum(1 for n in view.nodes if n.phase == NodePhase.PREFILL)
-        split = (p, len(view.nodes) - p)
+        split = _split(view)
         return Decision(t=view.now, planner=self.name, current_split=split, chosen_split=split, actions=(),
                         acted=False, reason=f"static: fixed at {self.prefill_nodes} prefill nodes", confidence=1.0)
+
+
+class ScheduledPlanner(_Blind):
+    """Follows a time table of splits: ``schedule`` is ``[(from_t, prefill_nodes), ...]``
+    and from each ``from_t`` on the planner moves the split to that count
+    (in place, as many nodes at once as needed). The simulator's oracle
+    search uses it to measure what a clairvoyant piecewise-static split
+    achieves; it reads no load and honours pins like the others."""
+
+    name = "schedule"
+    switch_kind = "inplace"
+
+    def __init__(self, schedule: list[tuple[float, int]]) -> None:
+        if not schedule or any(p < 0 for _, p in schedule):
+            raise ValueError("schedule needs at least one (from_t, prefill_nodes >= 0) entry")
+        self.schedule = sorted((float(t), int(p)) for t, p in schedule)
+
+    def target(self, now: float) -> int:
+        """The scheduled prefill count at ``now`` (the first entry's before it starts)."""
+        current = self.schedule[0][1]
+        for t, p in self.schedule:
+            if t <= now:
+                current = p
+        return current
+
+    def decide(self, view: ClusterView) -> Decision:
+        split = _split(view)
+        target = min(self.target(view.now), len(view.nodes))
+        actions = rule.move_actions(view.nodes, split[0], target, rule.protected_ids(view.nodes, view.pin))
+        acted = view.mode == PlannerMode.AUTO and bool(actions)
+        return Decision(t=view.now, planner=self.name, current_split=split,
+                        chosen_split=rule.split_after(split, actions, view.nodes), actions=actions if acted else (),
+                        acted=acted, reason=f"schedule: {target} prefill nodes from now", confidence=1.0)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 ``make_planner("evolving", profile=p, cooldown_s=30)``: keyword arguments
 are the strategy's config fields (``config=`` passes a whole config object,
-further keywords override its fields); ``static`` takes ``prefill_nodes``.
+further keywords override its fields); ``static`` takes ``prefill_nodes``,
+``schedule`` a ``schedule`` of ``(from_t, prefill_nodes)`` pairs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from planner.baselines import DynamoConfig, DynamoPlanner, StaticPlanner
+from planner.baselines import DynamoConfig, DynamoPlanner, ScheduledPlanner, StaticPlanner
 from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.profile import Profile
 from planner.types import Planner
@@ -25,6 +26,10 @@ def _static(prefill_nodes: int) -> StaticPlanner:
     return StaticPlanner(prefill_nodes)
 
 
+def _schedule(schedule: list[tuple[float, int]]) -> ScheduledPlanner:
+    return ScheduledPlanner(schedule)
+
+
 def _dynamo(config: DynamoConfig | None = None, **fields: Any) -> DynamoPlanner:
     return DynamoPlanner(dataclasses.replace(config or DynamoConfig(), **fields))
 
@@ -33,6 +38,7 @@ PLANNERS: dict[str, Callable[..., Planner]] = {
     "evolving": _evolving,
     "static": _static,
     "dynamo": _dynamo,
+    "schedule": _schedule,
 }
 
 

@@ -1,10 +1,10 @@
-"""Baselines (static, Dynamo-like) and the registry."""
+"""Baselines (static, schedule, Dynamo-like) and the registry."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.baselines import DynamoConfig, DynamoPlanner, StaticPlanner
+from planner.baselines import DynamoConfig, DynamoPlanner, ScheduledPlanner, StaticPlanner
 from planner.evolving import EvolvingPlanner
 from planner.registry import PLANNERS, make_planner
 from planner.types import ClusterView, NodePhase, NodeState, PlannerMode
@@ -79,11 +79,26 @@ def test_dynamo_config_validation() -> None:
 
 
 def test_registry() -> None:
-    assert set(PLANNERS) == {"evolving", "static", "dynamo"}
+    assert set(PLANNERS) == {"evolving", "static", "dynamo", "schedule"}
     evolving = make_planner("evolving", cooldown_s=5.0)
     assert isinstance(evolving, EvolvingPlanner) and evolving.config.cooldown_s == 5.0
     assert evolving.switch_kind == "inplace"
     assert make_planner("static", prefill_nodes=2).name == "static"
     assert make_planner("dynamo", relaunch_delay_s=10.0).relaunch_delay_s == 10.0  # type: ignore[attr-defined]
-    with pytest.raises(ValueError, match="known: dynamo, evolving, static"):
+    assert make_planner("schedule", schedule=[(0.0, 2)]).name == "schedule"
+    with pytest.raises(ValueError, match="known: dynamo, evolving, schedule, static"):
         make_planner("nope")
+
+
+def test_schedule_moves_the_split_when_its_time_comes_and_only_then() -> None:
+    planner = ScheduledPlanner([(3600.0, 5), (0.0, 2)])  # unsorted on purpose
+    assert planner.target(0.0) == 2 and planner.target(3599.9) == 2 and planner.target(3600.0) == 5
+    hold = planner.decide(_view(100.0, 2, 9, queue=0, kv=0.0))
+    assert hold.actions == () and hold.chosen_split == (2, 7)
+    move = planner.decide(_view(3600.0, 2, 9, queue=0, kv=0.0))
+    assert move.acted and len(move.actions) == 3 and move.chosen_split == (5, 4)
+    assert all(a.to_phase == NodePhase.PREFILL for a in move.actions)
+    advisory = planner.decide(_view(3600.0, 2, 9, queue=0, kv=0.0, mode=PlannerMode.ADVISORY))
+    assert not advisory.acted and advisory.actions == () and advisory.chosen_split == (5, 4)
+    with pytest.raises(ValueError):
+        ScheduledPlanner([])
