@@ -36,6 +36,7 @@ from planner.estimator import (
     switch_costs,
     to_predictions,
 )
+from planner.offered import offered_weights
 from planner.profile import Profile
 from planner.regression import RLSConfig
 from planner.types import ClusterView, Decision, IterationRecord, NodePhase, PlannerMode, RequestSample, SwitchAction
@@ -66,6 +67,10 @@ class EvolvingConfig:
         window is missing and the mix is biased toward short requests
         (survivorship); keyed by finish, it holds the requests completed in
         it, an unbiased sample of the served mix.
+    offered_mix: weight finished requests by how much longer their agent
+        waited than on an unloaded node (``planner.offered``), so the mix is
+        the one a closed loop of agents offers, not the one the current
+        split serves; ``offered_max_weight`` caps a weight (≥ 1).
     workload / estimator / regression: the sub-components' configs. The
         workload window defaults to 60 s = persist_s, so that once a shift
         has persisted the estimate holds only post-shift traffic.
@@ -84,6 +89,8 @@ class EvolvingConfig:
     slo_margin: float = 0.8
     min_history_s: float = 120.0
     key_by_report: bool = True
+    offered_mix: bool = True
+    offered_max_weight: float = 10.0
     workload: WorkloadConfig = field(default_factory=lambda: WorkloadConfig(window_s=60.0))
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     regression: RLSConfig = field(default_factory=RLSConfig)
@@ -101,6 +108,8 @@ class EvolvingConfig:
             raise ValueError("max_nodes_per_decision must be >= 1 or None")
         if self.min_history_s < 0:
             raise ValueError("min_history_s must be >= 0")
+        if self.offered_max_weight < 1:
+            raise ValueError("offered_max_weight must be >= 1")
         if not 0 < self.slo_margin <= 1:
             raise ValueError("slo_margin must be in (0, 1]")
 
@@ -142,9 +151,11 @@ class EvolvingPlanner:
 
     def observe_requests(self, samples: list[RequestSample]) -> None:
         t0 = self._last_tick_t
+        weights = offered_weights(self.profile, samples, self.config.offered_max_weight) \
+            if self.config.offered_mix else None
         if self.config.key_by_report and t0 is not None:
             samples = [s if s.t >= t0 else replace(s, t=t0) for s in samples]
-        self.workload.observe(samples)
+        self.workload.observe(samples, weights)
 
     # -- decide --------------------------------------------------------------
     def decide(self, view: ClusterView) -> Decision:

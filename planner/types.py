@@ -45,6 +45,8 @@ class RequestSample:
     uncached_prompt_tokens: int
     cached_prompt_tokens: int
     output_tokens: int
+    e2e_s: float | None = None  # arrival to last token
+    gap_s: float | None = None  # closed loop: since the branch's previous request finished (None: unknown)
 
 
 @dataclass(frozen=True)

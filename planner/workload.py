@@ -9,6 +9,11 @@ an estimate does not grow with the request rate.
 
 Samples are keyed by arrival time but reported when they finish, so the
 newest bins are incomplete; ``lag_s`` shifts every window back by that much.
+
+A sample may carry a weight (default 1): token means and the local fraction
+are weighted, the request count and rate are not. The planner weights
+closed-loop samples so that the mix is the one agents would offer, not the
+one the current split happens to serve (``EvolvingConfig.offered_mix``).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import numpy as np
 
 from planner.types import RequestSample
 
-# Column layout of one bin's statistics, per class (0 = remote, 1 = local).
-_N, _U, _U2, _C, _C2, _O, _O2 = range(7)
+# Column layout of one bin's statistics, per class (0 = remote, 1 = local):
+# request count, weight sum, weighted sums of tokens and squared tokens.
+_N, _W, _U, _U2, _C, _C2, _O, _O2 = range(8)
+_COLUMNS = 8
 REMOTE, LOCAL = 0, 1
 
 
@@ -86,28 +93,29 @@ class WorkloadEstimate:
         }
 
 
-def _moments(n: float, s: float, s2: float) -> tuple[float, float]:
-    n, s, s2 = float(n), float(s), float(s2)
-    if n <= 0:
+def _moments(row: np.ndarray, col: int) -> tuple[float, float]:
+    """Weighted mean and spread of column ``col`` (its square at ``col + 1``)."""
+    n, w, s, s2 = float(row[_N]), float(row[_W]), float(row[col]), float(row[col + 1])
+    if n <= 0 or w <= 0:
         return 0.0, 0.0
-    mean = s / n
-    var = max(s2 / n - mean * mean, 0.0) * (n / (n - 1) if n > 1 else 1.0)
+    mean = s / w
+    var = max(s2 / w - mean * mean, 0.0) * (n / (n - 1) if n > 1 else 1.0)
     return mean, math.sqrt(var)
 
 
 def estimate_from_stats(stats: np.ndarray, window_s: float) -> WorkloadEstimate:
-    """Build an estimate from summed bin statistics (shape 2 × 7)."""
+    """Build an estimate from summed bin statistics (shape 2 × 8)."""
     total = stats[REMOTE] + stats[LOCAL]
     n = float(total[_N])
-    u, u_sd = _moments(n, total[_U], total[_U2])
-    c, c_sd = _moments(n, total[_C], total[_C2])
-    o, o_sd = _moments(n, total[_O], total[_O2])
+    u, u_sd = _moments(total, _U)
+    c, c_sd = _moments(total, _C)
+    o, o_sd = _moments(total, _O)
     r = stats[REMOTE]
-    ru, ru_sd = _moments(r[_N], r[_U], r[_U2])
-    rc, rc_sd = _moments(r[_N], r[_C], r[_C2])
+    ru, ru_sd = _moments(r, _U)
+    rc, rc_sd = _moments(r, _C)
     loc = stats[LOCAL]
-    lu, _ = _moments(loc[_N], loc[_U], loc[_U2])
-    lc, _ = _moments(loc[_N], loc[_C], loc[_C2])
+    lu, _ = _moments(loc, _U)
+    lc, _ = _moments(loc, _C)
     return WorkloadEstimate(
         window_s=window_s,
         n=int(n),
@@ -118,7 +126,7 @@ def estimate_from_stats(stats: np.ndarray, window_s: float) -> WorkloadEstimate:
         cached_std=c_sd,
         output_mean=o,
         output_std=o_sd,
-        local_fraction=float(loc[_N] / n) if n > 0 else 0.0,
+        local_fraction=float(loc[_W] / total[_W]) if n > 0 and total[_W] > 0 else 0.0,
         n_remote=int(r[_N]),
         remote_uncached_mean=ru,
         remote_uncached_std=ru_sd,
@@ -136,16 +144,20 @@ class WorkloadEstimator:
         self.config = config
         self._slots = int(math.ceil(config.retention_s / config.bin_s)) + 2
         self._ids = np.full(self._slots, -(2**62), dtype=np.int64)
-        self._stats = np.zeros((self._slots, 2, 7))
+        self._stats = np.zeros((self._slots, 2, _COLUMNS))
         self.first_t: float | None = None  # earliest arrival seen
 
-    def observe(self, samples: Iterable[RequestSample]) -> None:
-        """Fold finished requests in; samples older than retention are dropped."""
+    def observe(self, samples: Iterable[RequestSample], weights: Iterable[float] | None = None) -> None:
+        """Fold finished requests in (``weights``: one per sample, > 0, default
+        1); samples older than retention are dropped."""
         rows = [(s.t, s.uncached_prompt_tokens, s.cached_prompt_tokens, s.output_tokens) for s in samples]
         if not rows:
             return
         arr = np.asarray(rows, dtype=float)
         t, u, c, o = arr.T
+        w = np.ones(len(rows)) if weights is None else np.asarray(list(weights), dtype=float)
+        if w.shape != t.shape or not (w > 0).all():
+            raise ValueError("need one weight > 0 per sample")
         bins = np.floor(t / self.config.bin_s).astype(np.int64)
         slots = bins % self._slots
         for b in np.unique(bins):  # claim slots for bins newer than what they hold
@@ -157,8 +169,9 @@ class WorkloadEstimator:
         if not keep.any():
             return
         cls = np.where(u[keep] <= self.config.local_prefill_max_tokens, LOCAL, REMOTE)
-        uk, ck, ok = u[keep], c[keep], o[keep]
-        vals = np.stack([np.ones_like(uk), uk, uk * uk, ck, ck * ck, ok, ok * ok], axis=-1)
+        uk, ck, ok, wk = u[keep], c[keep], o[keep], w[keep]
+        vals = np.stack([np.ones_like(uk), wk, wk * uk, wk * uk * uk, wk * ck, wk * ck * ck, wk * ok, wk * ok * ok],
+                        axis=-1)
         np.add.at(self._stats, (slots[keep], cls), vals)
         t_min = float(t[keep].min())
         self.first_t = t_min if self.first_t is None else min(self.first_t, t_min)

@@ -26,6 +26,7 @@ from gateway.openai_api.schemas import ChatCompletionRequest, CompletionRequest,
 from gateway.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.tenancy import TenantContext, TenantGate, UsageRecord
 from gateway.tokenize import PromptTokenizer, StopStringFilter
+from planner.offered import TurnGaps
 from planner.types import RequestSample
 from workers.protocol import SamplingOptions
 
@@ -135,6 +136,7 @@ class OpenAIService:
         self.default_max_tokens = default_max_tokens
         # Finished requests for the planner's workload estimate (drained by it).
         self.samples: collections.deque[RequestSample] = collections.deque(maxlen=100_000)
+        self.turn_gaps = TurnGaps()  # agents' time between requests (planner.offered)
 
     def check_model(self, model: str) -> None:
         if model != self.model_name:
@@ -232,10 +234,13 @@ class OpenAIService:
         yield done
 
     def _account(self, p: Prepared, done: Finished) -> None:
-        self.samples.append(RequestSample(t=time.time() - done.e2e_s,
-                                          uncached_prompt_tokens=done.prompt_tokens - done.cached_tokens,
+        now = time.time()
+        arrival = now - done.e2e_s
+        gap = None if p.branch.one_shot else self.turn_gaps.finished(p.branch.key, arrival, now,
+                                                                     p.branch.finish_at_end)
+        self.samples.append(RequestSample(t=arrival, uncached_prompt_tokens=done.prompt_tokens - done.cached_tokens,
                                           cached_prompt_tokens=done.cached_tokens,
-                                          output_tokens=done.completion_tokens))
+                                          output_tokens=done.completion_tokens, e2e_s=done.e2e_s, gap_s=gap))
         self.metrics.observe_finished(p.tenant.tenant_id, done)
         self.gate.record_usage(UsageRecord(tenant_id=p.tenant.tenant_id, model=self.model_name,
                                            prompt_tokens=done.prompt_tokens, cached_tokens=done.cached_tokens,

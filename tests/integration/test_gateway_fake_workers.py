@@ -128,6 +128,21 @@ async def test_multi_turn_branch_cached_tokens_grow(tokenizer):
         assert not cache.is_branch_active("default/agent-1")
 
 
+async def test_finished_requests_carry_their_turn_gap_for_the_planner(tokenizer):
+    """The planner's offered-mix weights need each request's response time and
+    the gap since its branch's previous request (planner.offered)."""
+    async with stack(tokenizer, [Phase.PREFILL, Phase.DECODE], planner="none") as s:
+        for _ in range(3):
+            await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4,
+                                                   extra_headers={"X-Branch-ID": "agent-gap"})
+            await asyncio.sleep(0.3)
+        await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4)  # no branch
+        samples = list(s.runtime.service.samples)
+        assert len(samples) == 4 and all(x.e2e_s is not None and x.e2e_s > 0 for x in samples)
+        assert samples[0].gap_s is None and samples[3].gap_s is None  # first turn; one-shot request
+        assert all(0.3 <= x.gap_s < 5.0 for x in samples[1:3])
+
+
 async def test_switch_during_concurrent_streams_loses_nothing(tokenizer):
     async with stack(tokenizer, [Phase.DECODE, Phase.DECODE, Phase.DECODE], delay=0.004) as s:
         prompts = [[{"role": "user", "content": f"Request number {i} about caching."}] for i in range(12)]
