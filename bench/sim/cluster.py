@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 
 from bench.sim.events import EventLoop
-from bench.sim.kvcache import PrefixIndex, make_prefix_index
+from bench.sim.kvcache import PrefixHits, PrefixIndex, make_prefix_index
 from bench.sim.metrics import RunLog
 from bench.sim.node import NodeStatus, SimNode
 from bench.sim.profiles import GpuProfile
@@ -38,9 +38,10 @@ class SimConfig:
     seed: int = 0
     layerwise_kv: bool = False
     switch_mode: Literal["auto", "inplace", "relaunch"] = "auto"  # auto: relaunch iff planner has relaunch_delay_s
-    max_candidates: int = 16  # nodes per phase the router scores (sampled above this)
+    max_candidates: int = 8  # ~nodes per phase the router scores: above 2x this, a random sample of 2x (power of d choices)
     host_blocks_per_node: int = 8_192  # host-store capacity, blocks
-    records_per_node_tick: int = 32  # iteration records per node handed to the planner per tick
+    records_per_node_tick: int = 32  # iteration records per node handed to the planner per tick...
+    records_per_tick: int = 1_024  # ...and in all (the fit needs no more; 3,072 GPUs would hand it 24k)
     directory: Literal["memory", "local"] = "memory"  # memory: kvpool's real in-memory directory
     slo: SLO = SLO()
     router: RouterConfig = RouterConfig()
@@ -50,6 +51,8 @@ class SimConfig:
             raise ValueError("need 0 <= prefill_nodes <= nodes and nodes > 0")
         if self.tick_s <= 0 or self.max_candidates <= 0:
             raise ValueError("tick_s and max_candidates must be > 0")
+        if self.records_per_node_tick < 1 or self.records_per_tick < 1:
+            raise ValueError("records_per_node_tick and records_per_tick must be >= 1")
 
 
 class Cluster:
@@ -107,34 +110,42 @@ class Cluster:
     def _serving_changed(self) -> None:
         self._serving = None
 
-    def _candidates(self, per_node: dict[str, int]) -> list[NodeLoad]:
+    def _candidates(self, hits: PrefixHits | None) -> list[NodeLoad]:
+        """Every serving node, or above 2 x max_candidates a random sample of
+        that many plus the 4 with the longest cached prefix."""
         if self._serving is None:
             self._serving = [n for n in self.nodes.values() if n.accepting]
         serving = self._serving
         if len(serving) > 2 * self.cfg.max_candidates:
             chosen = {n.node_id: n for n in self._pick.sample(serving, 2 * self.cfg.max_candidates)}
-            for nid in sorted(per_node, key=lambda n: -per_node[n])[:4]:
+            for nid in hits.top(4) if hits is not None else ():
                 if self.nodes[nid].accepting:
                     chosen[nid] = self.nodes[nid]
             serving = list(chosen.values())
         return [n.load() for n in serving]
 
-    def _route(self, prompt: int, pool_cached: int, per_node_tokens: dict[str, int], per_node_blocks: dict[str, int]):
-        loads = self._candidates(per_node_blocks)
-        return route(RouteRequest(prompt, per_node_tokens, pool_cached), loads, self.cfg.router)
+    def _route(self, prompt: int, pool_cached: int, hits: PrefixHits | None, cap: int):  # noqa: ANN202
+        """Route over the candidates; also returns their cached tokens {node: tokens} (≤ cap)."""
+        loads = self._candidates(hits)
+        bt = self.wl.block_tokens
+        tokens = {}
+        if hits is not None:
+            for load in loads:
+                b = hits.get(load.node_id)
+                if b:
+                    tokens[load.node_id] = min(cap, b * bt)
+        return route(RouteRequest(prompt, tokens, pool_cached), loads, self.cfg.router), tokens
 
     def _arrive(self, req: Request) -> None:
         now = self.loop.now
         sr = SimRequest(req, now)
-        bt = self.wl.block_tokens
+        hits = None
+        pool = 0
         if req.block_hashes:
-            pool, per_node = self.index.lookup(req.block_hashes)
+            pool, hits = self.index.lookup(req.block_hashes)
             self.index.retain(req.branch_id, req.block_hashes)
-        else:
-            pool, per_node = 0, {}
         cap = max(0, req.prompt_tokens - 1)
-        tokens = {n: min(cap, b * bt) for n, b in per_node.items()}
-        d = self._route(req.prompt_tokens, min(cap, pool * bt), tokens, per_node)
+        d, tokens = self._route(req.prompt_tokens, min(cap, pool * self.wl.block_tokens), hits, cap)
         sr.cached = min(cap, d.cached_tokens)
         self.log.arrived += 1
         self._dispatch(sr, d.prefill_node, d.decode_node, tokens)
@@ -160,8 +171,8 @@ class Cluster:
     def reroute(self, sr: SimRequest) -> None:
         """Send a request taken off a switching node through the router again."""
         if sr.first_token is None and not sr.local_prefill:
-            _, per_node = self.index.lookup(sr.req.block_hashes) if sr.req.block_hashes else (0, {})
-            d = self._route(sr.req.prompt_tokens, sr.cached, {}, per_node)
+            hits = self.index.lookup(sr.req.block_hashes)[1] if sr.req.block_hashes else None
+            d, _ = self._route(sr.req.prompt_tokens, sr.cached, hits, 0)
             self._dispatch(sr, d.prefill_node, d.decode_node, {})
         else:
             self.to_decode(sr, ready_at=self.loop.now)
@@ -170,7 +181,7 @@ class Cluster:
         """Hand a request whose KV exists (prefilled or migrated) to a decode node."""
         node = self.nodes.get(sr.decode_node)
         if node is None or not node.accepting or node.phase is not NodePhase.DECODE:
-            d = self._route(sr.context, sr.context, {}, {})
+            d, _ = self._route(sr.context, sr.context, None, 0)
             node = self.nodes[d.decode_node]
         sr.local_prefill = sr.local_prefill and sr.first_token is None
         sr.ready_at = ready_at
@@ -199,7 +210,9 @@ class Cluster:
         if req.last_in_branch and req.block_hashes:
             self.index.release(req.branch_id)
         self.log.done(sr)
-        self.samples.append(RequestSample(sr.arrival, req.prompt_tokens - sr.cached, sr.cached, req.output_tokens))
+        gap = req.gap_s if req.after and self.wl.closed_loop else None
+        self.samples.append(RequestSample(sr.arrival, req.prompt_tokens - sr.cached, sr.cached, req.output_tokens,
+                                          e2e_s=now - sr.arrival, gap_s=gap))
         for dep in self._deps.pop(req.req_id, ()):
             left = self._pending[dep.req_id] - 1
             self._pending[dep.req_id] = left
@@ -225,7 +238,7 @@ class Cluster:
         per_node: dict[str, list[IterationRecord]] = {}
         for r in recs:
             per_node.setdefault(r.node_id, []).append(r)
-        k = self.cfg.records_per_node_tick
+        k = min(self.cfg.records_per_node_tick, max(1, self.cfg.records_per_tick // max(1, len(per_node))))
         out: list[IterationRecord] = []
         for rs in per_node.values():
             out += rs if len(rs) <= k else [rs[int(i)] for i in np.linspace(0, len(rs) - 1, k)]

@@ -8,13 +8,64 @@ Block ids are the workload's opaque `block_hashes`.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from typing import Protocol
 
 
+class PrefixHits(Protocol):
+    """Each node's longest cached prefix for one prompt, in blocks (0 if none)."""
+
+    def get(self, node_id: str) -> int: ...
+
+    def top(self, k: int) -> list[str]:
+        """Up to ``k`` nodes with the longest prefix (ties by node id)."""
+
+
+class DictHits:
+    """`PrefixHits` over a plain ``{node: blocks}`` map."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self, blocks: dict[str, int]) -> None:
+        self.blocks = blocks
+
+    def get(self, node_id: str) -> int:
+        return self.blocks.get(node_id, 0)
+
+    def top(self, k: int) -> list[str]:
+        return sorted(self.blocks, key=lambda n: (-self.blocks[n], n))[:k]
+
+
+class LayeredHits:
+    """`PrefixHits` of a prefix walk, without a per-node map: ``layers`` is
+    ``[(blocks, nodes), ...]`` deepest first, each node in exactly one layer.
+    A prompt whose system prefix every node holds stays O(layers) to build
+    and to query, where a map would cost O(nodes) Python work per request."""
+
+    __slots__ = ("layers",)
+
+    def __init__(self, layers: list[tuple[int, set[str]]]) -> None:
+        self.layers = layers
+
+    def get(self, node_id: str) -> int:
+        for blocks, nodes in self.layers:
+            if node_id in nodes:
+                return blocks
+        return 0
+
+    def top(self, k: int) -> list[str]:
+        out: list[str] = []
+        for _, nodes in self.layers:
+            if len(out) >= k:
+                break
+            out += heapq.nsmallest(k - len(out), nodes)
+        return out
+
+
 class PrefixIndex(Protocol):
-    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, dict[str, int]]:
-        """(blocks of the longest prefix held anywhere, {node: its longest prefix in blocks})."""
+    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, PrefixHits]:
+        """(blocks of the longest prefix held anywhere, each node's longest prefix)."""
 
     def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
         """`node_id`'s host store now holds these blocks (evicting LRU unreferenced ones)."""
@@ -39,27 +90,27 @@ class LocalPrefixIndex:
         self.hit_blocks = 0
         self.evicted = 0
 
-    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, dict[str, int]]:
+    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, PrefixHits]:
         self.lookups += 1
         pool = 0
-        live: set[str] | None = None  # nodes holding every block so far
-        per_node: dict[str, int] = {}
+        live: set[str] | frozenset[str] = frozenset()  # nodes holding every block so far
+        layers: list[tuple[int, set[str]]] = []  # (prefix blocks, nodes whose prefix ends there)
         holders = self.holders
         for h in hashes:
             hs = holders.get(h)
             if not hs:
                 break
-            if live is None:
-                live = set(hs)
-            elif live and not live <= hs:
-                for n in live - hs:  # their prefix ends before this block
-                    per_node[n] = pool
-                live &= hs
+            if pool == 0:
+                live = hs  # not copied: only read below, and replaced before any change
+            elif not live <= hs:
+                layers.append((pool, live - hs))  # their prefix ends before this block
+                live = live & hs
             pool += 1
-        for n in live or ():
-            per_node[n] = pool
+        if live:
+            layers.append((pool, set(live)))
+        layers.reverse()
         self.hit_blocks += pool
-        return pool, per_node
+        return pool, LayeredHits(layers)
 
     def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
         store = self.stores.setdefault(node_id, OrderedDict())
@@ -132,9 +183,9 @@ class DirectoryPrefixIndex:
         self.slot_of: dict[tuple[str, str], int] = {}
         self.open: set[str] = set()
 
-    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, dict[str, int]]:
+    def lookup(self, hashes: tuple[int, ...]) -> tuple[int, PrefixHits]:
         hit = self.dir.longest_prefix([str(h) for h in hashes])
-        return hit.num_blocks, hit.per_node_blocks
+        return hit.num_blocks, DictHits(dict(hit.per_node_blocks))
 
     def _slot(self, node_id: str) -> int:
         free = self.free_slots.setdefault(node_id, [])

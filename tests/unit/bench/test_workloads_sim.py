@@ -95,3 +95,48 @@ def test_router_view_matches_node_state_and_follows_switches() -> None:
     leaving = cluster.nodes["n0003"]
     leaving.set_status(NodeStatus.DRAINING)  # the cached serving list must drop it at once
     assert "n0003" not in {c.node_id for c in cluster._candidates({})}
+
+
+def test_oracle_with_one_segment_is_the_best_static_split_and_more_segments_do_no_worse() -> None:
+    from bench.scenarios import build
+    from bench.sim.profiles import DEFAULT_PROFILE
+    from bench.simulate import oracle_search, simulate
+
+    sc = build("shift", seed=1, nodes=4, duration_s=600, scale=0.25)
+    report = simulate(sc, ["static-best"], seed=1, profile=str(DEFAULT_PROFILE), jobs=1, extra={"directory": "local"})
+    best = report["results"]["static_best"]
+    one = oracle_search(sc, seed=1, profile=str(DEFAULT_PROFILE), jobs=1, extra={"directory": "local"}, segments=1)
+    assert one["schedule"] == [[0.0, best["split"][0]]]
+    assert one["completed"] == best["completed"] and one["switches"] == 0
+    two = oracle_search(sc, seed=1, profile=str(DEFAULT_PROFILE), jobs=1, extra={"directory": "local"}, segments=2)
+    assert [t for t, _ in two["schedule"]] == [0.0, 300.0]
+    # The second segment may keep the first one's split, so greedy never loses to its own prefix.
+    assert two["completed"] >= one["completed"] or two["schedule"][0][1] != one["schedule"][0][1]
+
+
+def test_local_index_hits_equal_each_nodes_leading_run_of_held_blocks() -> None:
+    import random
+
+    from bench.sim.kvcache import DictHits, LocalPrefixIndex
+
+    rng = random.Random(3)
+    index = LocalPrefixIndex(blocks_per_node=40)  # small: publishes evict
+    nodes = [f"n{i}" for i in range(12)]
+    prompts = [tuple([0, 1, 2] + [rng.randrange(3, 60) for _ in range(rng.randrange(0, 12))]) for _ in range(60)]
+    for p in prompts:
+        index.publish(rng.choice(nodes), p[: rng.randrange(1, len(p) + 1)])
+    for p in prompts:
+        pool, hits = index.lookup(p)
+        expect = {}
+        for n in nodes:
+            store = index.stores.get(n, {})
+            run = 0
+            while run < len(p) and p[run] in store:
+                run += 1
+            expect[n] = run
+        assert {n: hits.get(n) for n in nodes} == expect
+        assert pool >= max(expect.values())
+        best = sorted(nodes, key=lambda n: (-expect[n], n))
+        top = hits.top(3)
+        assert [expect[n] for n in top] == [expect[n] for n in best[: len(top)]]
+        assert top == DictHits({n: b for n, b in expect.items() if b}).top(3)
