@@ -30,7 +30,6 @@ import json
 import random
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -209,34 +208,39 @@ async def _sequential(url: str, items: list[tuple[list[int], int]]) -> list[dict
 
 @contextlib.contextmanager
 def _gateway(worker_urls: list[str], port: int, data_dir: str, model: str):
-    import uvicorn
+    """The gateway in its own process, as deployed: the replaying client must
+    not share an interpreter (and its GIL) with the server it measures."""
+    import os
+    import subprocess
+    import sys
 
-    from gateway.settings import GatewaySettings
-    from gateway.up import compose_app
-
-    settings = GatewaySettings(model_dir=model, model_name=MODEL_NAME, worker_urls=tuple(worker_urls), port=port,
-                               auth="open", planner="none", data_dir=data_dir, block_size=BLOCK_TOKENS,
-                               local_prefill_max_tokens=LOCAL_PREFILL_MAX, heartbeat_interval_s=0.2)
-    app = compose_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
-    app.state.loop = loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve()), daemon=True)
-    thread.start()
+    env = {**os.environ, "EVOLVING_AUTH": "open", "EVOLVING_PLANNER": "none", "EVOLVING_HEARTBEAT_S": "0.2",
+           "EVOLVING_LOCAL_PREFILL_MAX": str(LOCAL_PREFILL_MAX), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "gateway.cli", "gateway", "--model", model, "--model-name", MODEL_NAME,
+           "--port", str(port), "--block-size", str(BLOCK_TOKENS), "--worker-urls", ",".join(worker_urls),
+           "--data-dir", data_dir]
+    with open(Path(data_dir, "gateway.log"), "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            r = httpx.get(url + "/readyz", timeout=2)
-            if r.status_code == 200 and r.json().get("workers") == len(worker_urls):
-                break
-        if time.monotonic() > deadline:
-            raise TimeoutError("gateway not ready")
-        time.sleep(0.2)
     try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {proc.returncode} (log: {data_dir}/gateway.log)")
+            with contextlib.suppress(httpx.HTTPError):
+                r = httpx.get(url + "/readyz", timeout=2)
+                if r.status_code == 200 and r.json().get("workers") == len(worker_urls):
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError("gateway not ready")
+            time.sleep(0.2)
         yield url
     finally:
-        server.should_exit = True
-        thread.join(20)
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _next_index(url: str) -> int:
