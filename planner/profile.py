@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -238,7 +238,7 @@ def fit_mape(
         for record in train:
             model.update(record)
         result[f"mape_{kind}"] = _mape(model, test) if test and train else None
-        hindsight = IterationModel(kind, RLSConfig(**{**config.__dict__, "forgetting": 1.0}))
+        hindsight = IterationModel(kind, replace(config, forgetting=1.0))
         for record in rows:
             hindsight.update(record)
         result[f"floor_{kind}"] = _mape(hindsight, test) if test and train else None

@@ -129,7 +129,7 @@ class Cluster:
         loads = self._candidates(hits)
         bt = self.wl.block_tokens
         tokens = {}
-        if hits is not None:
+        if hits is not None and cap > 0:
             for load in loads:
                 b = hits.get(load.node_id)
                 if b:
