@@ -22,7 +22,7 @@ from bench.sim.kvcache import PrefixHits, PrefixIndex, make_prefix_index
 from bench.sim.metrics import RunLog
 from bench.sim.node import NodeStatus, SimNode
 from bench.sim.profiles import GpuProfile
-from bench.sim.state import SimRequest
+from bench.sim.state import RawRecord, SimRequest
 from bench.sim.switching import Switcher
 from bench.workloads import Request, Workload
 from gateway.routing import NodeLoad, RouteRequest, RouterConfig, route
@@ -38,7 +38,8 @@ class SimConfig:
     seed: int = 0
     layerwise_kv: bool = False
     switch_mode: Literal["auto", "inplace", "relaunch"] = "auto"  # auto: relaunch iff planner has relaunch_delay_s
-    max_candidates: int = 8  # ~nodes per phase the router scores: above 2x this, a random sample of 2x (power of d choices)
+    sample_above: int = 16  # above this many serving nodes the router scores a sample (power of d choices):
+    sample_per_phase: int = 4  # ...this many random nodes of each phase, plus the 4 with the longest cached prefix
     host_blocks_per_node: int = 8_192  # host-store capacity, blocks
     records_per_node_tick: int = 32  # iteration records per node handed to the planner per tick...
     records_per_tick: int = 1_024  # ...and in all (the fit needs no more; 3,072 GPUs would hand it 24k)
@@ -49,8 +50,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.prefill_nodes <= self.nodes or self.nodes <= 0:
             raise ValueError("need 0 <= prefill_nodes <= nodes and nodes > 0")
-        if self.tick_s <= 0 or self.max_candidates <= 0:
-            raise ValueError("tick_s and max_candidates must be > 0")
+        if self.tick_s <= 0 or self.sample_per_phase <= 0:
+            raise ValueError("tick_s and sample_per_phase must be > 0")
         if self.records_per_node_tick < 1 or self.records_per_tick < 1:
             raise ValueError("records_per_node_tick and records_per_tick must be >= 1")
 
@@ -61,7 +62,7 @@ class Cluster:
         self.loop = EventLoop()
         node_cfg = gpu.node if not cfg.layerwise_kv else _with(gpu.node, layerwise_kv=True)
         self.node_cfg = node_cfg
-        self.records: list[IterationRecord] = []
+        self.records: list[RawRecord] = []  # IterationRecord fields, not yet thinned
         self.nodes: dict[str, SimNode] = {}
         for i in range(cfg.nodes):
             nid = f"n{i:04d}"
@@ -71,6 +72,7 @@ class Cluster:
             node.on_change = self._serving_changed
             self.nodes[nid] = node
         self._serving: list[SimNode] | None = None  # accepting nodes; rebuilt after a status/phase change
+        self._by_phase: tuple[list[SimNode], list[SimNode]] = ([], [])  # ...split into prefill, decode
         self._pick = random.Random(cfg.seed)  # candidate sampling: O(k), unlike numpy's choice without replacement
         self.index: PrefixIndex = make_prefix_index(cfg.host_blocks_per_node,
                                                     workload.block_tokens * node_cfg.kv_bytes_per_token,
@@ -111,13 +113,19 @@ class Cluster:
         self._serving = None
 
     def _candidates(self, hits: PrefixHits | None) -> list[NodeLoad]:
-        """Every serving node, or above 2 x max_candidates a random sample of
-        that many plus the 4 with the longest cached prefix."""
+        """Every serving node, or above `sample_above` a random sample of
+        `sample_per_phase` nodes of each phase plus the 4 with the longest
+        cached prefix."""
         if self._serving is None:
             self._serving = [n for n in self.nodes.values() if n.accepting]
+            self._by_phase = ([n for n in self._serving if n.phase is NodePhase.PREFILL],
+                              [n for n in self._serving if n.phase is NodePhase.DECODE])
         serving = self._serving
-        if len(serving) > 2 * self.cfg.max_candidates:
-            chosen = {n.node_id: n for n in self._pick.sample(serving, 2 * self.cfg.max_candidates)}
+        if len(serving) > self.cfg.sample_above:
+            k, rnd = self.cfg.sample_per_phase, self._pick.random
+            # k draws with replacement (duplicates collapse): random.sample's checks cost more than the draws
+            chosen = {n.node_id: n for group in self._by_phase
+                      for n in (group if len(group) <= k else [group[int(rnd() * len(group))] for _ in range(k)])}
             for nid in hits.top(4) if hits is not None else ():
                 if self.nodes[nid].accepting:
                     chosen[nid] = self.nodes[nid]
@@ -234,14 +242,15 @@ class Cluster:
         self._sample_split()
         self.loop.at(now + self.cfg.tick_s, self._tick)
 
-    def _thin(self, recs: list[IterationRecord]) -> list[IterationRecord]:
-        per_node: dict[str, list[IterationRecord]] = {}
+    def _thin(self, recs: list[RawRecord]) -> list[IterationRecord]:
+        per_node: dict[str, list[RawRecord]] = {}
         for r in recs:
-            per_node.setdefault(r.node_id, []).append(r)
+            per_node.setdefault(r[0], []).append(r)
         k = min(self.cfg.records_per_node_tick, max(1, self.cfg.records_per_tick // max(1, len(per_node))))
         out: list[IterationRecord] = []
         for rs in per_node.values():
-            out += rs if len(rs) <= k else [rs[int(i)] for i in np.linspace(0, len(rs) - 1, k)]
+            picked = rs if len(rs) <= k else [rs[int(i)] for i in np.linspace(0, len(rs) - 1, k)]
+            out += [IterationRecord(*r) for r in picked]
         out.sort(key=lambda r: r.t)
         return out
 

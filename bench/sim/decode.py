@@ -23,15 +23,15 @@ from collections import deque
 from collections.abc import Callable
 
 from bench.sim.events import EventLoop
-from bench.sim.state import IterationModel, NodeConfig, SimRequest
-from planner.types import IterationRecord, NodePhase
+from bench.sim.state import IterationModel, NodeConfig, RawRecord, SimRequest
+from planner.types import NodePhase
 
 
 class DecodeEngine:
     def __init__(self, node_id: str, loop: EventLoop, model: IterationModel, cfg: NodeConfig,
                  on_first_token: Callable[[SimRequest, float], None],
                  on_done: Callable[[SimRequest, float], None],
-                 records: list[IterationRecord]) -> None:
+                 records: list[RawRecord]) -> None:
         self.node_id, self.loop, self.model, self.cfg = node_id, loop, model, cfg
         self.on_first_token, self.on_done, self.records = on_first_token, on_done, records
         self.waiting: deque[SimRequest] = deque()  # KV ready, FIFO
@@ -185,8 +185,8 @@ class DecodeEngine:
             for sr in self.batch.values():
                 if sr.extra.pop("first_iter", 0.0):
                     self.on_first_token(sr, t1)
-        self.records.append(IterationRecord(self.node_id, NodePhase.DECODE, now, B, 0, 0, B,
-                                            int(self.ctx_sum + B * (k - 1) / 2), (total_ms - extra) / k))
+        self.records.append((self.node_id, NodePhase.DECODE, now, B, 0, 0, B,
+                             int(self.ctx_sum + B * (k - 1) / 2), (total_ms - extra) / k))
         self.steps += k
         self.ctx_sum += B * k
         self.busy_s += total_ms / 1000.0

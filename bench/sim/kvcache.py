@@ -39,11 +39,15 @@ class DictHits:
 
 class LayeredHits:
     """`PrefixHits` of a prefix walk, without a per-node map: ``layers`` is
-    ``[(blocks, nodes), ...]`` deepest first, each node in exactly one layer.
-    A prompt whose system prefix every node holds stays O(layers) to build
-    and to query, where a map would cost O(nodes) Python work per request."""
+    ``[(blocks, nodes), ...]`` deepest first, each set a subset of the next
+    one (the nodes holding the first ``blocks`` blocks), so a node's prefix
+    is the ``blocks`` of the first set that holds it. A prompt whose system
+    prefix every node holds stays O(layers) to build and to query, where a
+    per-node map would cost O(nodes) Python work per request. The sets may be
+    the index's own: valid until the index next changes."""
 
     __slots__ = ("layers",)
+    TOP_LAYER_MAX = 64  # top() stops at a layer this common: a random sample already holds some
 
     def __init__(self, layers: list[tuple[int, set[str]]]) -> None:
         self.layers = layers
@@ -55,11 +59,13 @@ class LayeredHits:
         return 0
 
     def top(self, k: int) -> list[str]:
+        """Up to ``k`` nodes with the longest prefix (ties by node id), from
+        layers of at most `TOP_LAYER_MAX` nodes."""
         out: list[str] = []
         for _, nodes in self.layers:
-            if len(out) >= k:
+            if len(out) >= k or len(nodes) > self.TOP_LAYER_MAX:
                 break
-            out += heapq.nsmallest(k - len(out), nodes)
+            out += heapq.nsmallest(k - len(out), nodes.difference(out))
         return out
 
 
@@ -89,28 +95,52 @@ class LocalPrefixIndex:
         self.lookups = 0
         self.hit_blocks = 0
         self.evicted = 0
+        # Subset checks between two popular blocks' holder sets (a system
+        # prompt held by every node) are cached until either set changes.
+        self._stamp: dict[int, int] = {}  # block -> clock of its holders' last change
+        self._clock = 0
+        self._subset: dict[tuple[int, int], tuple[int, int, bool]] = {}
 
     def lookup(self, hashes: tuple[int, ...]) -> tuple[int, PrefixHits]:
         self.lookups += 1
         pool = 0
-        live: set[str] | frozenset[str] = frozenset()  # nodes holding every block so far
-        layers: list[tuple[int, set[str]]] = []  # (prefix blocks, nodes whose prefix ends there)
+        live: set[str] = set()  # nodes holding every block so far
+        first = 0  # the block whose holder set `live` is, while no intersection made a new set
+        layers: list[tuple[int, set[str]]] = []  # (prefix blocks, nodes holding that many), shallow first
         holders = self.holders
         for h in hashes:
             hs = holders.get(h)
             if not hs:
                 break
             if pool == 0:
-                live = hs  # not copied: only read below, and replaced before any change
-            elif not live <= hs:
-                layers.append((pool, live - hs))  # their prefix ends before this block
-                live = live & hs
+                live, first = hs, h  # not copied: only read (the hits are valid until the index changes)
+            elif not (live <= hs if first < 0 or len(live) < 32 else self._within(live, first, hs, h)):
+                layers.append((pool, live))
+                live, first = live & hs, -1
             pool += 1
         if live:
-            layers.append((pool, set(live)))
+            layers.append((pool, live))
         layers.reverse()
         self.hit_blocks += pool
         return pool, LayeredHits(layers)
+
+    def _within(self, live: set[str], first: int, hs: set[str], h: int) -> bool:
+        """live <= hs for the big holder sets of blocks (first, h), cached."""
+        if len(live) > len(hs):
+            return False
+        stamps = (self._stamp.get(first, 0), self._stamp.get(h, 0))
+        got = self._subset.get((first, h))
+        if got is not None and got[:2] == stamps:
+            return got[2]
+        ok = live <= hs
+        if len(self._subset) > 100_000:  # entries of evicted blocks are never read again
+            self._subset.clear()
+        self._subset[(first, h)] = (*stamps, ok)
+        return ok
+
+    def _changed(self, h: int) -> None:
+        self._clock += 1
+        self._stamp[h] = self._clock
 
     def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
         store = self.stores.setdefault(node_id, OrderedDict())
@@ -120,6 +150,7 @@ class LocalPrefixIndex:
                 continue
             store[h] = None
             self.holders.setdefault(h, set()).add(node_id)
+            self._changed(h)
         self._evict(node_id, store)
 
     def _evict(self, node_id: str, store: OrderedDict[int, None]) -> None:
@@ -146,16 +177,18 @@ class LocalPrefixIndex:
             del store[h]
             hs = self.holders[h]
             hs.discard(node_id)
+            self._changed(h)
             if not hs:
                 del self.holders[h]
+                self._stamp.pop(h, None)
         self.evicted += len(victims)
 
     def retain(self, branch_id: str, hashes: tuple[int, ...]) -> None:
         held = self.branches.setdefault(branch_id, set())
-        for h in hashes:
-            if h not in held:
-                held.add(h)
-                self.refs[h] = self.refs.get(h, 0) + 1
+        new = set(hashes).difference(held)
+        held |= new
+        for h in new:
+            self.refs[h] = self.refs.get(h, 0) + 1
 
     def release(self, branch_id: str) -> None:
         for h in self.branches.pop(branch_id, ()):

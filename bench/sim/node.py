@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from bench.sim.decode import DecodeEngine
 from bench.sim.events import EventLoop
-from bench.sim.state import IterationModel, NodeConfig, SimRequest
+from bench.sim.state import IterationModel, NodeConfig, RawRecord, SimRequest
 from gateway.routing.scorers import NodeLoad
-from planner.types import IterationRecord, NodePhase
+from planner.types import NodePhase
 
 
 class NodeStatus(str, enum.Enum):
@@ -49,7 +49,7 @@ class _Job:
 
 class PrefillEngine:
     def __init__(self, node_id: str, loop: EventLoop, model: IterationModel, cfg: NodeConfig,
-                 on_done: Callable[[SimRequest, float], None], records: list[IterationRecord]) -> None:
+                 on_done: Callable[[SimRequest, float], None], records: list[RawRecord]) -> None:
         self.node_id, self.loop, self.model, self.cfg = node_id, loop, model, cfg
         self.on_done, self.records = on_done, records
         self.queue: deque[_Job] = deque()
@@ -112,8 +112,8 @@ class PrefillEngine:
         compute = self.model.predict_prefill_ms(u, c) / 1000.0
         self.compute_s += compute
         self.stall_s += stall
-        self.records.append(IterationRecord(self.node_id, NodePhase.PREFILL, now + compute + stall, len(chunk), u, c,
-                                            0, 0, (compute + stall) * 1000.0))
+        self.records.append((self.node_id, NodePhase.PREFILL, now + compute + stall, len(chunk), u, c,
+                             0, 0, (compute + stall) * 1000.0))
         for job, _ in chunk:
             job.started = True
         self.loop.at(now + compute + stall, self._end, chunk)
@@ -145,7 +145,7 @@ class SimNode:
                  on_prefill_done: Callable[[SimRequest, float], None],
                  on_first_token: Callable[[SimRequest, float], None],
                  on_decode_done: Callable[[SimRequest, float], None],
-                 records: list[IterationRecord]) -> None:
+                 records: list[RawRecord]) -> None:
         self.node_id = node_id
         self.phase = phase
         self.status = NodeStatus.SERVING

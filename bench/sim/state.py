@@ -12,6 +12,11 @@ from typing import Protocol
 from bench.workloads import Request
 
 
+# An `IterationRecord`'s fields as a plain tuple: engines log one per
+# iteration (segment), the cluster builds records only for those it hands on.
+RawRecord = tuple
+
+
 class IterationModel(Protocol):
     """What a node needs from a profile: iteration times in ms.
 

@@ -40,18 +40,26 @@ class NoNodeAvailable(Exception):
     """No healthy, non-draining node can take this request."""
 
 
-def _eligible(nodes: list[NodeLoad], phase: str) -> list[NodeLoad]:
-    return [n for n in nodes if n.phase == phase and n.healthy and not n.draining]
+def _eligible(nodes: list[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoad]]:
+    """Healthy, non-draining (prefill, decode) nodes."""
+    by_phase: dict[str, list[NodeLoad]] = {"prefill": [], "decode": []}
+    for n in nodes:
+        if n.healthy and not n.draining and n.phase in by_phase:
+            by_phase[n.phase].append(n)
+    return by_phase["prefill"], by_phase["decode"]
 
 
-def _best(nodes: list[NodeLoad], score) -> NodeLoad:
-    # Ties broken by node id so the choice is deterministic.
-    return max(nodes, key=lambda n: (score(n), n.node_id))
+def _best(nodes: list[NodeLoad], scores: list[float]) -> NodeLoad:
+    # Highest score; ties broken by the larger node id so the choice is deterministic.
+    best, top = nodes[0], scores[0]
+    for n, s in zip(nodes, scores):
+        if s > top or (s == top and n.node_id > best.node_id):
+            best, top = n, s
+    return best
 
 
 def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = RouterConfig()) -> RouteDecision:
-    decoders = _eligible(nodes, "decode")
-    prefillers = _eligible(nodes, "prefill")
+    prefillers, decoders = _eligible(nodes)
     if not decoders:
         # A cluster that is all-prefill for a moment still serves: any healthy
         # node runs the whole request (no separate prefill: that would put
@@ -62,11 +70,9 @@ def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = Route
         raise NoNodeAvailable("no healthy worker")
 
     wl, wq, wk = config.decode_weights
-
-    def decode_score(n: NodeLoad) -> float:
-        return wl * prefix_locality(req, n) + wq * queue_load(n, config.load_scale) + wk * free_kv(n)
-
-    decode = _best(decoders, decode_score)
+    scale = config.load_scale
+    decode = _best(decoders, [wl * prefix_locality(req, n) + wq * queue_load(n, scale) + wk * free_kv(n)
+                              for n in decoders])
     cached = max(req.pool_cached_tokens, req.cached_by_node.get(decode.node_id, 0))
     uncached = max(0, req.prompt_tokens - cached)
     if uncached <= config.local_prefill_max_tokens or not prefillers:
@@ -74,9 +80,5 @@ def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = Route
         return RouteDecision(decode.node_id, None, cached, f"local prefill: {why} ({uncached} tokens)")
 
     pl, pq = config.prefill_weights
-
-    def prefill_score(n: NodeLoad) -> float:
-        return pl * prefix_locality(req, n) + pq * queue_load(n, config.load_scale)
-
-    prefill = _best(prefillers, prefill_score)
+    prefill = _best(prefillers, [pl * prefix_locality(req, n) + pq * queue_load(n, scale) for n in prefillers])
     return RouteDecision(decode.node_id, prefill.node_id, cached, f"disaggregated ({uncached} uncached tokens)")

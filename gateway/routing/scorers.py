@@ -10,10 +10,13 @@ Formulas:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class NodeLoad:
+class NodeLoad(NamedTuple):
+    """One node as the router sees it (a plain record: the simulator builds
+    tens of thousands per simulated second)."""
+
     node_id: str
     phase: str  # "prefill" | "decode"
     queue: int = 0

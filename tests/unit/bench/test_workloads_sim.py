@@ -114,6 +114,18 @@ def test_oracle_with_one_segment_is_the_best_static_split_and_more_segments_do_n
     assert two["completed"] >= one["completed"] or two["schedule"][0][1] != one["schedule"][0][1]
 
 
+def _leading_runs(index, nodes: list[str], prompt: tuple[int, ...]) -> dict[str, int]:  # noqa: ANN001
+    """Brute force: each node's leading run of the prompt's blocks in its store."""
+    out = {}
+    for n in nodes:
+        store = index.stores.get(n, {})
+        run = 0
+        while run < len(prompt) and prompt[run] in store:
+            run += 1
+        out[n] = run
+    return out
+
+
 def test_local_index_hits_equal_each_nodes_leading_run_of_held_blocks() -> None:
     import random
 
@@ -127,16 +139,37 @@ def test_local_index_hits_equal_each_nodes_leading_run_of_held_blocks() -> None:
         index.publish(rng.choice(nodes), p[: rng.randrange(1, len(p) + 1)])
     for p in prompts:
         pool, hits = index.lookup(p)
-        expect = {}
-        for n in nodes:
-            store = index.stores.get(n, {})
-            run = 0
-            while run < len(p) and p[run] in store:
-                run += 1
-            expect[n] = run
+        expect = _leading_runs(index, nodes, p)
         assert {n: hits.get(n) for n in nodes} == expect
         assert pool >= max(expect.values())
         best = sorted(nodes, key=lambda n: (-expect[n], n))
         top = hits.top(3)
         assert [expect[n] for n in top] == [expect[n] for n in best[: len(top)]]
         assert top == DictHits({n: b for n, b in expect.items() if b}).top(3)
+
+
+def test_local_index_shared_prefix_on_many_nodes_stays_exact_as_holders_change() -> None:
+    """A system prefix on ~100 nodes (the cached subset checks between popular
+    blocks) while nodes gain and lose blocks; top() skips layers above 64 nodes."""
+    import random
+
+    from bench.sim.kvcache import LayeredHits, LocalPrefixIndex
+
+    rng = random.Random(5)
+    index = LocalPrefixIndex(blocks_per_node=12)
+    nodes = [f"n{i:03d}" for i in range(100)]
+    system = (1, 2, 3, 4)
+    for step in range(400):
+        node = rng.choice(nodes)
+        index.publish(node, system + tuple(rng.randrange(10, 40) for _ in range(rng.randrange(0, 10))))
+        if step % 20:
+            continue
+        for p in [system + (rng.randrange(10, 40),), system[:2] + (99,), (2, 3)]:
+            pool, hits = index.lookup(p)
+            expect = _leading_runs(index, nodes, p)
+            assert {n: hits.get(n) for n in nodes} == expect
+            top = hits.top(4)
+            deep = sorted((n for n in nodes if expect[n]), key=lambda n: (-expect[n], n))
+            assert top == deep[: len(top)]
+            layer = sum(1 for n in nodes if deep and expect[n] == expect[deep[0]])
+            assert top or not deep or layer > LayeredHits.TOP_LAYER_MAX
