@@ -39,6 +39,17 @@ def parse_cpu_list(spec: str) -> set[int]:
     return cpus
 
 
+def engine_cpus(threads_bind: str | None) -> set[int] | None:
+    """The cores a bind spec names; None for none, vLLM's `auto`/`nobind`, or
+    a spec only vLLM understands (it validates its own)."""
+    if not threads_bind or threads_bind.strip() in ("auto", "nobind"):
+        return None
+    try:
+        return parse_cpu_list(threads_bind)
+    except ValueError:
+        return None
+
+
 def http_side_cpus(spec: str | None, threads_bind: str | None, available: set[int]) -> set[int] | None:
     """The cores the worker's own threads should use, or None to leave them.
 
@@ -53,12 +64,9 @@ def http_side_cpus(spec: str | None, threads_bind: str | None, available: set[in
         return None
     if spec != "auto":
         return (parse_cpu_list(spec) & available) or None
-    if not threads_bind or threads_bind.strip() in ("auto", "nobind"):
+    engine = engine_cpus(threads_bind)
+    if not engine:
         return None
-    try:
-        engine = parse_cpu_list(threads_bind)
-    except ValueError:
-        return None  # vLLM validates its own bind spec; ours is only a refinement
     return (available - engine) or None
 
 

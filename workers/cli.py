@@ -26,6 +26,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--http-cpus", default=None,
                    help="move this process's own threads (HTTP, output handling) to these CPUs once the engine "
                         "is up: 'auto' = every CPU outside --threads-bind, or a list like 2-3 (default: leave them)")
+    p.add_argument("--executor", choices=["uni", "mp"], default="uni",
+                   help="uni: the engine-core process runs the model (default); mp: vLLM-CPU's separate model "
+                        "process, whose reader busy-polls a core between steps")
     p.add_argument("--run-dir", default="data/run")
     p.add_argument("--cluster-token", default=None,
                    help="require this bearer token on /internal (default: env EVOLVING_CLUSTER_TOKEN)")
@@ -39,7 +42,7 @@ def run(argv: list[str] | None = None) -> int:
             model=args.model, node_id=args.node_id or f"w{args.port}", block_size=args.block_size,
             max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, kvcache_gib=args.kvcache_gib,
             kv_store_gib=args.kv_store_gib, kv_pool=not args.no_kv_pool, threads_bind=args.threads_bind,
-            http_cpus=args.http_cpus, run_dir=args.run_dir,
+            http_cpus=args.http_cpus, executor=args.executor, run_dir=args.run_dir,
         )
     except ValueError as exc:
         raise SystemExit(f"evolving-infra worker: {exc}") from None

@@ -41,6 +41,11 @@ class EngineConfig:
     threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "1"
     http_cpus: str | None = None  # this process's own threads: None, "auto" or a CPU list (workers/affinity.py)
     enforce_eager: bool = True  # faster start on CPU; compile cache helps later
+    # "uni": the engine-core process runs the model itself. "mp": vLLM-CPU's
+    # default, a separate model process whose shared-memory reader busy-polls
+    # a core between steps (measured: 60-80 % of a core each on a 2-core host,
+    # starving the HTTP side and the gateway; docs/operations.md).
+    executor: str = "uni"
     run_dir: str = "data/run"
 
     def __post_init__(self) -> None:
@@ -50,6 +55,8 @@ class EngineConfig:
             raise ValueError("max_model_len must be >= block_size")
         if self.kvcache_gib < 1:
             raise ValueError("kvcache_gib must be >= 1 (vLLM-CPU takes whole GiB)")
+        if self.executor not in ("uni", "mp"):
+            raise ValueError("executor must be 'uni' or 'mp'")
         if self.http_cpus not in (None, "none", "auto"):
             affinity.parse_cpu_list(self.http_cpus)  # raises ValueError with the reason
 
@@ -88,6 +95,9 @@ class WorkerEngine:
     async def start(self) -> None:
         cfg = self.config
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kvcache_gib)
+        # The engine core is its own process either way (AsyncLLM); this only
+        # stops vLLM-CPU from forcing the multiprocess executor.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.executor == "uni" else "1"
         if cfg.threads_bind:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.threads_bind
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -121,15 +131,28 @@ class WorkerEngine:
             enable_prefix_caching=True,
             enable_chunked_prefill=True,
             enforce_eager=cfg.enforce_eager,
+            distributed_executor_backend=cfg.executor,
             enable_logging_iteration_details=True,
             disable_log_stats=False,
             kv_transfer_config=kv_transfer_config,
         )
         factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens,
                                            records=self.kv_events is None)
-        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+        # "uni" has no vLLM thread binding (that lives in the multiprocess
+        # executor): bind this thread while it spawns the engine-core process,
+        # which inherits the mask, then give this process's threads (some
+        # started meanwhile) their own mask back.
+        bind = affinity.engine_cpus(cfg.threads_bind) if cfg.executor == "uni" else None
+        own = os.sched_getaffinity(0)
+        if bind:
+            os.sched_setaffinity(0, bind)
+        try:
+            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+        finally:
+            if bind:
+                os.sched_setaffinity(0, own)
         # The engine process is bound now; move this process's threads if asked.
-        cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, os.sched_getaffinity(0))
+        cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, own) or (own if bind else None)
         if cpus:
             affinity.pin_own_threads(cpus)
         self.vocab_size = self._llm.model_config.get_vocab_size()

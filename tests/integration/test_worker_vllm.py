@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import subprocess
 import sys
 
@@ -36,6 +37,23 @@ def test_both_phases_generate(vllm_cluster):
     assert len(full["token_ids"]) == 12
     # Greedy: the prefill node's one token is the decode node's first.
     assert full["token_ids"][0] == first["token_ids"][0]
+
+
+def test_engine_process_runs_on_its_bound_core_and_the_worker_does_not(vllm_cluster):
+    """`--executor uni` (default): no separate model process (whose reader
+    busy-polls a core); the engine-core process inherits the worker's
+    `--threads-bind` cores, the worker's own threads keep their mask."""
+    import psutil
+
+    for name, core in (("wA", {0}), ("wB", {1})):
+        worker = psutil.Process(vllm_cluster.workers[name].proc.pid)
+        children = worker.children(recursive=True)
+        engines = [c for c in children if "EngineCore" in c.name() or "EngineCore" in " ".join(c.cmdline())]
+        assert len(engines) == 1, [c.name() for c in children]
+        assert not [c for c in children if "Worker" in c.name()], "a separate model process was started"
+        for t in engines[0].threads():
+            assert os.sched_getaffinity(t.id) == core
+        assert {frozenset(os.sched_getaffinity(t.id)) for t in worker.threads()} == {frozenset(os.sched_getaffinity(0))}
 
 
 def test_switch_keeps_process_and_serves_new_phase(vllm_cluster):
