@@ -94,7 +94,7 @@ class PoolConnector(KVConnectorBase_V1):
     def bind_connector_metadata(self, connector_metadata) -> None:
         super().bind_connector_metadata(connector_metadata)
         # Bound right before the forward pass: the step's clock starts here.
-        self._worker.begin_step(connector_metadata.plan.shape)
+        self._worker.begin_step(connector_metadata.plan)
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         self._worker.start_step(self._get_connector_metadata().plan)
@@ -106,8 +106,8 @@ class PoolConnector(KVConnectorBase_V1):
         pass  # saves happen whole-block when a request finishes
 
     def wait_for_save(self) -> None:
-        # Saves are copied synchronously in start_step; here the forward pass
-        # has ended, so this is where the step's time is taken.
+        # Saves were copied synchronously (before or after the forward pass,
+        # WorkerSide); here the forward pass has ended: the step's time is taken.
         self._worker.end_step()
 
     def get_finished(self, finished_req_ids: set[str]):

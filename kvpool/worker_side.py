@@ -4,8 +4,8 @@ Runs in vLLM's model-runner process. Owns the host store buffer (one
 `HostBlockStore` region: data slots + hash tags) registered with NIXL, and
 does exactly what the scheduler half's `StepPlan` says:
 
-- saves: device blocks -> host slots, synchronously at the start of the
-  next step (a memcpy; the blocks are held for us until we report them);
+- saves: device blocks -> host slots, synchronously in the next step (a
+  memcpy; the blocks are held for us until we report them);
 - async loads: on a background thread, pull remote slots over NIXL into
   staging slots, verify their tags, copy host -> device, report the request
   in `finished_recving`;
@@ -13,6 +13,13 @@ does exactly what the scheduler half's `StepPlan` says:
   pass reaches it.
 
 A failed load reports its device blocks as invalid; vLLM recomputes them.
+
+When: vLLM starts async loads after launching the forward pass, which on a
+GPU overlaps them with it. On the CPU backend the forward pass is
+synchronous, so "after the launch" means after the whole step: a finished
+prefill's save, and with it the prefill's answer, would wait for the next
+step's compute (a full prefill chunk on a busy prefill node), and a load
+would start a step late. There the saves and loads run before the forward.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ class WorkerSide:
         self.events_socket: str | None = extra.get("events_socket")
         self._step: tuple[float, dict] | None = None
         self._forward_end: float | None = None
+        self.before_forward = False  # set in register(): transfers before the forward pass (CPU)
+        self._transferred = False  # this step's plan already ran in begin_step
 
     # -- set-up --------------------------------------------------------------
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
@@ -69,6 +78,7 @@ class WorkerSide:
                 offset += view.shape[1]
         if offset != self.block_bytes:
             raise RuntimeError(f"KV layout is {offset} B per block, scheduler expects {self.block_bytes} B")
+        self.before_forward = all(t.device.type == "cpu" for t in kv_caches.values())
         self.store = HostBlockStore(StoreConfig(block_bytes=self.block_bytes, capacity_blocks=self.capacity))
         info = {"node_id": self.node_id, "agent_name": "", "metadata_b64": "", "region_base": 0,
                 "block_bytes": self.block_bytes, "capacity_blocks": self.capacity}
@@ -89,14 +99,25 @@ class WorkerSide:
             self.transport.close()
 
     # -- per step ------------------------------------------------------------
-    def begin_step(self, shape: dict | None) -> None:
-        self._step = (time.perf_counter(), shape) if shape else None
+    def begin_step(self, plan: StepPlan) -> None:
+        """Right before the forward pass: the step's clock starts here."""
+        self._step = (time.perf_counter(), plan.shape) if plan.shape else None
+        self._transferred = self.before_forward
+        if self.before_forward:
+            self._transfer(plan)
 
     def start_step(self, plan: StepPlan) -> None:
         # Without layerwise loads vLLM calls this after the forward pass: the
         # forward's end, before this step's block copies.
         if self._step is not None and not any(load.layerwise for load in plan.loads):
             self._forward_end = time.perf_counter()
+        if not self._transferred:
+            self._transfer(plan)
+        self._transferred = False
+
+    def _transfer(self, plan: StepPlan) -> None:
+        """The plan's saves (synchronous) and loads (async on the load thread,
+        or pulled now when layerwise)."""
         self._peers.update(plan.peers)
         for save in plan.saves:
             self._copy_to_host(list(save.device_blocks), list(save.slots), list(save.hashes))
