@@ -20,8 +20,8 @@ from typing import AsyncIterator
 
 from workers import affinity
 from workers.events import KVEventChannel
-from workers.iterations import IterationLog, make_stat_logger_factory
-from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, Phase, Role
+from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
+from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, Phase, RequestTimingWire, Role
 
 
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
@@ -83,6 +83,7 @@ class WorkerEngine:
     def __init__(self, config: EngineConfig, phase_of) -> None:
         self.config = config
         self.iterations = IterationLog()
+        self.request_timings = IndexedLog(RequestTimingWire)
         self.inflight: dict[str, Inflight] = {}
         self._phase_of = phase_of
         self._llm = None
@@ -241,6 +242,8 @@ class WorkerEngine:
             loop = asyncio.get_running_loop()
             async for out in stream:
                 comp = out.outputs[0]
+                if not state.generated and comp.token_ids:
+                    self._record_first_token(req, out)
                 state.generated += len(comp.token_ids)
                 chunk = GenerateChunk(
                     request_id=req.request_id,
@@ -283,6 +286,12 @@ class WorkerEngine:
             if not finished and self._llm is not None:
                 # The client went away (or we failed): free the engine's slot.
                 await self._llm.abort(req.request_id)
+
+    def _record_first_token(self, req: GenerateRequest, out) -> None:  # noqa: ANN001
+        ttft = getattr(out.metrics, "first_token_latency", None)  # None when vLLM keeps no request stats
+        if ttft is not None:
+            self.request_timings.append(request_id=req.request_id, role=req.role, t=time.time(),
+                                        engine_ttft_s=float(ttft))
 
     async def _finish_chunk(self, chunk: GenerateChunk, state: Inflight, req: GenerateRequest) -> None:
         saved = None

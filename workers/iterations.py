@@ -16,32 +16,41 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from workers.protocol import IterationRecordWire, Phase
 
 
-class IterationLog:
-    """Bounded, thread-safe ring of iteration records with a running index."""
+class IndexedLog:
+    """Bounded, thread-safe ring of wire records (`make(index=..., **fields)`)
+    with a running index, read incrementally with `since`."""
 
-    def __init__(self, capacity: int = 20_000) -> None:
-        self._records: collections.deque[IterationRecordWire] = collections.deque(maxlen=capacity)
+    def __init__(self, make: Callable[..., Any], capacity: int = 20_000) -> None:
+        self._make = make
+        self._records: collections.deque = collections.deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._next = 0
-        # Latest scheduler view: (running, waiting, device KV usage 0..1).
-        self.scheduler = (0, 0, 0.0)
 
-    def append(self, **fields) -> IterationRecordWire:
+    def append(self, **fields) -> Any:
         with self._lock:
-            rec = IterationRecordWire(index=self._next, **fields)
+            rec = self._make(index=self._next, **fields)
             self._next += 1
             self._records.append(rec)
             return rec
 
-    def since(self, index: int, limit: int = 5_000) -> list[IterationRecordWire]:
+    def since(self, index: int, limit: int = 5_000) -> list:
         with self._lock:
             out = [r for r in self._records if r.index >= index]
         return out[:limit]
+
+
+class IterationLog(IndexedLog):
+    """The engine's iteration records, and its latest scheduler view."""
+
+    def __init__(self, capacity: int = 20_000) -> None:
+        super().__init__(IterationRecordWire, capacity)
+        # Latest scheduler view: (running, waiting, device KV usage 0..1).
+        self.scheduler = (0, 0, 0.0)
 
     def tokens_per_s(self, window_s: float = 10.0, now: float | None = None) -> float:
         now = time.time() if now is None else now

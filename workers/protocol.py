@@ -198,6 +198,18 @@ class IterationRecordWire(_Model):
     elapsed_ms: float
 
 
+class RequestTimingWire(_Model):
+    """When the engine produced a request's first token (vLLM's own request
+    stats): what of a client's TTFT is the engine's, the rest being the
+    gateway and HTTP path (the fidelity benchmark measures that part)."""
+
+    index: int
+    request_id: str
+    role: Role
+    t: float  # unix seconds when the worker saw the first token
+    engine_ttft_s: float  # from the engine receiving the request to its first token
+
+
 class HostStoreStats(_Model):
     capacity_blocks: int = 0
     used_blocks: int = 0

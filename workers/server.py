@@ -24,7 +24,7 @@ from workers.engine import EngineConfig, EngineError, WorkerEngine
 from workers.protocol import (
     AbortRequest, AbortResponse, ErrorBody, ErrorResponse, GenerateChunk, GenerateRequest, HostStoreStats,
     KVAgentInfo, MigrateRequest, MigrateResponse, Phase, PhaseChangeRequest, PhaseChangeResult, PhaseStatus,
-    Role, WorkerStats,
+    RequestTimingWire, Role, WorkerStats,
 )
 
 
@@ -149,6 +149,11 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
             iterations=eng.iterations.since(max(0, since)),
             saved_blocks=[loc(h, s) for h, s in saved], dropped_blocks=[loc(h, s) for h, s in dropped],
         )
+
+    @app.get("/internal/requests", response_model=list[RequestTimingWire])
+    async def request_timings(since: int = 0):
+        """Engine-side first-token latency of recent requests (index >= since)."""
+        return eng.request_timings.since(max(0, since))
 
     @app.get("/internal/kv/agent", response_model=KVAgentInfo)
     async def kv_agent():

@@ -131,3 +131,18 @@ def test_stats_carry_iteration_records(vllm_cluster):
     assert any(r["uncached_prompt_tokens"] > 0 for r in recs)
     assert any(r["generated_tokens"] > 0 and r["context_tokens"] > 0 for r in recs)
     assert all(r["elapsed_ms"] > 0 for r in recs)
+
+
+def test_requests_carry_the_engines_first_token_latency(vllm_cluster):
+    import time
+
+    t0 = time.monotonic()
+    _decode(vllm_cluster, "wB", "ttft-probe", max_tokens=4)
+    wall = time.monotonic() - t0
+    got = httpx.get(vllm_cluster.url("wB") + "/internal/requests", timeout=10).json()
+    mine = [t for t in got if t["request_id"] == "ttft-probe"]
+    assert len(mine) == 1 and mine[0]["role"] == "decode"
+    assert 0 < mine[0]["engine_ttft_s"] < wall
+    later = httpx.get(vllm_cluster.url("wB") + "/internal/requests", params={"since": mine[0]["index"] + 1},
+                      timeout=10).json()
+    assert all(t["index"] > mine[0]["index"] for t in later)
