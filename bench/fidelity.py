@@ -14,16 +14,19 @@ Definitions, identical on both sides (from per-request rows):
   - arrival); e2e: last token - send time.
 - throughput: completed requests / (last finish - first send).
 
-Two overheads the simulator does not model are measured on the live run,
+Three overheads the simulator does not model are measured on the live run,
 not tuned to the result: `step_overhead_ms`, the mean gap between
 back-to-back iterations of one worker minus vLLM's `elapsed_ms` (scheduler
-and output processing), added to both intercepts; and `request_overhead_s`,
+and output processing), added to both intercepts; `request_overhead_s`,
 the mean of each request's client TTFT minus its first segment's engine TTFT
 (vLLM's own first-token latency, from the worker's `/internal/requests`):
-the gateway, the workers' HTTP sides and the client, added to every arrival.
-On this 2-core host that path shares the cores with both engines, so it is
-measured under the slice's load; `request_overhead_isolated_s` is the same
-on the calibration requests sent one at a time before the slice.
+the gateway, the workers' HTTP sides and the client, added to every arrival;
+and `handoff_s`, the mean time from the prefill worker's first token to the
+decode worker's engine receiving the decode segment, added to every
+prefill -> decode handoff. On this 2-core host these paths share the cores
+with both engines, so they are measured under the slice's load;
+`request_overhead_isolated_s` is the first on the calibration requests sent
+one at a time before the slice.
 """
 
 from __future__ import annotations
@@ -155,10 +158,12 @@ def simulate(reqs: list[Request], gpu: GpuProfile, *, overhead_s: float = 0.0) -
     return [(arr - overhead_s, ft, fin) for arr, ft, fin, *_ in log.rows]
 
 
-def fitted_gpu(records: list[IterationRecord], overhead_ms: float, kv_capacity_tokens: int) -> GpuProfile:
+def fitted_gpu(records: list[IterationRecord], overhead_ms: float, kv_capacity_tokens: int,
+               handoff_s: float = 0.0) -> GpuProfile:
     profile = Profile.from_records(records)
     node = NodeConfig(chunk_tokens=CHUNK_TOKENS, max_batch=MAX_BATCH, kv_capacity_tokens=kv_capacity_tokens,
-                      kv_bytes_per_token=KV_BYTES_PER_TOKEN, pool_gbps=1.0, d2h_gbps=2.0, switch_overhead_s=0.0)
+                      kv_bytes_per_token=KV_BYTES_PER_TOKEN, pool_gbps=1.0, d2h_gbps=2.0, switch_overhead_s=0.0,
+                      handoff_s=handoff_s)
     return GpuProfile.from_planner_profile(profile, name="demo-model-cpu-fitted", node=node,
                                            step_overhead_ms=overhead_ms)
 
@@ -274,24 +279,37 @@ def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> 
             cal = asyncio.run(_sequential(url, cal_items))
             t_start, res = asyncio.run(_replay(url, reqs, prompts))
             records: list[IterationRecord] = []
-            engine_ttft: dict[str, float] = {}
+            timings: dict[str, dict] = {}
             for w in (p, d):
                 wire = httpx.get(w.url + "/internal/stats", params={"since": since[w.node_id]}, timeout=30).json()
                 records += to_planner_records(w.node_id, wire["iterations"])
                 for t in httpx.get(w.url + "/internal/requests", timeout=30).json():
-                    engine_ttft[t["request_id"]] = t["engine_ttft_s"]
+                    timings[t["request_id"]] = t
     finally:
         p.stop(), d.stop()
     return {"t_start": t_start, "results": res, "calibration": cal, "calibration_items": cal_items,
-            "records": sorted(records, key=lambda r: r.t), "engine_ttft": engine_ttft, "log_dir": tmp}
+            "records": sorted(records, key=lambda r: r.t), "timings": timings, "log_dir": tmp}
 
 
-def path_overhead_s(results: list[dict], engine_ttft: dict[str, float]) -> float | None:
+def path_overhead_s(results: list[dict], timings: dict[str, dict]) -> float | None:
     """Mean of (client TTFT - the first segment's engine TTFT): the gateway,
     HTTP and client part of a request's first token, which the simulator
     does not model. The gateway names a request's segments `<id>.1`, `<id>.2`..."""
-    gaps = [(x["ttft"] - x["t0"]) - engine_ttft[f"{x['id']}.1"] for x in results if f"{x['id']}.1" in engine_ttft]
+    gaps = [(x["ttft"] - x["t0"]) - timings[f"{x['id']}.1"]["engine_ttft_s"]
+            for x in results if f"{x['id']}.1" in timings]
     return float(np.mean(gaps)) if gaps else None
+
+
+def handoff_s(results: list[dict], timings: dict[str, dict]) -> float | None:
+    """Mean time from the prefill worker seeing a request's first token to the
+    decode worker's engine receiving its decode segment (both on this host's
+    clock): the prefill answer, the gateway and the decode call."""
+    hops = []
+    for x in results:
+        pre, dec = timings.get(f"{x['id']}.1"), timings.get(f"{x['id']}.2")
+        if pre and dec and pre["role"] == "prefill" and dec["role"] == "decode":
+            hops.append((dec["t"] - dec["engine_ttft_s"]) - pre["t"])
+    return float(np.mean(hops)) if hops else None
 
 
 def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -> dict[str, Any]:
@@ -303,11 +321,12 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
     sim_reqs = [replace(r, arrival_s=x["t0"] - t_start, output_tokens=max(1, x["out"])) for r, x in zip(reqs, res)]
     records = live["records"]
     ovh_ms = step_overhead_ms(records)
-    gpu = fitted_gpu(records, ovh_ms, kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN)
-    req_ovh = path_overhead_s(res, live["engine_ttft"])
+    req_ovh = path_overhead_s(res, live["timings"])
     if req_ovh is None:
         raise RuntimeError("the workers reported no engine first-token times (vLLM request stats off?)")
-    isolated_ovh = path_overhead_s(live["calibration"], live["engine_ttft"])
+    isolated_ovh = path_overhead_s(live["calibration"], live["timings"])
+    hop = handoff_s(res, live["timings"]) or 0.0
+    gpu = fitted_gpu(records, ovh_ms, kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN, handoff_s=hop)
     live_sum = summarize(live_rows)
     sim_rows = simulate(sim_reqs, gpu, overhead_s=req_ovh)
     sim_sum = summarize(sim_rows)
@@ -331,6 +350,7 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
             "calibration": {"records": len(records), "step_overhead_ms": round(ovh_ms, 3),
                             "request_overhead_s": round(req_ovh, 4),
                             "request_overhead_isolated_s": round(isolated_ovh, 4) if isolated_ovh is not None else None,
+                            "handoff_s": round(hop, 4),
                             "detail": str(Path(live["log_dir"], "fidelity-detail.json")),
                             "prefill_ms": [round(x, 6) for x in m.prefill], "decode_ms": [round(x, 6) for x in m.decode]},
             "slice": {"sessions": cfg.sessions, "turns": cfg.turns, "seed": cfg.seed,

@@ -204,7 +204,8 @@ class Cluster:
         if sr.req.output_tokens <= 1:
             self._decode_done(sr, now)
             return
-        self.to_decode(sr, now + self.node_cfg.pool_s(max(0, sr.req.prompt_tokens - sr.decode_cached)))
+        ncfg = self.node_cfg
+        self.to_decode(sr, now + ncfg.handoff_s + ncfg.pool_s(max(0, sr.req.prompt_tokens - sr.decode_cached)))
 
     def _first_token(self, sr: SimRequest, t: float) -> None:
         if sr.first_token is None:
