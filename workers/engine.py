@@ -145,6 +145,9 @@ class WorkerEngine:
         # started meanwhile) their own mask back.
         bind = affinity.engine_cpus(cfg.threads_bind) if cfg.executor == "uni" else None
         own = os.sched_getaffinity(0)
+        if bind and not bind <= own:
+            raise EngineError(f"--threads-bind {cfg.threads_bind} names CPUs outside this process's "
+                              f"{sorted(own)}", status=500)
         if bind:
             os.sched_setaffinity(0, bind)
         try:
