@@ -14,19 +14,22 @@ Definitions, identical on both sides (from per-request rows):
   - arrival); e2e: last token - send time.
 - throughput: completed requests / (last finish - first send).
 
-Three overheads the simulator does not model are measured on the live run,
+Four overheads the simulator does not model are measured on the live run,
 not tuned to the result: `step_overhead_ms`, the mean gap between
 back-to-back iterations of one worker minus vLLM's `elapsed_ms` (scheduler
 and output processing), added to both intercepts; `request_overhead_s`,
 the mean of each request's client TTFT minus its first segment's engine TTFT
-(vLLM's own first-token latency, from the worker's `/internal/requests`):
-the gateway, the workers' HTTP sides and the client, added to every arrival;
-and `handoff_s`, the mean time from the prefill worker's first token to the
-decode worker's engine receiving the decode segment, added to every
-prefill -> decode handoff. On this 2-core host these paths share the cores
-with both engines, so they are measured under the slice's load;
-`request_overhead_isolated_s` is the first on the calibration requests sent
-one at a time before the slice.
+(vLLM's own first-token latency, from the worker's `/internal/requests`)
+over requests prefilled on their decode node (a streamed first token): the
+gateway, the workers' HTTP sides and the client, added to every arrival;
+`prefill_answer_s`, how much more the same costs for requests prefilled on
+the prefill node (a non-streaming answer after the KV save is confirmed),
+added to their first token; and `handoff_s`, the mean time from the prefill
+worker's first token to the decode worker's engine receiving the decode
+segment, added to every prefill -> decode handoff. On this 2-core host these
+paths share the cores with both engines, so they are measured under the
+slice's load; `request_overhead_isolated_s` is the mean (client - engine)
+TTFT of the calibration requests sent one at a time before the slice.
 """
 
 from __future__ import annotations
@@ -159,11 +162,11 @@ def simulate(reqs: list[Request], gpu: GpuProfile, *, overhead_s: float = 0.0) -
 
 
 def fitted_gpu(records: list[IterationRecord], overhead_ms: float, kv_capacity_tokens: int,
-               handoff_s: float = 0.0) -> GpuProfile:
+               handoff_s: float = 0.0, prefill_answer_s: float = 0.0) -> GpuProfile:
     profile = Profile.from_records(records)
     node = NodeConfig(chunk_tokens=CHUNK_TOKENS, max_batch=MAX_BATCH, kv_capacity_tokens=kv_capacity_tokens,
                       kv_bytes_per_token=KV_BYTES_PER_TOKEN, pool_gbps=1.0, d2h_gbps=2.0, switch_overhead_s=0.0,
-                      handoff_s=handoff_s)
+                      handoff_s=handoff_s, prefill_answer_s=prefill_answer_s)
     return GpuProfile.from_planner_profile(profile, name="demo-model-cpu-fitted", node=node,
                                            step_overhead_ms=overhead_ms)
 
@@ -291,12 +294,13 @@ def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> 
             "records": sorted(records, key=lambda r: r.t), "timings": timings, "log_dir": tmp}
 
 
-def path_overhead_s(results: list[dict], timings: dict[str, dict]) -> float | None:
+def path_overhead_s(results: list[dict], timings: dict[str, dict], role: str | None = None) -> float | None:
     """Mean of (client TTFT - the first segment's engine TTFT): the gateway,
     HTTP and client part of a request's first token, which the simulator
-    does not model. The gateway names a request's segments `<id>.1`, `<id>.2`..."""
-    gaps = [(x["ttft"] - x["t0"]) - timings[f"{x['id']}.1"]["engine_ttft_s"]
-            for x in results if f"{x['id']}.1" in timings]
+    does not model; only requests whose first segment had `role`, if given.
+    The gateway names a request's segments `<id>.1`, `<id>.2`..."""
+    firsts = [(x, timings[f"{x['id']}.1"]) for x in results if f"{x['id']}.1" in timings]
+    gaps = [(x["ttft"] - x["t0"]) - t["engine_ttft_s"] for x, t in firsts if role is None or t["role"] == role]
     return float(np.mean(gaps)) if gaps else None
 
 
@@ -321,12 +325,16 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
     sim_reqs = [replace(r, arrival_s=x["t0"] - t_start, output_tokens=max(1, x["out"])) for r, x in zip(reqs, res)]
     records = live["records"]
     ovh_ms = step_overhead_ms(records)
-    req_ovh = path_overhead_s(res, live["timings"])
+    # Streamed first tokens (prefilled on the decode node) set the path every
+    # request takes; a prefill node's non-streaming answer costs more.
+    req_ovh = path_overhead_s(res, live["timings"], "decode")
     if req_ovh is None:
         raise RuntimeError("the workers reported no engine first-token times (vLLM request stats off?)")
+    answer = max(0.0, (path_overhead_s(res, live["timings"], "prefill") or req_ovh) - req_ovh)
     isolated_ovh = path_overhead_s(live["calibration"], live["timings"])
     hop = handoff_s(res, live["timings"]) or 0.0
-    gpu = fitted_gpu(records, ovh_ms, kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN, handoff_s=hop)
+    gpu = fitted_gpu(records, ovh_ms, kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN, handoff_s=hop,
+                     prefill_answer_s=answer)
     live_sum = summarize(live_rows)
     sim_rows = simulate(sim_reqs, gpu, overhead_s=req_ovh)
     sim_sum = summarize(sim_rows)
@@ -350,7 +358,7 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
             "calibration": {"records": len(records), "step_overhead_ms": round(ovh_ms, 3),
                             "request_overhead_s": round(req_ovh, 4),
                             "request_overhead_isolated_s": round(isolated_ovh, 4) if isolated_ovh is not None else None,
-                            "handoff_s": round(hop, 4),
+                            "handoff_s": round(hop, 4), "prefill_answer_s": round(answer, 4),
                             "detail": str(Path(live["log_dir"], "fidelity-detail.json")),
                             "prefill_ms": [round(x, 6) for x in m.prefill], "decode_ms": [round(x, 6) for x in m.decode]},
             "slice": {"sessions": cfg.sessions, "turns": cfg.turns, "seed": cfg.seed,

@@ -197,12 +197,12 @@ class Cluster:
 
     # -- node callbacks --------------------------------------------------------
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
-        sr.first_token = now
+        sr.first_token = now + self.node_cfg.prefill_answer_s
         if sr.req.block_hashes and sr.prefill_node:
             self.index.publish(sr.prefill_node, sr.req.block_hashes)
         sr.generated = 1
         if sr.req.output_tokens <= 1:
-            self._decode_done(sr, now)
+            self._decode_done(sr, sr.first_token)
             return
         ncfg = self.node_cfg
         self.to_decode(sr, now + ncfg.handoff_s + ncfg.pool_s(max(0, sr.req.prompt_tokens - sr.decode_cached)))
@@ -212,6 +212,7 @@ class Cluster:
             sr.first_token = t
 
     def _decode_done(self, sr: SimRequest, now: float) -> None:
+        now = max(now, sr.first_token or now)  # a prefill's late answer is still the first token the client sees
         sr.finish = now
         req = sr.req
         if req.block_hashes and sr.decode_node:

@@ -41,14 +41,15 @@ class NodeConfig:
     layerwise_kv: bool = False  # True: KV loads during the prefill iteration (stall)
     switch_overhead_s: float = 1.0  # in-place role flip (engine reconfigure)
     handoff_s: float = 0.0  # prefill done -> decode node has the request (gateway round trip), beside the KV pull
+    prefill_answer_s: float = 0.0  # prefill done -> its token reaches the client, beyond a streamed token's path
 
     def __post_init__(self) -> None:
         if self.chunk_tokens <= 0 or self.max_batch <= 0 or self.kv_capacity_tokens <= 0:
             raise ValueError("chunk_tokens, max_batch and kv_capacity_tokens must be > 0")
         if self.pool_gbps <= 0 or self.d2h_gbps <= 0:
             raise ValueError("bandwidths must be > 0")
-        if self.handoff_s < 0:
-            raise ValueError("handoff_s must be >= 0")
+        if self.handoff_s < 0 or self.prefill_answer_s < 0:
+            raise ValueError("handoff_s and prefill_answer_s must be >= 0")
 
     def pool_s(self, tokens: int) -> float:
         return tokens * self.kv_bytes_per_token / (self.pool_gbps * 1e9)

@@ -107,19 +107,20 @@ def test_prefill_layerwise_adds_transfer_to_iteration() -> None:
     assert fin[0] == pytest.approx(0.100) and eng.stall_s == pytest.approx(0.04)
 
 
-@pytest.mark.parametrize("handoff", [0.0, 0.05])
-def test_cluster_disaggregated_request_exact_with_handoff(handoff: float) -> None:
+@pytest.mark.parametrize("handoff,answer", [(0.0, 0.0), (0.05, 0.0), (0.05, 0.02)])
+def test_cluster_disaggregated_request_exact_with_handoff(handoff: float, answer: float) -> None:
     """1P1D, one request of 300 uncached tokens (above the 256 local-prefill
-    threshold): prefill 310 ms on the prefill node (first token), then the
-    handoff, then 2 decode iterations of 6 ms on the decode node."""
+    threshold): prefill 310 ms on the prefill node (its answer reaches the
+    client `answer` later: the first token), then the handoff, then 2 decode
+    iterations of 6 ms on the decode node."""
     from bench.sim.cluster import Cluster, SimConfig
     from bench.sim.profiles import GpuProfile
     from bench.workloads import Workload
 
-    node = NodeConfig(kv_bytes_per_token=1, pool_gbps=1e6, handoff_s=handoff)  # KV moves in ~0 time
+    node = NodeConfig(kv_bytes_per_token=1, pool_gbps=1e6, handoff_s=handoff, prefill_answer_s=answer)  # KV moves in ~0 time
     gpu = GpuProfile("test", 1, MODEL, node, relaunch_s=0.0, source={})
     wl = Workload("one", (Request(0, "s", "b", 0.0, 300, 3),), 10.0, closed_loop=False)
     log = Cluster(wl, gpu, None, SimConfig(nodes=2, prefill_nodes=1)).run()
     (arrival, first, finish, *_), = log.rows
-    assert first == pytest.approx(0.310)
+    assert first == pytest.approx(0.310 + answer)
     assert finish == pytest.approx(0.310 + handoff + 0.012, abs=1e-6)
