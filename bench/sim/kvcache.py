@@ -105,7 +105,7 @@ class LocalPrefixIndex:
         self.lookups += 1
         pool = 0
         live: set[str] = set()  # nodes holding every block so far
-        first = 0  # the block whose holder set `live` is, while no intersection made a new set
+        first: int | None = None  # the block whose holder set `live` is, until an intersection makes a new set
         layers: list[tuple[int, set[str]]] = []  # (prefix blocks, nodes holding that many), shallow first
         holders = self.holders
         for h in hashes:
@@ -114,9 +114,9 @@ class LocalPrefixIndex:
                 break
             if pool == 0:
                 live, first = hs, h  # not copied: only read (the hits are valid until the index changes)
-            elif not (live <= hs if first < 0 or len(live) < 32 else self._within(live, first, hs, h)):
+            elif not (live <= hs if first is None or len(live) < 32 else self._within(live, first, hs, h)):
                 layers.append((pool, live))
-                live, first = live & hs, -1
+                live, first = live & hs, None
             pool += 1
         if live:
             layers.append((pool, live))
