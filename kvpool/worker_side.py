@@ -67,7 +67,6 @@ class WorkerSide:
         self._step: tuple[float, dict] | None = None
         self._forward_end: float | None = None
         self.before_forward = False  # set in register(): transfers before the forward pass (CPU)
-        self._transferred = False  # this step's plan already ran in begin_step
 
     # -- set-up --------------------------------------------------------------
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
@@ -102,7 +101,6 @@ class WorkerSide:
     def begin_step(self, plan: StepPlan) -> None:
         """Right before the forward pass: the step's clock starts here."""
         self._step = (time.perf_counter(), plan.shape) if plan.shape else None
-        self._transferred = self.before_forward
         if self.before_forward:
             self._transfer(plan)
 
@@ -111,9 +109,8 @@ class WorkerSide:
         # forward's end, before this step's block copies.
         if self._step is not None and not any(load.layerwise for load in plan.loads):
             self._forward_end = time.perf_counter()
-        if not self._transferred:
+        if not self.before_forward:
             self._transfer(plan)
-        self._transferred = False
 
     def _transfer(self, plan: StepPlan) -> None:
         """The plan's saves (synchronous) and loads (async on the load thread,

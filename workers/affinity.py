@@ -15,7 +15,9 @@ this worker's output handling (the fidelity slice's live TTFT went from
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 
 def parse_cpu_list(spec: str) -> set[int]:
@@ -81,3 +83,21 @@ def pin_own_threads(cpus: set[int]) -> int:
         except OSError:  # a thread that ended meanwhile
             continue
     return moved
+
+
+@contextlib.contextmanager
+def spawning_on(cpus: set[int] | None) -> Iterator[None]:
+    """Processes (and threads) this thread starts inside the block inherit
+    `cpus` as their mask; afterwards every thread of this process gets the
+    mask it had before back (threads started meanwhile included). None: no-op."""
+    if not cpus:
+        yield
+        return
+    own = os.sched_getaffinity(0)
+    if not cpus <= own:
+        raise ValueError(f"CPUs {sorted(cpus - own)} are outside this process's {sorted(own)}")
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        pin_own_threads(own)

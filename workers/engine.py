@@ -140,23 +140,12 @@ class WorkerEngine:
         factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens,
                                            records=self.kv_events is None)
         # "uni" has no vLLM thread binding (that lives in the multiprocess
-        # executor): bind this thread while it spawns the engine-core process,
-        # which inherits the mask, then give this process's threads (some
-        # started meanwhile) their own mask back.
+        # executor): the engine-core process inherits the bind when spawned.
         bind = affinity.engine_cpus(cfg.threads_bind) if cfg.executor == "uni" else None
-        own = os.sched_getaffinity(0)
-        if bind and not bind <= own:
-            raise EngineError(f"--threads-bind {cfg.threads_bind} names CPUs outside this process's "
-                              f"{sorted(own)}", status=500)
-        if bind:
-            os.sched_setaffinity(0, bind)
-        try:
+        with affinity.spawning_on(bind):  # ValueError if the bind names CPUs this process may not use
             self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
-        finally:
-            if bind:
-                os.sched_setaffinity(0, own)
         # The engine process is bound now; move this process's threads if asked.
-        cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, own) or (own if bind else None)
+        cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, os.sched_getaffinity(0))
         if cpus:
             affinity.pin_own_threads(cpus)
         self.vocab_size = self._llm.model_config.get_vocab_size()

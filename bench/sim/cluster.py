@@ -202,7 +202,7 @@ class Cluster:
             self.index.publish(sr.prefill_node, sr.req.block_hashes)
         sr.generated = 1
         if sr.req.output_tokens <= 1:
-            self._decode_done(sr, sr.first_token)
+            self._decode_done(sr, now)
             return
         ncfg = self.node_cfg
         self.to_decode(sr, now + ncfg.handoff_s + ncfg.pool_s(max(0, sr.req.prompt_tokens - sr.decode_cached)))

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from workers.affinity import http_side_cpus, parse_cpu_list, pin_own_threads
+from workers.affinity import http_side_cpus, parse_cpu_list, pin_own_threads, spawning_on
 
 
 def test_parse_cpu_list_forms():
@@ -43,4 +43,22 @@ def test_pin_own_threads_moves_this_process_and_back():
         assert os.sched_getaffinity(0) == one
     finally:
         pin_own_threads(before)
+    assert os.sched_getaffinity(0) == before
+
+
+def test_spawning_on_gives_children_the_mask_and_this_process_its_own_back():
+    import subprocess
+    import sys
+
+    before = os.sched_getaffinity(0)
+    one = {max(before)}
+    with spawning_on(one):
+        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == str(sorted(one))
+    assert os.sched_getaffinity(0) == before
+    with spawning_on(None):
+        assert os.sched_getaffinity(0) == before
+    with pytest.raises(ValueError), spawning_on({max(before) + 1}):
+        pass
     assert os.sched_getaffinity(0) == before
