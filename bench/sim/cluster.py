@@ -11,7 +11,10 @@ the relaunch delay). Deterministic for a seed.
 
 from __future__ import annotations
 
+import gc
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -102,7 +105,8 @@ class Cluster:
         if self.planner is not None:
             self.loop.at(self.cfg.tick_s, self._tick)
         self._sample_split()
-        self.loop.run(self._horizon)
+        with _rare_gc_passes():
+            self.loop.run(self._horizon)
         for n in self.nodes.values():
             n.close_phase_clock(self._horizon)
         self.log.finish(self, self._horizon)
@@ -271,6 +275,21 @@ class Cluster:
 
     def _sample_split(self) -> None:
         self.log.split.append((self.loop.now, *self.split()))
+
+
+@contextmanager
+def _rare_gc_passes() -> Iterator[None]:
+    """A run allocates millions of short-lived objects (events, segments,
+    records) beside millions of live ones (the workload, finished rows).
+    CPython's default thresholds (700, 10, 10) scan the young generation every
+    700 allocations and the live ones often: ~30 % of a 3,072-GPU run. Cycles
+    are still collected, only less often."""
+    old = gc.get_threshold()
+    gc.set_threshold(50_000, 50, 1_000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def _with(cfg, **kw):  # noqa: ANN001, ANN202

@@ -9,7 +9,9 @@ Block ids are the workload's opaque `block_hashes`.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import deque
+from itertools import compress, islice
+from operator import is_not
 from typing import Protocol
 
 
@@ -44,12 +46,12 @@ class LayeredHits:
     is the ``blocks`` of the first set that holds it. A prompt whose system
     prefix every node holds stays O(layers) to build and to query, where a
     per-node map would cost O(nodes) Python work per request. The sets may be
-    the index's own: valid until the index next changes."""
+    the index's own (frozen: they stay valid as the index changes)."""
 
     __slots__ = ("layers",)
     TOP_LAYER_MAX = 64  # top() stops at a layer this common: a random sample already holds some
 
-    def __init__(self, layers: list[tuple[int, set[str]]]) -> None:
+    def __init__(self, layers: list[tuple[int, frozenset[str]]]) -> None:
         self.layers = layers
 
     def get(self, node_id: str) -> int:
@@ -84,76 +86,78 @@ class PrefixIndex(Protocol):
 
 
 class LocalPrefixIndex:
+    """The simulator's own index, built so that a turn costs C-level work per
+    block of its prompt and Python work only per block it adds or evicts
+    (agents' contexts grow to hundreds of blocks, a turn adds a few).
+
+    - ``holders[h]``: frozenset of the nodes holding block h. Sets are
+      shared and never mutated; adding (removing) node n to (from) set S
+      gives the same object every time (transition caches), so blocks that
+      were published together share one object and a prefix walk compares
+      sets only where that object changes.
+    - ``stores[n]``: node n's host store as a plain dict in LRU order
+      (oldest first); a publish deletes the blocks it refreshes and
+      re-inserts the prompt at the most-recent end, in bulk.
+    """
+
+    _CACHE_MAX = 200_000  # transition-cache entries (they pin old sets) kept before a clear
+
     def __init__(self, blocks_per_node: int) -> None:
         if blocks_per_node <= 0:
             raise ValueError("blocks_per_node must be > 0")
         self.blocks_per_node = blocks_per_node
-        self.holders: dict[int, set[str]] = {}
-        self.stores: dict[str, OrderedDict[int, None]] = {}
+        self.holders: dict[int, frozenset[str]] = {}
+        self.stores: dict[str, dict[int, None]] = {}
         self.refs: dict[int, int] = {}
         self.branches: dict[str, set[int]] = {}
         self.lookups = 0
         self.hit_blocks = 0
         self.evicted = 0
-        # Subset checks between two popular blocks' holder sets (a system
-        # prompt held by every node) are cached until either set changes.
-        self._stamp: dict[int, int] = {}  # block -> clock of its holders' last change
-        self._clock = 0
-        self._subset: dict[tuple[int, int], tuple[int, int, bool]] = {}
+        self._plus: dict[tuple[frozenset[str] | None, str], frozenset[str]] = {}
+        self._minus: dict[tuple[frozenset[str], str], frozenset[str]] = {}
 
     def lookup(self, hashes: tuple[int, ...]) -> tuple[int, PrefixHits]:
         self.lookups += 1
-        pool = 0
-        live: set[str] = set()  # nodes holding every block so far
-        first: int | None = None  # the block whose holder set `live` is, until an intersection makes a new set
-        layers: list[tuple[int, set[str]]] = []  # (prefix blocks, nodes holding that many), shallow first
-        holders = self.holders
-        for h in hashes:
-            hs = holders.get(h)
-            if not hs:
-                break
-            if pool == 0:
-                live, first = hs, h  # not copied: only read (the hits are valid until the index changes)
-            elif not (live <= hs if first is None or len(live) < 32 else self._within(live, first, hs, h)):
+        sets = list(map(self.holders.get, hashes))
+        try:
+            pool = sets.index(None)
+        except ValueError:
+            pool = len(sets)
+        layers: list[tuple[int, frozenset[str]]] = []  # (prefix blocks, nodes holding that many), shallow first
+        if pool:
+            live = sets[0]  # nodes holding every block so far
+            # `live` can only shrink where the holder object changes.
+            for i in compress(range(1, pool), map(is_not, islice(sets, 1, pool), sets)):
+                s = sets[i]
+                if not live <= s:
+                    layers.append((i, live))
+                    live = live & s
+            if live:
                 layers.append((pool, live))
-                live, first = live & hs, None
-            pool += 1
-        if live:
-            layers.append((pool, live))
-        layers.reverse()
+            layers.reverse()
         self.hit_blocks += pool
         return pool, LayeredHits(layers)
 
-    def _within(self, live: set[str], first: int, hs: set[str], h: int) -> bool:
-        """live <= hs for the big holder sets of blocks (first, h), cached."""
-        if len(live) > len(hs):
-            return False
-        stamps = (self._stamp.get(first, 0), self._stamp.get(h, 0))
-        got = self._subset.get((first, h))
-        if got is not None and got[:2] == stamps:
-            return got[2]
-        ok = live <= hs
-        if len(self._subset) > 100_000:  # entries of evicted blocks are never read again
-            self._subset.clear()
-        self._subset[(first, h)] = (*stamps, ok)
-        return ok
-
-    def _changed(self, h: int) -> None:
-        self._clock += 1
-        self._stamp[h] = self._clock
-
     def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
-        store = self.stores.setdefault(node_id, OrderedDict())
-        for h in hashes:
-            if h in store:
-                store.move_to_end(h)
-                continue
-            store[h] = None
-            self.holders.setdefault(h, set()).add(node_id)
-            self._changed(h)
+        store = self.stores.get(node_id)
+        if store is None:
+            store = self.stores[node_id] = {}
+        held = store.keys() & hashes
+        deque(map(store.__delitem__, held), maxlen=0)
+        store.update(dict.fromkeys(hashes))  # the prompt, in order, at the most-recent end
+        if len(held) < len(hashes):
+            holders, plus = self.holders, self._plus
+            for h in set(hashes).difference(held):
+                old = holders.get(h)
+                new = plus.get((old, node_id))
+                if new is None:
+                    new = plus[(old, node_id)] = (old or frozenset()) | {node_id}
+                holders[h] = new
+            if len(plus) > self._CACHE_MAX:
+                plus.clear()
         self._evict(node_id, store)
 
-    def _evict(self, node_id: str, store: OrderedDict[int, None]) -> None:
+    def _evict(self, node_id: str, store: dict[int, None]) -> None:
         over = len(store) - self.blocks_per_node
         if over <= 0:
             return
@@ -163,40 +167,48 @@ class LocalPrefixIndex:
         # still make room, as kvpool's choose_victims does.
         victims: list[int] = []
         referenced: list[int] = []
+        refs = self.refs
         for i, h in enumerate(store):
             if i >= 4 * over:
                 break
-            if self.refs.get(h, 0) == 0:
+            if h not in refs:
                 victims.append(h)
                 if len(victims) >= over:
                     break
             elif len(referenced) < over:
                 referenced.append(h)
         victims += referenced[: over - len(victims)]
+        holders, minus = self.holders, self._minus
         for h in victims:
             del store[h]
-            hs = self.holders[h]
-            hs.discard(node_id)
-            self._changed(h)
-            if not hs:
-                del self.holders[h]
-                self._stamp.pop(h, None)
+            old = holders[h]
+            new = minus.get((old, node_id))
+            if new is None:
+                new = minus[(old, node_id)] = old - {node_id}
+            if new:
+                holders[h] = new
+            else:
+                del holders[h]
+        if len(minus) > self._CACHE_MAX:
+            minus.clear()
         self.evicted += len(victims)
 
     def retain(self, branch_id: str, hashes: tuple[int, ...]) -> None:
         held = self.branches.setdefault(branch_id, set())
         new = set(hashes).difference(held)
         held |= new
+        refs = self.refs
         for h in new:
-            self.refs[h] = self.refs.get(h, 0) + 1
+            refs[h] = refs.get(h, 0) + 1
 
     def release(self, branch_id: str) -> None:
+        refs = self.refs
         for h in self.branches.pop(branch_id, ()):
-            n = self.refs.get(h, 0) - 1
+            n = refs.get(h, 0) - 1
             if n <= 0:
-                self.refs.pop(h, None)
+                refs.pop(h, None)
             else:
-                self.refs[h] = n
+                refs[h] = n
 
 
 class DirectoryPrefixIndex:

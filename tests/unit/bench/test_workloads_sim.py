@@ -173,3 +173,21 @@ def test_local_index_shared_prefix_on_many_nodes_stays_exact_as_holders_change()
             assert top == deep[: len(top)]
             layer = sum(1 for n in nodes if deep and expect[n] == expect[deep[0]])
             assert top or not deep or layer > LayeredHits.TOP_LAYER_MAX
+
+
+def test_local_index_evicts_unreferenced_least_recently_published_blocks_first() -> None:
+    from bench.sim.kvcache import LocalPrefixIndex
+
+    index = LocalPrefixIndex(blocks_per_node=10)  # over capacity: evict down to 9 (10 % hysteresis)
+    index.retain("b", (1, 2))
+    index.publish("n", (1, 2, 3, 4, 5))
+    index.publish("n", (6, 7, 8))
+    index.publish("n", (3,))  # refreshed: 4 and 5 are now the oldest unreferenced
+    index.publish("n", (9, 10, 11))
+    assert list(index.stores["n"]) == [1, 2, 6, 7, 8, 3, 9, 10, 11]
+    assert index.lookup((4,))[0] == 0 and index.lookup((1, 2, 3))[1].get("n") == 3
+    index.release("b")
+    index.publish("m", (1, 2))
+    index.publish("n", (12, 13))  # 1 and 2 are unreferenced now and the oldest
+    assert list(index.stores["n"]) == [6, 7, 8, 3, 9, 10, 11, 12, 13]
+    assert index.holders[1] == {"m"} and index.holders[3] == {"n"}
