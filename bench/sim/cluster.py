@@ -95,17 +95,22 @@ class Cluster:
 
     # -- run -------------------------------------------------------------------
     def run(self) -> RunLog:
-        for r in self.wl.requests:
-            if r.after and self.wl.closed_loop:
-                self._pending[r.req_id] = len(r.after)
-                for a in r.after:
-                    self._deps.setdefault(a, []).append(r)
-            else:
-                self.loop.at(r.arrival_s, self._arrive, r)
-        if self.planner is not None:
-            self.loop.at(self.cfg.tick_s, self._tick)
-        self._sample_split()
         with _rare_gc_passes():
+            closed = self.wl.closed_loop
+            deps, at = self._deps, self.loop.at
+            for r in self.wl.requests:
+                if r.after and closed:
+                    self._pending[r.req_id] = len(r.after)
+                    for a in r.after:
+                        if a in deps:
+                            deps[a].append(r)
+                        else:
+                            deps[a] = [r]
+                else:
+                    at(r.arrival_s, self._arrive, r)
+            if self.planner is not None:
+                self.loop.at(self.cfg.tick_s, self._tick)
+            self._sample_split()
             self.loop.run(self._horizon)
         for n in self.nodes.values():
             n.close_phase_clock(self._horizon)

@@ -9,10 +9,11 @@ Block ids are the workload's opaque `block_hashes`.
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from itertools import compress, islice
 from operator import is_not
 from typing import Protocol
+
+from bench.sim.lru import ChainLRU
 
 
 class PrefixHits(Protocol):
@@ -95,9 +96,8 @@ class LocalPrefixIndex:
       gives the same object every time (transition caches), so blocks that
       were published together share one object and a prefix walk compares
       sets only where that object changes.
-    - ``stores[n]``: node n's host store as a plain dict in LRU order
-      (oldest first); a publish deletes the blocks it refreshes and
-      re-inserts the prompt at the most-recent end, in bulk.
+    - ``stores[n]``: node n's host store, a `ChainLRU` (a publish costs
+      work per run of the prompt, not per block).
     """
 
     _CACHE_MAX = 200_000  # transition-cache entries (they pin old sets) kept before a clear
@@ -107,7 +107,7 @@ class LocalPrefixIndex:
             raise ValueError("blocks_per_node must be > 0")
         self.blocks_per_node = blocks_per_node
         self.holders: dict[int, frozenset[str]] = {}
-        self.stores: dict[str, dict[int, None]] = {}
+        self.stores: dict[str, ChainLRU] = {}
         self.refs: dict[int, int] = {}
         self.branches: dict[str, set[int]] = {}
         self.lookups = 0
@@ -141,52 +141,55 @@ class LocalPrefixIndex:
     def publish(self, node_id: str, hashes: tuple[int, ...]) -> None:
         store = self.stores.get(node_id)
         if store is None:
-            store = self.stores[node_id] = {}
-        held = store.keys() & hashes
-        deque(map(store.__delitem__, held), maxlen=0)
-        store.update(dict.fromkeys(hashes))  # the prompt, in order, at the most-recent end
-        if len(held) < len(hashes):
-            holders, plus = self.holders, self._plus
-            for h in set(hashes).difference(held):
+            store = self.stores[node_id] = ChainLRU()
+        new = store.touch(hashes)
+        if new:
+            holders = self.holders
+            plus = self._plus
+            for h in new:
                 old = holders.get(h)
-                new = plus.get((old, node_id))
-                if new is None:
-                    new = plus[(old, node_id)] = (old or frozenset()) | {node_id}
-                holders[h] = new
+                s = plus.get((old, node_id))
+                if s is None:
+                    s = plus[(old, node_id)] = (old or frozenset()) | {node_id}
+                holders[h] = s
             if len(plus) > self._CACHE_MAX:
                 plus.clear()
         self._evict(node_id, store)
 
-    def _evict(self, node_id: str, store: dict[int, None]) -> None:
+    def _evict(self, node_id: str, store: ChainLRU) -> None:
         over = len(store) - self.blocks_per_node
         if over <= 0:
             return
         over += self.blocks_per_node // 10  # hysteresis: one scan per ~10 % of capacity
         # Unreferenced LRU first (scanning a bounded LRU window), then
         # referenced LRU: a store smaller than the active working set must
-        # still make room, as kvpool's choose_victims does.
-        victims: list[int] = []
-        referenced: list[int] = []
+        # still make room, as kvpool's choose_victims does. (dicts as
+        # ordered sets: a prompt may name a block twice.)
+        victims: dict[int, None] = {}
+        referenced: dict[int, None] = {}
         refs = self.refs
         for i, h in enumerate(store):
             if i >= 4 * over:
                 break
             if h not in refs:
-                victims.append(h)
+                victims[h] = None
                 if len(victims) >= over:
                     break
             elif len(referenced) < over:
-                referenced.append(h)
-        victims += referenced[: over - len(victims)]
+                referenced[h] = None
+        for h in referenced:
+            if len(victims) >= over:
+                break
+            victims[h] = None
+        store.remove(victims)
         holders, minus = self.holders, self._minus
         for h in victims:
-            del store[h]
             old = holders[h]
-            new = minus.get((old, node_id))
-            if new is None:
-                new = minus[(old, node_id)] = old - {node_id}
-            if new:
-                holders[h] = new
+            s = minus.get((old, node_id))
+            if s is None:
+                s = minus[(old, node_id)] = old - {node_id}
+            if s:
+                holders[h] = s
             else:
                 del holders[h]
         if len(minus) > self._CACHE_MAX:

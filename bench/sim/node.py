@@ -151,6 +151,7 @@ class SimNode:
         self.status = NodeStatus.SERVING
         self.draining_to: NodePhase | None = None
         self.cfg = cfg
+        self._kv_capacity = cfg.kv_capacity_tokens
         self.prefill = PrefillEngine(node_id, loop, model, cfg, on_prefill_done, records)
         self.decode = DecodeEngine(node_id, loop, model, cfg, on_first_token, on_decode_done, records)
         self.phase_since = 0.0
@@ -183,10 +184,13 @@ class SimNode:
         """What the router and the planner see of this node: queue and running
         of its current phase, decode KV use. The one place these are defined."""
         dec = self.decode
+        kv = dec.kv_used / self._kv_capacity  # dec.kv_usage, inline: the router reads ~12 loads per request
+        if kv > 1.0:
+            kv = 1.0
         if self.phase is NodePhase.PREFILL:
             pre = self.prefill
-            return NodeLoad(self.node_id, "prefill", pre.waiting, 1 if pre.running else 0, dec.kv_usage)
-        return NodeLoad(self.node_id, "decode", dec.queued, len(dec.batch), dec.kv_usage)
+            return NodeLoad(self.node_id, "prefill", pre.waiting, 1 if pre.running else 0, kv)
+        return NodeLoad(self.node_id, "decode", len(dec.waiting) + len(dec.transit), len(dec.batch), kv)
 
     @property
     def queue(self) -> int:
