@@ -19,6 +19,7 @@ fork. Ids are opaque ints (like Mooncake's `hash_ids`).
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -99,8 +100,9 @@ def _u(rng: np.random.Generator, lo_hi: tuple[float, float], integer: bool = Tru
 
 
 def _extend(blocks: list[int], tokens: int, block_tokens: int, ids: _Ids) -> list[int]:
-    need = tokens // block_tokens
-    return blocks + [next(ids.block) for _ in range(max(0, need - len(blocks)))]
+    """Fresh block ids up to `tokens` (in place: each branch owns its list)."""
+    blocks.extend(itertools.islice(ids.block, max(0, tokens // block_tokens - len(blocks))))
+    return blocks
 
 
 def _branch(
@@ -192,7 +194,7 @@ def agents(
             reqs += _branch(rng, pick(t), ids, session=f"a{n}", start_s=t, after=(), gap_s=0.0,
                             block_tokens=block_tokens)
             n += 1
-    reqs.sort(key=lambda r: (r.arrival_s, r.req_id))
+    reqs.sort(key=operator.attrgetter("arrival_s", "req_id"))
     return Workload(name, tuple(reqs), duration_s, block_tokens, closed_loop=True)
 
 

@@ -110,6 +110,7 @@ class LocalPrefixIndex:
         self.stores: dict[str, ChainLRU] = {}
         self.refs: dict[int, int] = {}
         self.branches: dict[str, set[int]] = {}
+        self._retained: dict[str, tuple[int, ...]] = {}  # each branch's last retained prompt
         self.lookups = 0
         self.hit_blocks = 0
         self.evicted = 0
@@ -197,15 +198,24 @@ class LocalPrefixIndex:
         self.evicted += len(victims)
 
     def retain(self, branch_id: str, hashes: tuple[int, ...]) -> None:
-        held = self.branches.setdefault(branch_id, set())
-        new = set(hashes).difference(held)
-        held |= new
+        held = self.branches.get(branch_id)
+        if held is None:
+            held = self.branches[branch_id] = set()
+        prev = self._retained.get(branch_id, ())
+        if prev and len(prev) <= len(hashes) and hashes[len(prev) - 1] == prev[-1]:
+            # The next turn of a growing context: only its new blocks (ids name their prefix).
+            new = [h for h in hashes[len(prev):] if h not in held]
+        else:
+            new = set(hashes).difference(held)
+        held.update(new)
+        self._retained[branch_id] = hashes
         refs = self.refs
         for h in new:
             refs[h] = refs.get(h, 0) + 1
 
     def release(self, branch_id: str) -> None:
         refs = self.refs
+        self._retained.pop(branch_id, None)
         for h in self.branches.pop(branch_id, ()):
             n = refs.get(h, 0) - 1
             if n <= 0:

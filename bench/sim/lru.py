@@ -34,7 +34,6 @@ class _Run:
 class ChainLRU:
     def __init__(self) -> None:
         self.run_of: dict[int, _Run] = {}
-        self.pos: dict[int, int] = {}  # block -> its position in every prompt that holds it
         self._head = _Run((), 0, 0)  # sentinel: head.next is the LRU run, head.prev the MRU one
         self._head.prev = self._head.next = self._head
 
@@ -54,7 +53,7 @@ class ChainLRU:
     def touch(self, prompt: tuple[int, ...]) -> list[int]:
         """Make the prompt's blocks the most recently used (in prompt
         order, the last one most); returns those that were not held."""
-        run_of, pos, n, i = self.run_of, self.pos, len(prompt), 0
+        run_of, n, i = self.run_of, len(prompt), 0
         covered: list[_Run] = []
         added: list[int] = []
         while i < n:
@@ -69,9 +68,8 @@ class ChainLRU:
                 else:
                     r = _Run(prompt, i, j)
                     covered.append(r)
-                for k in range(i, j):
-                    h = prompt[k]
-                    run_of[h], pos[h] = r, k
+                for h in prompt[i:j]:
+                    run_of[h] = r
                 added += prompt[i:j]
                 i = j
                 continue
@@ -102,13 +100,12 @@ class ChainLRU:
         run_of = self.run_of
         for h in blocks:
             r = run_of[h]
-            p = self.pos.pop(h)
-            if p == r.a:
+            if r.ref[r.a] == h:  # the usual case: LRU order is run order
                 r.a += 1
-            elif p == r.b - 1:
+            elif r.ref[r.b - 1] == h:
                 r.b -= 1
             else:
-                r = self._split(r, p)[1]  # [p, b): then drop its first block
+                r = self._split(r, r.ref.index(h, r.a, r.b))[1]  # [p, b): then drop its first block
                 r.a += 1
             del run_of[h]
             if r.a >= r.b:

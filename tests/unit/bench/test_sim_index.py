@@ -74,15 +74,18 @@ class Prompts:
 
     def new(self, max_new: int = 8) -> tuple[int, ...]:
         base = self.rng.choice(self.made)
+        return self.extend(base[: self.rng.randrange(1, len(base) + 1)], max_new)
+
+    def extend(self, base: tuple[int, ...], max_new: int = 8) -> tuple[int, ...]:
         fresh = tuple(range(self.next_id, self.next_id + self.rng.randrange(0, max_new + 1)))
         self.next_id += len(fresh)
-        p = base[: self.rng.randrange(1, len(base) + 1)] + fresh
-        self.made.append(p)
-        return p
+        self.made.append(base + fresh)
+        return base + fresh
 
 
 def _check_same(index: LocalPrefixIndex, ref: ReferenceIndex, probes: list[tuple[int, ...]]) -> None:
     assert {n: list(s) for n, s in index.stores.items()} == {n: list(s) for n, s in ref.stores.items()}
+    assert index.refs == ref.refs
     for n, store in ref.stores.items():
         assert all(n in index.holders[h] for h in store)
     assert sum(len(s) for s in index.holders.values()) == sum(len(s) for s in ref.stores.values())
@@ -111,7 +114,9 @@ def test_local_index_keeps_the_reference_lru_order_hits_and_holders(seed: int) -
             index.publish(node, p)
             ref.publish(node, p)
         elif op < 0.8:
-            b, p = f"b{rng.randrange(20)}", prompts.new()
+            b = f"b{rng.randrange(20)}"
+            # the branch's next turn (its context grows), or any prompt
+            p = prompts.extend(branches[b]) if b in branches and rng.random() < 0.5 else prompts.new()
             branches[b] = p
             index.retain(b, p)
             ref.retain(b, p)
