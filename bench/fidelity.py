@@ -338,6 +338,7 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
     sim_rows = simulate(sim_reqs, gpu, overhead_s=req_ovh)
     sim_sum = summarize(sim_rows)
     detail = [{"req_id": r.req_id, "prompt": r.prompt_tokens, "out": r.output_tokens, "cached_live": x["cached"],
+               "first_role": (live["timings"].get(f"{x['id']}.1") or {}).get("role"),
                "live": [round(v, 4) for v in lr], "sim": [round(v, 4) for v in sr]}
               for r, x, lr, sr in zip(sim_reqs, res, live_rows, sorted(sim_rows))]
     Path(live["log_dir"], "fidelity-detail.json").write_text(json.dumps(detail, indent=0))

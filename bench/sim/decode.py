@@ -46,6 +46,7 @@ class DecodeEngine:
         self._slope = max(0.0, (model.predict_decode_ms(1, 1e6) - model.predict_decode_ms(1, 0)) / 1e6)
         self._ver = 0
         self._seg: tuple[float, int, int, float, float, float] | None = None  # t0, k, B, f0, g, extra
+        self._wake_pending = float("inf")  # idle: when the next KV in transit lands
         self.draining = False
         self.on_drained: Callable[[list[SimRequest], float], None] | None = None
 
@@ -62,19 +63,27 @@ class DecodeEngine:
         if sr.ready_at > self.loop.now:
             self._seq += 1
             heapq.heappush(self.transit, (sr.ready_at, self._seq, sr))
-            self.loop.at(sr.ready_at, self._matured)
+            if self._seg is not None:
+                self._cut(sr.ready_at)  # admitted at the boundary of the iteration running then
+            elif not self.draining:
+                self._wake_at(sr.ready_at)
         else:
             self.waiting.append(sr)
             self._poke()
 
-    def _matured(self) -> None:
-        now = self.loop.now
-        moved = False
+    def _wake_at(self, t: float) -> None:
+        if t < self._wake_pending:
+            self._wake_pending = t
+            self.loop.at(t, self._wake)
+
+    def _wake(self) -> None:
+        self._wake_pending = float("inf")
+        if self._seg is None and not self.draining:
+            self._start(self.loop.now)
+
+    def _matured(self, now: float) -> None:
         while self.transit and self.transit[0][0] <= now:
             self.waiting.append(heapq.heappop(self.transit)[2])
-            moved = True
-        if moved and not self.draining:
-            self._poke()
 
     def drain(self, on_drained: Callable[[list[SimRequest], float], None]) -> list[SimRequest]:
         """Stop admitting; at the next iteration boundary hand every running
@@ -104,7 +113,8 @@ class DecodeEngine:
             self._cut(now)
 
     def _cut(self, now: float) -> None:
-        """End the running segment at the boundary of the iteration in progress."""
+        """End the running segment at the boundary of the iteration in
+        progress at `now` (now or later), if that is before its end."""
         t0, k, _, f0, g, extra = self._seg  # type: ignore[misc]
         elapsed = (now - t0) * 1000.0 - extra
         if g > 0:
@@ -151,16 +161,22 @@ class DecodeEngine:
         if self.draining:
             self._finish_drain(now)
             return
+        self._matured(now)
         extra = self._admit(now)
         self._complete_zero(now)
         if not self.batch:
+            if self.transit:
+                self._wake_at(self.transit[0][0])
             return
         B = len(self.batch)
         k = max(1, self._heap[0][0] - self.steps)
         f0 = self.model.predict_decode_ms(B, self.ctx_sum)
         self._seg = (now, k, B, f0, self._slope * B, extra)
-        self._ver += 1
-        self.loop.at(now + self._T(k) / 1000.0, self._boundary, self._ver)
+        if self.transit:  # KV still moving: stop for it at the iteration running when it lands
+            self._cut(self.transit[0][0])
+        if self._seg[1] == k:
+            self._ver += 1
+            self.loop.at(now + self._T(k) / 1000.0, self._boundary, self._ver)
 
     def _complete_zero(self, now: float) -> None:
         # Requests that need no decode iteration (output fully produced by prefill).
