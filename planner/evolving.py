@@ -23,7 +23,7 @@ Predictions per split are computed on every tick once data suffices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -153,9 +153,7 @@ class EvolvingPlanner:
         t0 = self._last_tick_t
         weights = offered_weights(self.profile, samples, self.config.offered_max_weight) \
             if self.config.offered_mix else None
-        if self.config.key_by_report and t0 is not None:
-            samples = [s if s.t >= t0 else replace(s, t=t0) for s in samples]
-        self.workload.observe(samples, weights)
+        self.workload.observe(samples, weights, not_before=t0 if self.config.key_by_report else None)
 
     # -- decide --------------------------------------------------------------
     def decide(self, view: ClusterView) -> Decision:

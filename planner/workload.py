@@ -147,14 +147,18 @@ class WorkloadEstimator:
         self._stats = np.zeros((self._slots, 2, _COLUMNS))
         self.first_t: float | None = None  # earliest arrival seen
 
-    def observe(self, samples: Iterable[RequestSample], weights: Iterable[float] | None = None) -> None:
+    def observe(self, samples: Iterable[RequestSample], weights: Iterable[float] | None = None, *,
+                not_before: float | None = None) -> None:
         """Fold finished requests in (``weights``: one per sample, > 0, default
-        1); samples older than retention are dropped."""
+        1); samples older than retention are dropped. ``not_before``: a sample
+        that arrived earlier is binned at this time instead."""
         rows = [(s.t, s.uncached_prompt_tokens, s.cached_prompt_tokens, s.output_tokens) for s in samples]
         if not rows:
             return
         arr = np.asarray(rows, dtype=float)
         t, u, c, o = arr.T
+        if not_before is not None:
+            t = np.maximum(t, not_before)
         w = np.ones(len(rows)) if weights is None else np.asarray(list(weights), dtype=float)
         if w.shape != t.shape or not (w > 0).all():
             raise ValueError("need one weight > 0 per sample")

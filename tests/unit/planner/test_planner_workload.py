@@ -35,6 +35,13 @@ def test_old_samples_dropped_and_lag() -> None:
     assert est.estimate(now=115.0).n == 10
 
 
+def test_samples_reported_late_are_binned_at_not_before() -> None:
+    est = WorkloadEstimator(WorkloadConfig(window_s=10.0))
+    est.observe([RequestSample(3.0, 1000, 0, 10), RequestSample(25.0, 1000, 0, 10)], not_before=20.0)
+    assert est.estimate(now=10.0).n == 0  # the one that arrived at 3 s counts from 20 s
+    assert est.estimate(now=30.0).n == 2 and est.first_t == 20.0
+
+
 def test_persisted_change_vs_burst() -> None:
     cfg = WorkloadConfig(window_s=60.0)
     steady = WorkloadEstimator(cfg)
