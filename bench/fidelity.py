@@ -342,6 +342,9 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
                "live": [round(v, 4) for v in lr], "sim": [round(v, 4) for v in sr]}
               for r, x, lr, sr in zip(sim_reqs, res, live_rows, sorted(sim_rows))]
     Path(live["log_dir"], "fidelity-detail.json").write_text(json.dumps(detail, indent=0))
+    Path(live["log_dir"], "requests.json").write_text(json.dumps(
+        {"results": [{k: x[k] for k in ("id", "t0", "ttft", "t1", "out", "cached")} for x in res],
+         "engine": live["timings"], "t_start": t_start}))
     Path(live["log_dir"], "iterations.json").write_text(json.dumps(
         [[r.node_id, r.phase.value, r.t, r.batch_size, r.uncached_prompt_tokens, r.cached_prompt_tokens,
           r.generated_tokens, r.context_tokens, r.elapsed_ms] for r in records]))
