@@ -14,22 +14,9 @@ Definitions, identical on both sides (from per-request rows):
   - arrival); e2e: last token - send time.
 - throughput: completed requests / (last finish - first send).
 
-Four overheads the simulator does not model are measured on the live run,
-not tuned to the result: `step_overhead_ms`, the mean gap between
-back-to-back iterations of one worker minus vLLM's `elapsed_ms` (scheduler
-and output processing), added to both intercepts; `request_overhead_s`,
-the mean of each request's client TTFT minus its first segment's engine TTFT
-(vLLM's own first-token latency, from the worker's `/internal/requests`)
-over requests prefilled on their decode node (a streamed first token): the
-gateway, the workers' HTTP sides and the client, added to every arrival;
-`prefill_answer_s`, how much more the same costs for requests prefilled on
-the prefill node (a non-streaming answer after the KV save is confirmed),
-added to their first token; and `handoff_s`, the mean time from the prefill
-worker's first token to the decode worker's engine receiving the decode
-segment, added to every prefill -> decode handoff. On this 2-core host these
-paths share the cores with both engines, so they are measured under the
-slice's load; `request_overhead_isolated_s` is the mean (client - engine)
-TTFT of the calibration requests sent one at a time before the slice.
+What a request spends outside the iterations the profile models (engine
+input/output, KV pulls, the gateway and HTTP path, the handoff) is measured
+on the live run, never tuned to the result: `bench/fidelity_latency.py`.
 """
 
 from __future__ import annotations
@@ -38,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import random
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -48,6 +34,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.fidelity_latency import (
+    EngineLatencies, engine_latencies, handoff_s, path_overhead_s, step_overhead_ms, stream_lag_s,
+)
 from bench.planner_bench import to_planner_records
 from bench.sim.cluster import Cluster, SimConfig
 from bench.sim.profiles import GpuProfile
@@ -132,25 +121,6 @@ def rel_err(sim: float, live: float) -> float:
 
 
 # -- simulator side -----------------------------------------------------------------
-def step_overhead_ms(records: list[IterationRecord], max_gap_ms: float = 1000.0) -> float:
-    """Mean (gap between consecutive decode iterations - elapsed) while the batch
-    was unchanged (so the node surely had work): engine time outside vLLM's
-    `elapsed_ms`, including CPU contention on a shared host."""
-    gaps: list[float] = []
-    by_node: dict[str, list[IterationRecord]] = {}
-    for r in records:
-        by_node.setdefault(r.node_id, []).append(r)
-    for rs in by_node.values():
-        rs.sort(key=lambda r: r.t)
-        for prev, cur in zip(rs, rs[1:]):
-            if cur.uncached_prompt_tokens or prev.uncached_prompt_tokens or cur.batch_size != prev.batch_size:
-                continue
-            idle = (cur.t - prev.t) * 1000.0 - cur.elapsed_ms
-            if 0.0 <= idle <= max_gap_ms and cur.batch_size > 0:
-                gaps.append(idle)
-    return float(np.mean(gaps)) if gaps else 0.0
-
-
 def simulate(reqs: list[Request], gpu: GpuProfile, *, overhead_s: float = 0.0) -> list[tuple[float, float, float]]:
     """Run static 1P1D; rows relative to the requests' own arrival (overhead counted in)."""
     shifted = tuple(replace(r, arrival_s=r.arrival_s + overhead_s) for r in reqs)
@@ -162,11 +132,15 @@ def simulate(reqs: list[Request], gpu: GpuProfile, *, overhead_s: float = 0.0) -
 
 
 def fitted_gpu(records: list[IterationRecord], overhead_ms: float, kv_capacity_tokens: int,
-               handoff_s: float = 0.0, prefill_answer_s: float = 0.0) -> GpuProfile:
+               handoff_s: float = 0.0, prefill_answer_s: float = 0.0,
+               engine: EngineLatencies | None = None, stream_lag_s: float = 0.0) -> GpuProfile:
     profile = Profile.from_records(records)
+    e = engine or EngineLatencies(0.0, 0.0, 0.0, 0.0, 0.0, {})
     node = NodeConfig(chunk_tokens=CHUNK_TOKENS, max_batch=MAX_BATCH, kv_capacity_tokens=kv_capacity_tokens,
                       kv_bytes_per_token=KV_BYTES_PER_TOKEN, pool_gbps=1.0, d2h_gbps=2.0, switch_overhead_s=0.0,
-                      handoff_s=handoff_s, prefill_answer_s=prefill_answer_s)
+                      handoff_s=handoff_s, prefill_answer_s=prefill_answer_s, engine_in_s=e.engine_in_s,
+                      engine_out_s=e.engine_out_s, pull_latency_s=e.pull_latency_s,
+                      prefill_pull_latency_s=e.prefill_pull_latency_s, stream_lag_s=stream_lag_s)
     return GpuProfile.from_planner_profile(profile, name="demo-model-cpu-fitted", node=node,
                                            step_overhead_ms=overhead_ms)
 
@@ -257,6 +231,17 @@ def _gateway(worker_urls: list[str], port: int, data_dir: str, model: str):
             proc.kill()
 
 
+def _iterations_since(url: str, index: int) -> list[dict]:
+    """Every iteration record from `index` on (the endpoint pages them)."""
+    out: list[dict] = []
+    while True:
+        page = httpx.get(url + "/internal/stats", params={"since": index}, timeout=30).json()["iterations"]
+        if not page:
+            return out
+        out += page
+        index = page[-1]["index"] + 1
+
+
 def _next_index(url: str) -> int:
     """Index the worker's next iteration record will get (fresh worker: < 5,000 records so far)."""
     got = httpx.get(url + "/internal/stats", timeout=30).json()["iterations"]
@@ -283,36 +268,13 @@ def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> 
             records: list[IterationRecord] = []
             timings: dict[str, dict] = {}
             for w in (p, d):
-                wire = httpx.get(w.url + "/internal/stats", params={"since": since[w.node_id]}, timeout=30).json()
-                records += to_planner_records(w.node_id, wire["iterations"])
+                records += to_planner_records(w.node_id, _iterations_since(w.url, since[w.node_id]))
                 for t in httpx.get(w.url + "/internal/requests", timeout=30).json():
-                    timings[t["request_id"]] = t
+                    timings[t["request_id"]] = {**t, "node_id": w.node_id}
     finally:
         p.stop(), d.stop()
     return {"t_start": t_start, "results": res, "calibration": cal,
             "records": sorted(records, key=lambda r: r.t), "timings": timings, "log_dir": tmp}
-
-
-def path_overhead_s(results: list[dict], timings: dict[str, dict], role: str | None = None) -> float | None:
-    """Mean of (client TTFT - the first segment's engine TTFT): the gateway,
-    HTTP and client part of a request's first token, which the simulator
-    does not model; only requests whose first segment had `role`, if given.
-    The gateway names a request's segments `<id>.1`, `<id>.2`..."""
-    firsts = [(x, timings[f"{x['id']}.1"]) for x in results if f"{x['id']}.1" in timings]
-    gaps = [(x["ttft"] - x["t0"]) - t["engine_ttft_s"] for x, t in firsts if role is None or t["role"] == role]
-    return float(np.mean(gaps)) if gaps else None
-
-
-def handoff_s(results: list[dict], timings: dict[str, dict]) -> float | None:
-    """Mean time from the prefill worker seeing a request's first token to the
-    decode worker's engine receiving its decode segment (both on this host's
-    clock): the prefill answer, the gateway and the decode call."""
-    hops = []
-    for x in results:
-        pre, dec = timings.get(f"{x['id']}.1"), timings.get(f"{x['id']}.2")
-        if pre and dec and pre["role"] == "prefill" and dec["role"] == "decode":
-            hops.append((dec["t"] - dec["engine_ttft_s"]) - pre["t"])
-    return float(np.mean(hops)) if hops else None
 
 
 def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -> dict[str, Any]:
@@ -329,11 +291,17 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
     req_ovh = path_overhead_s(res, live["timings"], "decode")
     if req_ovh is None:
         raise RuntimeError("the workers reported no engine first-token times (vLLM request stats off?)")
-    answer = max(0.0, (path_overhead_s(res, live["timings"], "prefill") or req_ovh) - req_ovh)
     isolated_ovh = path_overhead_s(live["calibration"], live["timings"])
     hop = handoff_s(res, live["timings"]) or 0.0
+    eng = engine_latencies(records, live["timings"])
+    # A prefill node's first token, from its iteration's end to the client, beyond a streamed one's.
+    answer = max(0.0, (path_overhead_s(res, live["timings"], "prefill") or req_ovh) + eng.prefill_out_s
+                 - req_ovh - eng.engine_out_s)
+    # The simulated iteration already ends `ovh_ms` after the record's end (the step overhead is in its time).
+    eng = replace(eng, engine_out_s=max(0.0, eng.engine_out_s - ovh_ms / 1000.0))
+    lag = max(0.0, stream_lag_s(res, live["timings"]) or 0.0)
     gpu = fitted_gpu(records, ovh_ms, kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN, handoff_s=hop,
-                     prefill_answer_s=answer)
+                     prefill_answer_s=answer, engine=eng, stream_lag_s=lag)
     live_sum = summarize(live_rows)
     sim_rows = simulate(sim_reqs, gpu, overhead_s=req_ovh)
     sim_sum = summarize(sim_rows)
@@ -362,6 +330,12 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
                             "request_overhead_s": round(req_ovh, 4),
                             "request_overhead_isolated_s": round(isolated_ovh, 4) if isolated_ovh is not None else None,
                             "handoff_s": round(hop, 4), "prefill_answer_s": round(answer, 4),
+                            "engine_in_s": round(eng.engine_in_s, 4), "engine_out_s": round(eng.engine_out_s, 4),
+                            "pull_latency_s": round(eng.pull_latency_s, 4),
+                            "prefill_pull_latency_s": round(eng.prefill_pull_latency_s, 4),
+                            "prefill_out_s": round(eng.prefill_out_s, 4),
+                            "stream_lag_s": round(lag, 4),
+                            "engine_samples": eng.samples,
                             "detail": str(Path(live["log_dir"], "fidelity-detail.json")),
                             "prefill_ms": [round(x, 6) for x in m.prefill], "decode_ms": [round(x, 6) for x in m.decode]},
             "slice": {"sessions": cfg.sessions, "turns": cfg.turns, "seed": cfg.seed,

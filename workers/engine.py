@@ -10,8 +10,6 @@ HTTP layer: they become `EngineError`s with a clear message.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import os
 import pathlib
 import time
@@ -21,7 +19,7 @@ from typing import AsyncIterator
 from workers import affinity
 from workers.events import KVEventChannel
 from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
-from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, Phase, RequestTimingWire, Role
+from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, RequestTimingWire, Role
 
 
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
@@ -77,6 +75,7 @@ class Inflight:
     generated: int = 0
     migrate: bool = False  # set when the request is being migrated away
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    first_token: dict | None = None  # the request's timing fields, logged when it ends
 
 
 class WorkerEngine:
@@ -235,7 +234,7 @@ class WorkerEngine:
             async for out in stream:
                 comp = out.outputs[0]
                 if not state.generated and comp.token_ids:
-                    self._record_first_token(req, out)
+                    state.first_token = self._first_token_timing(req, out)
                 state.generated += len(comp.token_ids)
                 chunk = GenerateChunk(
                     request_id=req.request_id,
@@ -246,6 +245,7 @@ class WorkerEngine:
                 )
                 if out.finished:
                     finished = True
+                    self._log_timing(state, out)
                     chunk.finish_reason = comp.finish_reason or "stop"
                     await self._finish_chunk(chunk, state, req)
                 yield chunk
@@ -273,17 +273,31 @@ class WorkerEngine:
                 raise EngineError(str(exc)) from exc
             raise
         finally:
+            if not finished:
+                self._log_timing(state, None)
             self.inflight.pop(req.request_id, None)
             state.done.set()
             if not finished and self._llm is not None:
                 # The client went away (or we failed): free the engine's slot.
                 await self._llm.abort(req.request_id)
 
-    def _record_first_token(self, req: GenerateRequest, out) -> None:  # noqa: ANN001
+    def _first_token_timing(self, req: GenerateRequest, out) -> dict | None:  # noqa: ANN001
         ttft = getattr(out.metrics, "first_token_latency", None)  # None when vLLM keeps no request stats
-        if ttft is not None:
-            self.request_timings.append(request_id=req.request_id, role=req.role, t=time.time(),
-                                        engine_ttft_s=float(ttft))
+        if ttft is None:
+            return None
+        peers = sum(1 for b in req.kv.load if b.node_id != self.config.node_id) if req.kv else 0
+        return {"request_id": req.request_id, "role": req.role, "t": time.time(), "engine_ttft_s": float(ttft),
+                "peer_blocks": peers}
+
+    def _log_timing(self, state: Inflight, final) -> None:  # noqa: ANN001
+        """One record per request that produced a token, when it ends (`final`:
+        its last output, None when it stopped early)."""
+        if state.first_token is None:
+            return
+        arrival = getattr(getattr(final, "metrics", None), "arrival_time", None)  # vLLM's frontend wall clock
+        e2e = time.time() - arrival if arrival else None
+        self.request_timings.append(**state.first_token, engine_e2e_s=e2e)
+        state.first_token = None
 
     async def _finish_chunk(self, chunk: GenerateChunk, state: Inflight, req: GenerateRequest) -> None:
         saved = None

@@ -199,15 +199,23 @@ class IterationRecordWire(_Model):
 
 
 class RequestTimingWire(_Model):
-    """When the engine produced a request's first token (vLLM's own request
-    stats): what of a client's TTFT is the engine's, the rest being the
-    gateway and HTTP path (the fidelity benchmark measures that part)."""
+    """When the engine produced a request's first and last tokens (vLLM's own
+    request stats): what of a client's latency is the engine's, the rest
+    being the gateway and HTTP path (the fidelity benchmark measures that
+    part). Logged when the request ends."""
 
     index: int
     request_id: str
     role: Role
     t: float  # unix seconds when the worker saw the first token
     engine_ttft_s: float  # from the engine receiving the request to its first token
+    # blocks of the cached prefix the gateway offered from peers' host stores
+    # (pulled unless vLLM's device cache already holds them)
+    peer_blocks: int = 0
+    # from the engine receiving the request to its last output at the worker;
+    # None when it stopped early (aborted, client gone). The record is logged
+    # when the request ends.
+    engine_e2e_s: float | None = None
 
 
 class HostStoreStats(_Model):

@@ -174,9 +174,10 @@ class Cluster:
         now, ncfg = self.loop.now, self.node_cfg
         target = prefill or decode
         local = min(sr.cached, tokens.get(target, 0))
-        fetch = ncfg.pool_s(sr.cached - local) + ncfg.d2h_s(local)
+        fetch = ncfg.pool_s(sr.cached - local, prefill=prefill is not None) + ncfg.d2h_s(local)
         sr.decode_node, sr.prefill_node = decode, prefill or ""
         sr.decode_cached = tokens.get(decode, 0)
+        now += ncfg.engine_in_s
         if prefill is None:
             sr.local_prefill = True
             sr.ready_at = now + fetch
@@ -209,22 +210,30 @@ class Cluster:
 
     # -- node callbacks --------------------------------------------------------
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
-        sr.first_token = now + self.node_cfg.prefill_answer_s
+        ncfg = self.node_cfg
+        now += ncfg.engine_out_s  # the token leaves the prefill engine
+        sr.first_token = now + ncfg.prefill_answer_s
         if sr.req.block_hashes and sr.prefill_node:
             self.index.publish(sr.prefill_node, sr.req.block_hashes)
         sr.generated = 1
         if sr.req.output_tokens <= 1:
-            self._decode_done(sr, now)
+            self._finish(sr, sr.first_token)
             return
-        ncfg = self.node_cfg
-        self.to_decode(sr, now + ncfg.handoff_s + ncfg.pool_s(max(0, sr.req.prompt_tokens - sr.decode_cached)))
+        missing = sr.req.prompt_tokens - sr.decode_cached
+        self.to_decode(sr, now + ncfg.handoff_s + ncfg.engine_in_s + ncfg.pool_s(missing))
 
     def _first_token(self, sr: SimRequest, t: float) -> None:
         if sr.first_token is None:
-            sr.first_token = t
+            sr.first_token = t + self.node_cfg.engine_out_s
 
     def _decode_done(self, sr: SimRequest, now: float) -> None:
-        now = max(now, sr.first_token or now)  # a prefill's late answer is still the first token the client sees
+        """The request's last iteration ended at `now`."""
+        ncfg = self.node_cfg
+        # A prefill's late answer is still the first token the client sees.
+        self._finish(sr, max(now + ncfg.engine_out_s + ncfg.stream_lag_s, sr.first_token or now))
+
+    def _finish(self, sr: SimRequest, now: float) -> None:
+        """The client has the request's last token at `now`."""
         sr.finish = now
         req = sr.req
         if req.block_hashes and sr.decode_node:

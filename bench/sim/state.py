@@ -40,19 +40,32 @@ class NodeConfig:
     d2h_gbps: float = 100.0  # device -> own host store (migration save), GB/s
     layerwise_kv: bool = False  # True: KV loads during the prefill iteration (stall)
     switch_overhead_s: float = 1.0  # in-place role flip (engine reconfigure)
-    handoff_s: float = 0.0  # prefill done -> decode node has the request (gateway round trip), beside the KV pull
+    # Latencies beside compute (0 in the GPU scenarios; `simulate --fidelity` measures them on the live
+    # demo cluster). None of them holds a node busy.
+    handoff_s: float = 0.0  # prefill's token visible -> decode engine has the request (gateway round trip)
     prefill_answer_s: float = 0.0  # prefill done -> its token reaches the client, beyond a streamed token's path
+    engine_in_s: float = 0.0  # a request reaches the engine -> it can be scheduled (input processing)
+    engine_out_s: float = 0.0  # an iteration ends -> its tokens leave the engine (output processing)
+    pull_latency_s: float = 0.0  # fixed cost of a decode node pulling KV from a peer, beside its bytes
+    prefill_pull_latency_s: float = 0.0  # ...of a prefill node pulling its prompt's cached prefix
+    stream_lag_s: float = 0.0  # a stream's last token reaches the client this much later than a first token would
 
     def __post_init__(self) -> None:
         if self.chunk_tokens <= 0 or self.max_batch <= 0 or self.kv_capacity_tokens <= 0:
             raise ValueError("chunk_tokens, max_batch and kv_capacity_tokens must be > 0")
         if self.pool_gbps <= 0 or self.d2h_gbps <= 0:
             raise ValueError("bandwidths must be > 0")
-        if self.handoff_s < 0 or self.prefill_answer_s < 0:
-            raise ValueError("handoff_s and prefill_answer_s must be >= 0")
+        if min(self.handoff_s, self.prefill_answer_s, self.engine_in_s, self.engine_out_s, self.pull_latency_s,
+               self.prefill_pull_latency_s, self.stream_lag_s) < 0:
+            raise ValueError("latencies must be >= 0")
 
-    def pool_s(self, tokens: int) -> float:
-        return tokens * self.kv_bytes_per_token / (self.pool_gbps * 1e9)
+    def pool_s(self, tokens: int, *, prefill: bool = False) -> float:
+        """A decode (`prefill`: a prefill) node pulling `tokens` of KV from
+        peers (0 tokens: no pull, no latency)."""
+        if tokens <= 0:
+            return 0.0
+        latency = self.prefill_pull_latency_s if prefill else self.pull_latency_s
+        return latency + tokens * self.kv_bytes_per_token / (self.pool_gbps * 1e9)
 
     def d2h_s(self, tokens: int) -> float:
         return tokens * self.kv_bytes_per_token / (self.d2h_gbps * 1e9)

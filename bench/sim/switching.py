@@ -81,7 +81,7 @@ class Switcher:
         ev.migrate_s, ev.migrated = save, len(moving)
         for sr in moving:
             sr.migrations += 1
-            self.c.to_decode(sr, ready_at=t + save + cfg.pool_s(sr.context))
+            self.c.to_decode(sr, ready_at=t + save + cfg.engine_in_s + cfg.pool_s(sr.context))
         self._flip(node, ev, t + save)
 
     def _flip(self, node: SimNode, ev: SwitchEvent, t: float) -> None:

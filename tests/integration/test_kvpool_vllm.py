@@ -46,6 +46,9 @@ def test_disaggregated_decode_is_identical_and_computes_little(vllm_cluster, mod
     assert dec["token_ids"][0] == pre["token_ids"][0]
     computed = len(PROMPT) - dec["cached_tokens"]
     assert computed <= 0.1 * len(PROMPT), dec
+    timing = [t for t in httpx.get(vllm_cluster.url("wB") + "/internal/requests", timeout=10).json()
+              if t["request_id"] == f"d-{salt[:8]}"]
+    assert [t["peer_blocks"] for t in timing] == [len(pre["saved_blocks"])]  # every block offered from wA
 
 
 def test_other_tenant_cannot_use_the_blocks(vllm_cluster):

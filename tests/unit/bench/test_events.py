@@ -107,20 +107,46 @@ def test_prefill_layerwise_adds_transfer_to_iteration() -> None:
     assert fin[0] == pytest.approx(0.100) and eng.stall_s == pytest.approx(0.04)
 
 
-@pytest.mark.parametrize("handoff,answer", [(0.0, 0.0), (0.05, 0.0), (0.05, 0.02)])
-def test_cluster_disaggregated_request_exact_with_handoff(handoff: float, answer: float) -> None:
-    """1P1D, one request of 300 uncached tokens (above the 256 local-prefill
-    threshold): prefill 310 ms on the prefill node (its answer reaches the
-    client `answer` later: the first token), then the handoff, then 2 decode
-    iterations of 6 ms on the decode node."""
+def _one_request_run(prompt: int, out: int, node: NodeConfig) -> tuple[float, float]:
     from bench.sim.cluster import Cluster, SimConfig
     from bench.sim.profiles import GpuProfile
     from bench.workloads import Workload
 
-    node = NodeConfig(kv_bytes_per_token=1, pool_gbps=1e6, handoff_s=handoff, prefill_answer_s=answer)  # KV moves in ~0 time
     gpu = GpuProfile("test", 1, MODEL, node, relaunch_s=0.0, source={})
-    wl = Workload("one", (Request(0, "s", "b", 0.0, 300, 3),), 10.0, closed_loop=False)
+    wl = Workload("one", (Request(0, "s", "b", 0.0, prompt, out),), 10.0, closed_loop=False)
     log = Cluster(wl, gpu, None, SimConfig(nodes=2, prefill_nodes=1)).run()
     (arrival, first, finish, *_), = log.rows
-    assert first == pytest.approx(0.310 + answer)
-    assert finish == pytest.approx(0.310 + handoff + 0.012, abs=1e-6)
+    return first, finish
+
+
+@pytest.mark.parametrize("handoff,answer,e_in,e_out,pull", [
+    (0.0, 0.0, 0.0, 0.0, 0.0), (0.05, 0.0, 0.0, 0.0, 0.0), (0.05, 0.02, 0.0, 0.0, 0.0),
+    (0.05, 0.02, 0.003, 0.004, 0.015)])
+def test_cluster_disaggregated_request_exact_with_latencies(handoff: float, answer: float, e_in: float,
+                                                             e_out: float, pull: float) -> None:
+    """1P1D, one request of 300 uncached tokens (above the 256 local-prefill
+    threshold): `e_in`, prefill 310 ms on the prefill node, `e_out` (its
+    answer reaches the client `answer` later: the first token), then the
+    handoff, `e_in` and the decode node's pull of the prompt's KV, then 2
+    decode iterations of 6 ms and `e_out`."""
+    node = NodeConfig(kv_bytes_per_token=1, pool_gbps=1e6, handoff_s=handoff, prefill_answer_s=answer,
+                      engine_in_s=e_in, engine_out_s=e_out, pull_latency_s=pull)  # KV bytes move in ~0 time
+    first, finish = _one_request_run(300, 3, node)
+    assert first == pytest.approx(e_in + 0.310 + e_out + answer)
+    assert finish == pytest.approx(e_in + 0.310 + e_out + handoff + e_in + pull + 0.012 + e_out, abs=1e-6)
+
+
+@pytest.mark.parametrize("e_in,e_out,lag", [(0.0, 0.0, 0.0), (0.003, 0.004, 0.0), (0.003, 0.004, 0.02)])
+def test_cluster_local_prefill_exact_with_engine_latencies(e_in: float, e_out: float, lag: float) -> None:
+    """200 uncached tokens: the decode node computes the prompt in its first
+    iteration (210 ms of prefill + a 6 ms decode step), then 2 more steps;
+    the last token reaches the client `lag` later than a first token would."""
+    first, finish = _one_request_run(200, 3, NodeConfig(engine_in_s=e_in, engine_out_s=e_out, stream_lag_s=lag))
+    assert first == pytest.approx(e_in + 0.216 + e_out)
+    assert finish == pytest.approx(e_in + 0.228 + e_out + lag)
+
+
+def test_cluster_one_token_request_finishes_with_its_prefill_answer() -> None:
+    node = NodeConfig(prefill_answer_s=0.02, engine_out_s=0.004, stream_lag_s=0.05)
+    first, finish = _one_request_run(300, 1, node)
+    assert first == finish == pytest.approx(0.310 + 0.004 + 0.02)

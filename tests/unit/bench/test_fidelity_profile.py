@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fidelity import SliceConfig, build_slice, rel_err, step_overhead_ms, summarize
+from bench.fidelity import SliceConfig, build_slice, rel_err, summarize
+from bench.fidelity_latency import step_overhead_ms
 from bench.sim.profiles import GpuProfile
 from bench.sim.state import NodeConfig
 from planner.profile import Profile
@@ -67,3 +68,41 @@ def test_slice_is_deterministic_and_bounded() -> None:
     # turns of a session share their prefix blocks
     s0 = [r for r in a if r.session_id == "s0"]
     assert s0[1].block_hashes[: len(s0[0].block_hashes)] == s0[0].block_hashes
+
+
+def _rec(node: str, end: float, elapsed_ms: float) -> IterationRecord:
+    return IterationRecord(node, NodePhase.DECODE, end, 1, 0, 0, 1, 100, elapsed_ms)
+
+
+def _timing(role: str, arrived: float, got: float, peers: int = 0, e2e: float | None = None) -> dict:
+    node = "p" if role == "prefill" else "d"
+    return {"role": role, "node_id": node, "t": got, "engine_ttft_s": got - arrived, "peer_blocks": peers,
+            "engine_e2e_s": e2e}
+
+
+def test_engine_latencies_split_input_pull_and_output_time_of_requests_alone_in_the_engine() -> None:
+    from bench.fidelity_latency import engine_latencies
+
+    records = [_rec("p", 10.020, 10.0),  # starts 10.010
+               _rec("d", 20.010, 8.0),  # starts 20.002
+               _rec("d", 30.020, 5.0),  # starts 30.015
+               _rec("d", 40.010, 5.0), _rec("d", 40.020, 5.0)]  # two iterations: a queued request
+    timings = {"a.1": _timing("prefill", 10.005, 10.025, peers=3),  # in 5 ms (pulled), out 5 ms
+               "b.1": _timing("decode", 20.000, 20.012),  # in 2 ms, out 2 ms
+               "a.2": _timing("decode", 30.000, 30.023, peers=3),  # in 15 ms (pulled), out 3 ms
+               "c.1": _timing("decode", 40.001, 40.024)}  # queued: counts for out (4 ms) only
+    e = engine_latencies(records, timings)
+    assert e.engine_in_s == pytest.approx(0.002)
+    assert e.pull_latency_s == pytest.approx(0.013) and e.prefill_pull_latency_s == pytest.approx(0.003)
+    assert e.engine_out_s == pytest.approx(0.003) and e.prefill_out_s == pytest.approx(0.005)
+    assert e.samples == {"out": 3, "prefill_out": 1, "local_in": 1, "pulled_in": 1, "prefill_pulled_in": 1}
+
+
+def test_stream_lag_is_the_last_tokens_path_beyond_the_first_tokens() -> None:
+    from bench.fidelity_latency import stream_lag_s
+
+    results = [{"id": "x", "t0": 0.0, "ttft": 0.050, "t1": 0.400}, {"id": "y", "t0": 1.0, "ttft": 1.050, "t1": 1.300}]
+    timings = {"x.1": _timing("decode", 5.0, 5.030, e2e=0.350),  # first 20 ms outside the engine, last 50 ms
+               "y.1": _timing("prefill", 6.0, 6.030, e2e=0.030), "y.2": _timing("decode", 6.1, 6.2, e2e=0.2)}
+    assert stream_lag_s(results, timings) == pytest.approx(0.030)  # y has two segments: not counted
+    assert stream_lag_s(results[1:], timings) is None
