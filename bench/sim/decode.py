@@ -133,7 +133,7 @@ class DecodeEngine:
             self.loop.at(t0 + self._T(j) / 1000.0, self._boundary, self._ver)
 
     def _admit(self, now: float) -> float:
-        extra_u = extra_c = 0
+        extra_u = extra_c = extra_pair = 0
         cap, max_batch = self.cfg.kv_capacity_tokens, self.cfg.max_batch
         w = self.waiting
         while w:
@@ -148,13 +148,15 @@ class DecodeEngine:
             sr.decode_node = self.node_id
             left = sr.req.output_tokens - sr.generated
             if sr.local_prefill:
-                extra_u += max(0, sr.req.prompt_tokens - sr.cached)
+                u = max(0, sr.req.prompt_tokens - sr.cached)
+                extra_u += u
                 extra_c += sr.cached
+                extra_pair += u * (u + sr.cached)
                 sr.extra["first_iter"] = 1.0
             sr.finish_step = self.steps + max(0, left)
             self.batch[sr.req.req_id] = sr
             heapq.heappush(self._heap, (sr.finish_step, sr.req.req_id))
-        return self.model.predict_prefill_ms(extra_u, extra_c) if extra_u else 0.0
+        return self.model.predict_prefill_ms(extra_u, extra_c, extra_pair) if extra_u else 0.0
 
     def _start(self, now: float) -> None:
         self._seg = None

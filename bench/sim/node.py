@@ -81,7 +81,7 @@ class PrefillEngine:
         budget = self.cfg.chunk_tokens
         chunk: list[tuple[_Job, int]] = []
         wake = float("inf")
-        u = c = 0
+        u = c = pair = 0
         stall = 0.0
         for job in q:
             if budget <= 0:
@@ -95,8 +95,10 @@ class PrefillEngine:
             if not job.started and self.cfg.layerwise_kv:
                 stall += job.sr.stall_s
             chunk.append((job, n))
+            ctx = job.sr.cached + job.done
             u += n
-            c += job.sr.cached + job.done
+            c += ctx
+            pair += n * (n + ctx)  # attention is per request: no cross terms between the chunk's jobs
             budget -= n
         if not chunk:
             self.running = False
@@ -109,7 +111,7 @@ class PrefillEngine:
                 self.on_empty(now)
             return
         self.running = True
-        compute = self.model.predict_prefill_ms(u, c) / 1000.0
+        compute = self.model.predict_prefill_ms(u, c, pair) / 1000.0
         self.compute_s += compute
         self.stall_s += stall
         self.records.append((self.node_id, NodePhase.PREFILL, now + compute + stall, len(chunk), u, c,

@@ -21,15 +21,19 @@ DEFAULT_PROFILE = PROFILE_DIR / "gb300x4-glm45-fp8.json"
 
 @dataclass(frozen=True, slots=True)
 class LinearIterationModel:
-    """prefill ms = a + b·u + c·cached + d·u·(u+cached)/1e4; decode ms = a + b·batch + c·context."""
+    """prefill ms = a + b·u + c·cached + d·pair/1e4, pair = Σ over the batch's
+    requests of u_i·(u_i + cached_i) (one request: u·(u+cached));
+    decode ms = a + b·batch + c·context."""
 
     prefill: tuple[float, float, float, float]
     decode: tuple[float, float, float]
 
-    def predict_prefill_ms(self, uncached_tokens: float, cached_tokens: float) -> float:
+    def predict_prefill_ms(self, uncached_tokens: float, cached_tokens: float,
+                           pair_tokens: float | None = None) -> float:
         a, b, c, d = self.prefill
         u = uncached_tokens
-        return a + b * u + c * cached_tokens + d * u * (u + cached_tokens) / 1e4
+        pair = u * (u + cached_tokens) if pair_tokens is None else pair_tokens
+        return a + b * u + c * cached_tokens + d * pair / 1e4
 
     def predict_decode_ms(self, batch_size: float, context_tokens: float) -> float:
         a, b, c = self.decode

@@ -25,7 +25,11 @@ class IterationModel(Protocol):
     of decode iterations in closed form).
     """
 
-    def predict_prefill_ms(self, uncached_tokens: float, cached_tokens: float) -> float: ...
+    def predict_prefill_ms(self, uncached_tokens: float, cached_tokens: float,
+                           pair_tokens: float | None = None) -> float:
+        """Batch totals of uncached and cached tokens; `pair_tokens`: Σ over
+        its requests of uncached·(uncached + cached), each request's new
+        tokens attending to its own context (None: one request)."""
 
     def predict_decode_ms(self, batch_size: float, context_tokens: float) -> float: ...
 

@@ -1,4 +1,9 @@
-"""Combine scorers into a routing decision with conditional disaggregation."""
+"""Combine scorers into a routing decision with conditional disaggregation.
+
+Filter `within_load_slack`: prefill nodes whose queue + running is at most
+the least loaded one's + `RouterConfig.prefill_load_slack` (bounded-load
+locality); the survivors are scored.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,14 @@ class RouterConfig:
     # tool result to a cached context.
     local_prefill_max_tokens: int = 256
     prefill_weights: tuple[float, float] = (0.6, 0.4)  # (locality, load)
+    # Bounded-load locality for prefill: only prefill nodes whose queue +
+    # running is within this many of the least loaded one are scored. Any
+    # prefill node can pull a cached prefix from the pool, so locality saves
+    # a transfer, not the prefill; without a bound, the nodes that first
+    # cached a shared system prompt outscore an idle node however long their
+    # queue grows (the simulator's fixed-4p5d left 2 of 4 prefill nodes idle
+    # all run). None: no bound.
+    prefill_load_slack: int | None = 2
     decode_weights: tuple[float, float, float] = (0.2, 0.5, 0.3)  # (locality, load, free kv)
     load_scale: float = 4.0
 
@@ -22,6 +35,8 @@ class RouterConfig:
             raise ValueError("local_prefill_max_tokens must be >= 0")
         if self.load_scale <= 0:
             raise ValueError("load_scale must be > 0")
+        if self.prefill_load_slack is not None and self.prefill_load_slack < 0:
+            raise ValueError("prefill_load_slack must be >= 0 or None")
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,14 @@ def _eligible(nodes: list[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoad]]:
         if n.healthy and not n.draining and n.phase in by_phase:
             by_phase[n.phase].append(n)
     return by_phase["prefill"], by_phase["decode"]
+
+
+def within_load_slack(nodes: list[NodeLoad], slack: int | None) -> list[NodeLoad]:
+    """Filter: nodes whose queue + running is at most the least loaded one's + slack."""
+    if slack is None or len(nodes) < 2:
+        return nodes
+    bound = min(n.queue + n.running for n in nodes) + slack
+    return [n for n in nodes if n.queue + n.running <= bound]
 
 
 def _best(nodes: list[NodeLoad], scores: list[float]) -> NodeLoad:
@@ -80,5 +103,6 @@ def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = Route
         return RouteDecision(decode.node_id, None, cached, f"local prefill: {why} ({uncached} tokens)")
 
     pl, pq = config.prefill_weights
+    prefillers = within_load_slack(prefillers, config.prefill_load_slack)
     prefill = _best(prefillers, [pl * prefix_locality(req, n) + pq * queue_load(n, scale) for n in prefillers])
     return RouteDecision(decode.node_id, prefill.node_id, cached, f"disaggregated ({uncached} uncached tokens)")

@@ -96,6 +96,24 @@ def test_prefill_chunking_and_async_ready_time() -> None:
     assert eng.compute_s == pytest.approx(0.230)
 
 
+def test_prefill_attention_term_is_per_request_in_a_batched_chunk() -> None:
+    """While a first prompt computes (10 + 100 + 1 = 111 ms), two more queue
+    and share the next chunk: 100 tokens, and 100 over 300 cached:
+    10 + 200 + 0.5*300 + 1*(100*100 + 100*400)/1e4 = 365 ms (from totals,
+    200*500/1e4, it would be 370 ms)."""
+    model = LinearIterationModel((10.0, 1.0, 0.5, 1.0), (5.0, 1.0, 0.0))
+    loop = EventLoop()
+    fin: dict[int, float] = {}
+    eng = PrefillEngine("p", loop, model, NodeConfig(), lambda sr, t: fin.__setitem__(sr.req.req_id, t), [])
+    first, a, b = req(0, 100, 1), req(1, 100, 1), req(2, 400, 1)
+    b.cached = 300
+    for r in (first, a, b):
+        eng.submit(r)
+    loop.run(5.0)
+    assert fin[0] == pytest.approx(0.111)
+    assert fin[1] == fin[2] == pytest.approx(0.111 + 0.365)
+
+
 def test_prefill_layerwise_adds_transfer_to_iteration() -> None:
     loop = EventLoop()
     fin: dict[int, float] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.routing import NodeLoad, RouteRequest, RouterConfig, route
-from gateway.routing.picker import NoNodeAvailable
+from gateway.routing.picker import NoNodeAvailable, within_load_slack
 from gateway.routing.scorers import free_kv, prefix_locality, queue_load
 
 
@@ -43,6 +43,27 @@ def test_load_beats_locality_when_the_local_node_is_swamped():
     nodes = [NodeLoad("p1", "prefill", queue=40), NodeLoad("p2", "prefill"), NodeLoad("d", "decode")]
     req = RouteRequest(prompt_tokens=2000, cached_by_node={"p1": 200})
     assert route(req, nodes).prefill_node == "p2"
+
+
+def test_a_cached_system_prompt_does_not_outweigh_a_queue_beyond_the_slack():
+    """p1 holds 80 % of the prompt; with 3 in its queue it still beats an
+    idle p2 on score (0.6*0.8 + 0.4*4/7 > 0.4), but is 3 above the least
+    loaded: filtered out at slack 2, kept at slack 3 or without a bound."""
+    nodes = [NodeLoad("p1", "prefill", queue=2, running=1), NodeLoad("p2", "prefill"), NodeLoad("d", "decode")]
+    req = RouteRequest(prompt_tokens=2000, cached_by_node={"p1": 1600}, pool_cached_tokens=1600)
+    assert route(req, nodes, RouterConfig(local_prefill_max_tokens=256)).prefill_node == "p2"
+    for slack in (3, None):
+        cfg = RouterConfig(local_prefill_max_tokens=256, prefill_load_slack=slack)
+        assert route(req, nodes, cfg).prefill_node == "p1"
+
+
+def test_load_slack_filter_keeps_nodes_within_the_bound():
+    nodes = [NodeLoad("a", "prefill", queue=3), NodeLoad("b", "prefill", running=1), NodeLoad("c", "prefill", queue=5)]
+    assert [n.node_id for n in within_load_slack(nodes, 2)] == ["a", "b"]
+    assert [n.node_id for n in within_load_slack(nodes, 0)] == ["b"]
+    assert within_load_slack(nodes, None) == nodes
+    with pytest.raises(ValueError):
+        RouterConfig(prefill_load_slack=-1)
 
 
 def test_decode_prefers_free_kv_and_low_load():
