@@ -30,7 +30,8 @@ def to_planner_records(node_id: str, wire: list[dict]) -> list[IterationRecord]:
     return [IterationRecord(node_id=node_id, phase=NodePhase(r["phase"]), t=r["t"], batch_size=r["batch_size"],
                             uncached_prompt_tokens=r["uncached_prompt_tokens"],
                             cached_prompt_tokens=r["cached_prompt_tokens"], generated_tokens=r["generated_tokens"],
-                            context_tokens=r["context_tokens"], elapsed_ms=r["elapsed_ms"]) for r in wire]
+                            context_tokens=r["context_tokens"], elapsed_ms=r["elapsed_ms"],
+                            attention_pairs=r.get("attention_pairs")) for r in wire]
 
 
 async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int) -> None:

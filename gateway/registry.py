@@ -179,7 +179,8 @@ class WorkerRegistry:
             self._iterations.append(IterationRecord(
                 node_id=node.node_id, phase=NodePhase(it.phase.value), t=it.t, batch_size=it.batch_size,
                 uncached_prompt_tokens=it.uncached_prompt_tokens, cached_prompt_tokens=it.cached_prompt_tokens,
-                generated_tokens=it.generated_tokens, context_tokens=it.context_tokens, elapsed_ms=it.elapsed_ms))
+                generated_tokens=it.generated_tokens, context_tokens=it.context_tokens, elapsed_ms=it.elapsed_ms,
+                attention_pairs=it.attention_pairs))
             node.next_iteration = max(node.next_iteration, it.index + 1)
 
     def drain_iterations(self) -> list[IterationRecord]:

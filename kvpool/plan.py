@@ -61,20 +61,25 @@ def step_shape(scheduler_output) -> dict[str, int]:
     A request still producing no output is in prefill: its scheduled tokens
     are uncached prompt tokens and, for a new request, its computed tokens
     the cached prefix. The rest decode: batch and attended context.
+    `attention_pairs` sums, over the prefills, scheduled tokens x (scheduled
+    + already computed): each prompt's new tokens attend to its own context.
     """
-    shape = dict(prefill_requests=0, uncached_prompt_tokens=0, cached_prompt_tokens=0,
+    shape = dict(prefill_requests=0, uncached_prompt_tokens=0, cached_prompt_tokens=0, attention_pairs=0,
                  decode_requests=0, generated_tokens=0, context_tokens=0)
     counts = scheduler_output.num_scheduled_tokens
     for r in scheduler_output.scheduled_new_reqs:
+        n = counts.get(r.req_id, 0)
         shape["prefill_requests"] += 1
-        shape["uncached_prompt_tokens"] += counts.get(r.req_id, 0)
+        shape["uncached_prompt_tokens"] += n
         shape["cached_prompt_tokens"] += r.num_computed_tokens
+        shape["attention_pairs"] += n * (n + r.num_computed_tokens)
     cached = scheduler_output.scheduled_cached_reqs
     for i, rid in enumerate(cached.req_ids):
         n = counts.get(rid, 0)
         if cached.num_output_tokens[i] == 0:
             shape["prefill_requests"] += 1
             shape["uncached_prompt_tokens"] += n
+            shape["attention_pairs"] += n * (n + cached.num_computed_tokens[i])
         else:
             shape["decode_requests"] += 1
             shape["generated_tokens"] += n

@@ -71,7 +71,8 @@ def evaluate(sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_to
     D = n_nodes - P
     rf = 1.0 - f
     k = np.clip(np.floor(cfg.prefill_token_budget / np.maximum(u, 1.0)), 1, cfg.max_prefill_batch)
-    batch_ms = np.maximum(ap + bp * k * u + cp * k * c + dp * (k * u) * (k * u + k * c) / 1e4, _EPS)
+    # k prompts per iteration: attention is per prompt, k·u·(u+c), not (k·u)·(k·u+k·c)
+    batch_ms = np.maximum(ap + bp * k * u + cp * k * c + dp * k * u * (u + c) / 1e4, _EPS)
     s_req = batch_ms / k / 1000.0
     s_loc = np.where(f > 0, np.maximum(ap + bp * ul + cp * cl + dp * ul * (ul + cl) / 1e4, 0.0) / 1000.0, 0.0)
     ctx = rf * (u + c) + f * (ul + cl) + o / 2.0

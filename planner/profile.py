@@ -51,12 +51,16 @@ def classify(record: IterationRecord) -> Kind | None:
     return None
 
 
-def prefill_features(uncached: np.ndarray | float, cached: np.ndarray | float) -> np.ndarray:
-    """Feature rows [1, u, c, u·(u+c)/1e4] for token totals (arrays broadcast)."""
+def prefill_features(uncached: np.ndarray | float, cached: np.ndarray | float,
+                     pairs: np.ndarray | float | None = None) -> np.ndarray:
+    """Feature rows [1, u, c, pairs/1e4] for token totals (arrays broadcast);
+    ``pairs``: Σ over the batch's prompts of u_i·(u_i+c_i), default u·(u+c)
+    (one prompt)."""
     u = np.asarray(uncached, dtype=float)
     c = np.asarray(cached, dtype=float)
     u, c = np.broadcast_arrays(u, c)
-    return np.stack([np.ones_like(u), u, c, u * (u + c) / ATTENTION_DIVISOR], axis=-1)
+    p = u * (u + c) if pairs is None else np.broadcast_to(np.asarray(pairs, dtype=float), u.shape)
+    return np.stack([np.ones_like(u), u, c, p / ATTENTION_DIVISOR], axis=-1)
 
 
 def decode_features(batch: np.ndarray | float, context: np.ndarray | float) -> np.ndarray:
@@ -76,7 +80,8 @@ class IterationModel:
 
     def features(self, record: IterationRecord) -> np.ndarray:
         if self.kind == "prefill":
-            return prefill_features(record.uncached_prompt_tokens, record.cached_prompt_tokens)
+            return prefill_features(record.uncached_prompt_tokens, record.cached_prompt_tokens,
+                                    record.attention_pairs)
         return decode_features(record.batch_size, record.context_tokens)
 
     def update(self, record: IterationRecord) -> None:

@@ -35,6 +35,9 @@ class IterationRecord:
     generated_tokens: int  # decode tokens produced this iteration
     context_tokens: int  # total KV tokens attended by the decode requests
     elapsed_ms: float
+    # Σ over the iteration's prompts of uncached·(uncached + context before
+    # them): attention is per request. None: unknown, taken as one prompt.
+    attention_pairs: float | None = None
 
 
 @dataclass(frozen=True)

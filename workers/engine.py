@@ -167,7 +167,7 @@ class WorkerEngine:
             t=ev["t"], phase=self._phase_of(), batch_size=ev["prefill_requests"] + ev["decode_requests"],
             uncached_prompt_tokens=ev["uncached_prompt_tokens"], cached_prompt_tokens=ev["cached_prompt_tokens"],
             generated_tokens=ev["generated_tokens"], context_tokens=ev["context_tokens"],
-            elapsed_ms=ev["elapsed_ms"])
+            elapsed_ms=ev["elapsed_ms"], attention_pairs=ev.get("attention_pairs"))
 
     def _context_tokens(self) -> int:
         return sum(r.prompt_tokens + r.generated for r in self.inflight.values() if r.role is Role.DECODE)

@@ -196,6 +196,8 @@ class IterationRecordWire(_Model):
     generated_tokens: int
     context_tokens: int
     elapsed_ms: float
+    # Σ over the prefills of scheduled x (scheduled + computed) tokens (None: not reported)
+    attention_pairs: int | None = None
 
 
 class RequestTimingWire(_Model):

@@ -98,6 +98,8 @@ class LocalPrefixIndex:
       sets only where that object changes.
     - ``stores[n]``: node n's host store, a `ChainLRU` (a publish costs
       work per run of the prompt, not per block).
+
+    Block ids must name their prefix, as chained hashes do (`bench.sim.lru`).
     """
 
     _CACHE_MAX = 200_000  # transition-cache entries (they pin old sets) kept before a clear
@@ -164,24 +166,20 @@ class LocalPrefixIndex:
         over += self.blocks_per_node // 10  # hysteresis: one scan per ~10 % of capacity
         # Unreferenced LRU first (scanning a bounded LRU window), then
         # referenced LRU: a store smaller than the active working set must
-        # still make room, as kvpool's choose_victims does. (dicts as
-        # ordered sets: a prompt may name a block twice.)
-        victims: dict[int, None] = {}
-        referenced: dict[int, None] = {}
+        # still make room, as kvpool's choose_victims does.
+        victims: list[int] = []
+        referenced: list[int] = []
         refs = self.refs
         for i, h in enumerate(store):
             if i >= 4 * over:
                 break
             if h not in refs:
-                victims[h] = None
+                victims.append(h)
                 if len(victims) >= over:
                     break
             elif len(referenced) < over:
-                referenced[h] = None
-        for h in referenced:
-            if len(victims) >= over:
-                break
-            victims[h] = None
+                referenced.append(h)
+        victims += referenced[: over - len(victims)]
         store.remove(victims)
         holders, minus = self.holders, self._minus
         for h in victims:

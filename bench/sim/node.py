@@ -115,7 +115,7 @@ class PrefillEngine:
         self.compute_s += compute
         self.stall_s += stall
         self.records.append((self.node_id, NodePhase.PREFILL, now + compute + stall, len(chunk), u, c,
-                             0, 0, (compute + stall) * 1000.0))
+                             0, 0, (compute + stall) * 1000.0, pair))
         for job, _ in chunk:
             job.started = True
         self.loop.at(now + compute + stall, self._end, chunk)
