@@ -131,6 +131,10 @@ def test_stats_carry_iteration_records(vllm_cluster):
     assert any(r["uncached_prompt_tokens"] > 0 for r in recs)
     assert any(r["generated_tokens"] > 0 and r["context_tokens"] > 0 for r in recs)
     assert all(r["elapsed_ms"] > 0 for r in recs)
+    # one prompt per prefill step here: its attention pairs are u * (u + cached)
+    prefills = [r for r in recs if r["uncached_prompt_tokens"] > 0 and r["batch_size"] == 1]
+    assert prefills and all(r["attention_pairs"] == r["uncached_prompt_tokens"]
+                            * (r["uncached_prompt_tokens"] + r["cached_prompt_tokens"]) for r in prefills)
 
 
 def test_requests_carry_the_engines_first_token_latency(vllm_cluster):

@@ -93,3 +93,13 @@ def test_uncertainty_from_fitted_model() -> None:
     assert est.gain_sd_rps[j] < est.capacity_sd_rps[i] + est.capacity_sd_rps[j]
     preds = to_predictions(est, np.zeros(15), z=1.645)
     assert all(p.throughput_lo_rps <= p.throughput_rps <= p.throughput_hi_rps for p in preds)
+
+
+def test_batched_prefill_attention_is_per_prompt() -> None:
+    # prefill t = 10 + 0.1·u + 0.01·cached + 1·pairs/1e4 ms; 4,000-token batches of k = 4 prompts
+    # (u = 1000 over 3000 cached): 10 + 400 + 120 + 4·1000·4000/1e4 = 2,130 ms, s = 0.5325 s per prompt
+    # (from the batch's totals, 4000·16000/1e4 = 6,400 ms of attention, it would be 1.7225 s).
+    profile = Profile.from_coefficients((10.0, 0.1, 0.01, 1.0), (5.0, 1.0, 0.0))
+    cfg = EstimatorConfig(prefill_token_budget=4000)
+    est = estimate_splits(profile, _workload(1.0, 1000, 3000, 100), 6, [2], reference_prefill=2, config=cfg)
+    assert est.prefill_capacity_rps[0] == pytest.approx(2 / 0.5325)

@@ -34,6 +34,25 @@ def test_recovers_known_coefficients_with_outliers() -> None:
     assert sd > 0
 
 
+def test_batched_prefill_records_fit_with_their_attention_pairs() -> None:
+    """Iterations of 1-4 prompts: time follows Σ u_i(u_i+c_i); fitted on the
+    records' attention_pairs the model recovers the coefficients (on the
+    batch's totals, u·(u+c) would overstate a batch's attention)."""
+    import random
+
+    rng = random.Random(3)
+    true = (20.0, 0.05, 0.004, 0.5)
+    recs = []
+    for i in range(2000):
+        prompts = [(rng.randrange(50, 3000), rng.randrange(0, 20000)) for _ in range(rng.randrange(1, 5))]
+        u, c = sum(p[0] for p in prompts), sum(p[1] for p in prompts)
+        pairs = sum(p[0] * (p[0] + p[1]) for p in prompts)
+        ms = true[0] + true[1] * u + true[2] * c + true[3] * pairs / 1e4
+        recs.append(IterationRecord("n0", NodePhase.PREFILL, float(i), len(prompts), u, c, 0, 0, ms, pairs))
+    profile = Profile.from_records(recs)
+    assert tuple(profile.prefill.rls.theta) == pytest.approx(true, rel=0.02, abs=0.05)
+
+
 def test_json_round_trip(tmp_path: Path) -> None:
     profile = Profile.from_records(synthetic_records(200, seed=8))
     path = tmp_path / "profile.json"
