@@ -46,7 +46,7 @@ def test_hand_computed_remote_only() -> None:
 
 def test_hand_computed_local_prefill_and_kv_cap() -> None:
     profile = Profile.from_coefficients((10.0, 0.1, 0.01, 0.0), (5.0, 1.0, 0.001))
-    cfg = EstimatorConfig(prefill_token_budget=2000)
+    cfg = EstimatorConfig(prefill_token_budget=2000, kv_usable_fraction=0.9)  # a scheduler watermark of 10 %
     w = _workload(2.0, 1000, 1000, 200, f=0.5, ul=100, cl=1000)
     est = estimate_splits(profile, w, 4, [1, 2], reference_prefill=1, kv_capacity_tokens=100_000, config=cfg)
     s_req = (10 + 0.1 * 2000 + 0.01 * 2000) / 2 / 1000  # 0.115 s
