@@ -133,6 +133,9 @@ def simulate(sc: Scenario, planners: list[str], *, seed: int, profile: str, jobs
             ratios["e2e_vs_dynamo"] = _ratio(results["dynamo"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"])
         if "oracle" in results:
             ratios["vs_oracle"] = _ratio(ev, results["oracle"]["throughput_rps"])
+    if "async" in results and "layerwise" in results:
+        lw = results["layerwise"]["prefill_idle_fraction"]
+        ratios["idle_fraction_reduction"] = round(1 - results["async"]["prefill_idle_fraction"] / lw, 4) if lw else None
     if "oracle" in results and "static_best" in results:
         ratios["oracle_vs_static_best"] = _ratio(results["oracle"]["throughput_rps"],
                                                  results["static_best"]["throughput_rps"])
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, help="nodes (each gpus_per_node GPUs of the profile)")
     ap.add_argument("--duration", type=float, help="seconds of workload (scenario default otherwise)")
     ap.add_argument("--load", type=float, default=1.0, help="multiply the scenario's agent count / rate")
+    ap.add_argument("--mix", choices=["coding", "cu", "math"], help="fixed-4p5d: the agents' kind (default coding)")
     ap.add_argument("--profile", default=str(DEFAULT_PROFILE), help="GPU profile JSON")
     ap.add_argument("--directory", choices=["memory", "local"], default="memory",
                     help="memory: kvpool's in-memory directory; local: the simulator's faster index")
@@ -193,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     planners = ["evolving", "static-best", "dynamo"] if a.planner == "all" else [a.planner]
     planners += ["oracle"] if a.oracle else []
     t0 = time.perf_counter()
-    sc = build(a.scenario, seed=a.seed, nodes=a.nodes, trace=a.trace, duration_s=a.duration, scale=a.load)
+    try:
+        sc = build(a.scenario, seed=a.seed, nodes=a.nodes, trace=a.trace, duration_s=a.duration, scale=a.load,
+                   mix=a.mix)
+    except ValueError as e:
+        ap.error(str(e))
     report = simulate(sc, planners, seed=a.seed, profile=a.profile, jobs=a.jobs, extra={"directory": a.directory},
                       oracle_segments=a.oracle_segments)
     report["wall_s"] = round(time.perf_counter() - t0, 1)

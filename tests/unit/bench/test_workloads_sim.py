@@ -112,3 +112,17 @@ def test_oracle_with_one_segment_is_the_best_static_split_and_more_segments_do_n
     assert [t for t, _ in two["schedule"]] == [0.0, 300.0]
     # The second segment may keep the first one's split, so greedy never loses to its own prefix.
     assert two["completed"] >= one["completed"] or two["schedule"][0][1] != one["schedule"][0][1]
+
+
+def test_fixed_4p5d_mix_picks_the_agents_and_only_applies_there() -> None:
+    import pytest
+
+    from bench.scenarios import build
+
+    cu = build("fixed-4p5d", seed=0, duration_s=120, scale=0.1, mix="cu")
+    assert {r.kind for r in cu.workload.requests} == {"cu"} and (cu.nodes, cu.prefill_nodes) == (9, 4)
+    assert {r.kind for r in build("fixed-4p5d", seed=0, duration_s=120, scale=0.1).workload.requests} == {"coding"}
+    with pytest.raises(ValueError, match="fixed-4p5d only"):
+        build("shift", seed=0, mix="cu")
+    with pytest.raises(ValueError, match="unknown mix"):
+        build("fixed-4p5d", seed=0, mix="video")
