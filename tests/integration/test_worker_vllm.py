@@ -125,16 +125,21 @@ def test_malformed_bodies_and_unknown_ids(vllm_cluster):
 
 
 def test_stats_carry_iteration_records(vllm_cluster):
+    before = httpx.get(vllm_cluster.url("wB") + "/internal/stats", timeout=10).json()["iterations"]
+    since = before[-1]["index"] + 1 if before else 0
     _decode(vllm_cluster, "wB", "stats-probe", max_tokens=6)
-    stats = httpx.get(vllm_cluster.url("wB") + "/internal/stats", timeout=10).json()
+    stats = httpx.get(vllm_cluster.url("wB") + "/internal/stats", params={"since": since}, timeout=10).json()
     recs = stats["iterations"]
+    assert recs and all(r["index"] >= since for r in recs)
     assert any(r["uncached_prompt_tokens"] > 0 for r in recs)
     assert any(r["generated_tokens"] > 0 and r["context_tokens"] > 0 for r in recs)
     assert all(r["elapsed_ms"] > 0 for r in recs)
-    # one prompt per prefill step here: its attention pairs are u * (u + cached)
+    # The probe's short prompt is one new request prefilled in one step: its
+    # attention pairs are u * (u + cached). (Not so for a later chunk of a long
+    # prompt: it attends to the chunks before it, which are not "cached".)
     prefills = [r for r in recs if r["uncached_prompt_tokens"] > 0 and r["batch_size"] == 1]
     assert prefills and all(r["attention_pairs"] == r["uncached_prompt_tokens"]
-                            * (r["uncached_prompt_tokens"] + r["cached_prompt_tokens"]) for r in prefills)
+                            * (r["uncached_prompt_tokens"] + r["cached_prompt_tokens"]) for r in prefills), prefills
 
 
 def test_requests_carry_the_engines_first_token_latency(vllm_cluster):
