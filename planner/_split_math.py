@@ -98,13 +98,16 @@ def evaluate(sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_to
         # Own iteration: the batch holds what arrived during one full-batch
         # iteration (ρ·k requests), at least this one, at most k.
         ke = np.clip(np.nan_to_num(rho * k, posinf=1e9), 1.0, k)
-        own_ms = ap + (bp * u + cp * c) * ke + dp * (ke * u) * (ke * (u + c)) / 1e4
+        own_ms = ap + (bp * u + cp * c + dp * u * (u + c) / 1e4) * ke  # attention per prompt, as above
         own = np.maximum(own_ms, _EPS) / 1000.0 * np.maximum(1.0, np.ceil(u95 / cfg.prefill_token_budget))
         ttft_remote = np.where(rho < 1.0, wq95 + own, UNSTABLE_S)
         ttft = np.where(rf >= 0.05, ttft_remote, np.minimum(s_loc + tpot, UNSTABLE_S))
+        # Mean response time: mean wait (not P95) + own iteration, then o tokens at TPOT.
+        ttft_mean = np.where(rf >= 0.05, np.where(rho < 1.0, wq + own, UNSTABLE_S), s_loc + tpot)
+        e2e = np.minimum(ttft_mean + o * tpot, UNSTABLE_S)
     kv_ok = (kv_tokens <= 0) | (kv_tokens * cfg.kv_usable_fraction >= ctx + o / 2.0)
     feasible = (lam <= cap) & (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s) & kv_ok & (D > 0)
-    return {"cap": cap, "pre_cap": pre_cap, "dec_cap": dec_cap, "ttft": ttft, "tpot": tpot,
+    return {"cap": cap, "pre_cap": pre_cap, "dec_cap": dec_cap, "ttft": ttft, "tpot": tpot, "e2e": e2e,
             "batch": batch, "feasible": feasible, "tokens": cap * out_tokens}
 
 

@@ -112,6 +112,8 @@ class SplitEstimate:
     tpot_s: np.ndarray
     ttft_sd_s: np.ndarray
     tpot_sd_s: np.ndarray
+    e2e_s: np.ndarray  # mean response time (mean TTFT + output x TPOT)
+    e2e_sd_s: np.ndarray
     decode_batch: np.ndarray
     feasible: np.ndarray
     gain_rps: np.ndarray
@@ -129,7 +131,8 @@ class SplitEstimate:
 
 
 def _split_estimate(r: dict[str, np.ndarray], row: int, p_arr: np.ndarray, total_nodes: int, reference: int,
-                    gain_sd: np.ndarray, cap_sd: np.ndarray, ttft_sd: np.ndarray, tpot_sd: np.ndarray) -> SplitEstimate:
+                    gain_sd: np.ndarray, cap_sd: np.ndarray, ttft_sd: np.ndarray, tpot_sd: np.ndarray,
+                    e2e_sd: np.ndarray) -> SplitEstimate:
     cap = r["cap"][row]
     finite = np.where(np.isfinite(cap), cap, 0.0)
     return SplitEstimate(
@@ -137,7 +140,7 @@ def _split_estimate(r: dict[str, np.ndarray], row: int, p_arr: np.ndarray, total
         capacity_rps=cap[:-1], capacity_sd_rps=cap_sd,
         prefill_capacity_rps=r["pre_cap"][row, :-1], decode_capacity_rps=r["dec_cap"][row, :-1],
         tokens_per_s=r["tokens"][row, :-1], ttft_s=r["ttft"][row, :-1], tpot_s=r["tpot"][row, :-1],
-        ttft_sd_s=ttft_sd, tpot_sd_s=tpot_sd,
+        ttft_sd_s=ttft_sd, tpot_sd_s=tpot_sd, e2e_s=r["e2e"][row, :-1], e2e_sd_s=e2e_sd,
         decode_batch=r["batch"][row, :-1], feasible=r["feasible"][row, :-1],
         gain_rps=finite[:-1] - finite[-1], gain_sd_rps=gain_sd, reference_prefill=reference,
         reference_prefill_capacity_rps=float(r["pre_cap"][row, -1]),
@@ -168,7 +171,7 @@ def estimate_splits(profile: Profile, workload: WorkloadEstimate, total_nodes: i
     r = evaluate(sc, np.append(p_arr, reference_prefill), total_nodes, kv_capacity_tokens, config, slo)
     finite = np.where(np.isfinite(r["cap"]), r["cap"], 0.0)
     return _split_estimate(r, 0, p_arr, total_nodes, reference_prefill, sd(finite[:, :-1] - finite[:, -1:]),
-                           sd(finite)[:-1], sd(r["ttft"])[:-1], sd(r["tpot"])[:-1])
+                           sd(finite)[:-1], sd(r["ttft"])[:-1], sd(r["tpot"])[:-1], sd(r["e2e"])[:-1])
 
 
 def estimate_many(profile: Profile, workloads: list[WorkloadEstimate], total_nodes: int, prefill_nodes: Any, *,
@@ -182,7 +185,7 @@ def estimate_many(profile: Profile, workloads: list[WorkloadEstimate], total_nod
     sc = scenarios(profile, workloads, with_uncertainty=False)
     r = evaluate(sc, np.append(p_arr, reference_prefill), total_nodes, kv_capacity_tokens, config, slo)
     zeros = np.zeros(p_arr.size)
-    return [_split_estimate(r, i, p_arr, total_nodes, reference_prefill, zeros, zeros, zeros, zeros)
+    return [_split_estimate(r, i, p_arr, total_nodes, reference_prefill, zeros, zeros, zeros, zeros, zeros)
             for i in range(len(workloads))]
 
 

@@ -71,6 +71,12 @@ class EvolvingConfig:
         waited than on an unloaded node (``planner.offered``), so the mix is
         the one a closed loop of agents offers, not the one the current
         split serves; ``offered_max_weight`` caps a weight (≥ 1).
+    latency_headroom: while the current split's capacity (lower bound)
+        exceeds the request rate by this fraction, more capacity serves no
+        more requests (open loop) or serves more only through shorter
+        responses (a closed loop of N agents with tool time Z sends
+        N / (Z + R)): the planner then moves on predicted mean response
+        time instead of capacity (``_by_latency``). None: capacity only (≥ 0).
     workload / estimator / regression: the sub-components' configs. The
         workload window defaults to 60 s = persist_s, so that once a shift
         has persisted the estimate holds only post-shift traffic.
@@ -91,6 +97,7 @@ class EvolvingConfig:
     key_by_report: bool = True
     offered_mix: bool = True
     offered_max_weight: float = 10.0
+    latency_headroom: float | None = 0.1
     workload: WorkloadConfig = field(default_factory=lambda: WorkloadConfig(window_s=60.0))
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     regression: RLSConfig = field(default_factory=RLSConfig)
@@ -104,6 +111,8 @@ class EvolvingConfig:
             raise ValueError("persist_buckets, min_bucket_requests, min_requests must be >= 1")
         if self.min_prefill < 0 or self.min_decode < 1:
             raise ValueError("min_prefill must be >= 0 and min_decode >= 1")
+        if self.latency_headroom is not None and self.latency_headroom < 0:
+            raise ValueError("latency_headroom must be >= 0 or None")
         if self.max_nodes_per_decision is not None and self.max_nodes_per_decision < 1:
             raise ValueError("max_nodes_per_decision must be >= 1 or None")
         if self.min_history_s < 0:
@@ -240,6 +249,10 @@ class EvolvingPlanner:
                 why = "TTFT" if p_cur < p_floor else "TPOT"
                 return self._move(tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0)
             tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the gain rule may still move
+        if cfg.latency_headroom is not None:
+            by_latency = self._by_latency(tick, allowed)
+            if by_latency is not None:
+                return by_latency
         target = rule.best_split(est, net.lcb, allowed | (p == p_cur), p_cur)
         i_cur = est.index(p_cur)
         cap_cur = float(est.capacity_rps[i_cur])
@@ -260,6 +273,40 @@ class EvolvingPlanner:
         if worst < cfg.min_gain_frac:
             return self._finish(tick, (), f"hold: gain of {target}P not persisted ({worst:.3f})", 1.0 - conf)
         return self._move(tick, target, f"gain: {frac_lcb:.3f} of capacity (lower bound)", conf)
+
+    def _by_latency(self, tick: _Tick, allowed: np.ndarray) -> Decision | None:
+        """None unless the current split has capacity headroom; then the
+        split whose mean response time is lowest, if its upper bound is
+        ``min_gain_frac`` below the current one's and that held in every
+        persistence sub-window (only splits with the same headroom count)."""
+        cfg, est, w = self.config, tick.est, tick.workload
+        assert est is not None and w is not None and cfg.latency_headroom is not None
+        z, p_cur = cfg.estimator.z, tick.current[0]
+        need = w.rate_rps * (1.0 + cfg.latency_headroom)
+        cap_lo = est.capacity_rps - z * est.capacity_sd_rps
+        i_cur = est.index(p_cur)
+        if not cap_lo[i_cur] >= need:
+            return None
+        e_cur = float(est.e2e_s[i_cur])
+        roomy = allowed & est.feasible & (cap_lo >= need) & (est.prefill_nodes != p_cur)
+        upper = np.where(roomy, est.e2e_s + z * est.e2e_sd_s, np.inf)
+        j = int(np.argmin(upper))
+        tick.inputs.update(headroom=float(cap_lo[i_cur] / max(w.rate_rps, 1e-9) - 1.0), e2e_current_s=e_cur)
+        frac = 1.0 - float(upper[j]) / e_cur if np.isfinite(upper[j]) and e_cur > 0 else -np.inf
+        if frac < cfg.min_gain_frac:
+            return self._finish(tick, (), "hold: capacity has headroom and no split answers clearly faster", 1.0)
+        target = int(est.prefill_nodes[j])
+        conf = rule.normal_confidence(e_cur - float(est.e2e_s[j]), float(est.e2e_sd_s[j]))
+        tick.inputs.update(candidate_prefill=float(target), e2e_gain_frac_ucb=frac)
+        buckets = self._bucket_estimates(tick)
+        ests = self._quick(buckets, np.array([p_cur, target]), tick) if buckets else []
+        worst = min((1.0 - float(e.e2e_s[1]) / float(e.e2e_s[0]) for e in ests), default=-np.inf)
+        tick.inputs["persisted_e2e_gain_frac"] = worst
+        if worst < cfg.min_gain_frac:
+            return self._finish(tick, (), f"hold: faster responses at {target}P not persisted ({worst:.3f})",
+                                1.0 - conf)
+        return self._move(tick, target, f"latency: mean response {frac:.3f} shorter at {target}P (bound), "
+                                        "capacity has headroom", conf)
 
     def _bucket_estimates(self, tick: _Tick) -> list[WorkloadEstimate] | None:
         cfg = self.config

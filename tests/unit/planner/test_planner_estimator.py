@@ -40,6 +40,8 @@ def test_hand_computed_remote_only() -> None:
     assert est.tpot_s[0] == pytest.approx((5 + 0.5 / 0.9) / 1000)
     # ρ = 4·0.105/2 = 0.21; P95 wait = s·ln(20ρ)/(2(1−ρ)); own batch ρ·k = 0.42 → 1 prompt: 110 ms.
     assert est.ttft_s[0] == pytest.approx(0.105 * math.log(4.2) / (2 * 0.79) + 0.110)
+    # Mean response: mean wait ρ·s/(2(1−ρ)) + own batch, then 100 tokens at TPOT.
+    assert est.e2e_s[0] == pytest.approx(0.21 * 0.105 / (2 * 0.79) + 0.110 + 100 * (5 + 0.5 / 0.9) / 1000)
     assert bool(est.feasible[0])
     assert est.gain_rps[0] == 0 and est.capacity_sd_rps[0] == 0  # known coefficients, no spread
 
@@ -103,3 +105,8 @@ def test_batched_prefill_attention_is_per_prompt() -> None:
     cfg = EstimatorConfig(prefill_token_budget=4000)
     est = estimate_splits(profile, _workload(1.0, 1000, 3000, 100), 6, [2], reference_prefill=2, config=cfg)
     assert est.prefill_capacity_rps[0] == pytest.approx(2 / 0.5325)
+    # TTFT: ρ = 1·0.5325/2; the own iteration holds ρ·k = 1.065 prompts, each attending to its own
+    # context: 10 + 1.065·(100 + 30 + 400) ms (from the totals, the attention would be 1.065² times one prompt's).
+    rho = 0.5325 / 2
+    own = (10 + 1.065 * (100 + 30 + 400)) / 1000
+    assert est.ttft_s[0] == pytest.approx(0.5325 * math.log(20 * rho) / (2 * (1 - rho)) + own)

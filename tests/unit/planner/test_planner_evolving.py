@@ -50,7 +50,7 @@ def _run(planner: EvolvingPlanner, traffic: list[list[RequestSample]], view: Clu
 def test_persisted_shift_switches_toward_prefill() -> None:
     traffic = [synthetic_samples(0, 200, 2.0, seed=1, **DECODE_HEAVY),
                synthetic_samples(200, 400, 1.2, seed=2, **PREFILL_HEAVY)]
-    decisions = _run(_planner(), traffic, _view(1, 8, slo=LAX))
+    decisions = _run(_planner(latency_headroom=None), traffic, _view(1, 8, slo=LAX))  # capacity rule only
     acted = [d for d in decisions if d.acted]
     assert acted, "a shift that persisted must be acted on"
     first = acted[0]
@@ -60,6 +60,28 @@ def test_persisted_shift_switches_toward_prefill() -> None:
     assert first.predictions and len(first.predictions) == 7
     assert 0.5 < first.confidence <= 1.0
     assert first.inputs["net_gain_lcb_frac"] >= 0.05
+
+
+def test_with_headroom_a_capacity_gain_alone_does_not_move() -> None:
+    # 1 rps of prefill-heavy turns on 4P4D: 5P has more capacity, but 4P already
+    # serves the rate with room to spare and 5P would not answer clearly faster.
+    traffic = [synthetic_samples(0, 400, 1.0, seed=1, **PREFILL_HEAVY)]
+    decisions = _run(_planner(), traffic, _view(4, 8, slo=LAX))
+    assert not any(d.acted for d in decisions)
+    assert decisions[-1].reason.startswith("hold: capacity has headroom") and decisions[-1].inputs["headroom"] > 0.1
+    capacity_only = [d for d in _run(_planner(latency_headroom=None), traffic, _view(4, 8, slo=LAX)) if d.acted]
+    assert capacity_only and capacity_only[0].reason.startswith("gain") and capacity_only[0].chosen_split[0] == 5
+
+
+def test_with_headroom_the_split_with_shorter_responses_is_chosen() -> None:
+    # Decode-heavy turns on 4P4D: 1P7D answers > 5 % faster (TPOT) in every sub-window.
+    traffic = [synthetic_samples(0, 400, 2.0, seed=1, **DECODE_HEAVY)]
+    acted = [d for d in _run(_planner(), traffic, _view(4, 8, slo=LAX)) if d.acted]
+    assert acted and acted[0].reason.startswith("latency") and acted[0].chosen_split[0] == 1
+    assert acted[0].inputs["headroom"] >= 0.1
+    assert acted[0].inputs["persisted_e2e_gain_frac"] >= 0.05 and acted[0].inputs["e2e_gain_frac_ucb"] >= 0.05
+    with pytest.raises(ValueError, match="latency_headroom"):
+        EvolvingConfig(latency_headroom=-0.1)
 
 
 def test_sub_agent_burst_does_not_switch() -> None:
