@@ -60,6 +60,23 @@ def generate(url: str, body: dict, timeout: float = 300) -> dict:
     return r.json()
 
 
+def iterations_since(url: str, since: int = 0) -> list[dict]:
+    """Every iteration record of the worker from index `since` on (the endpoint pages them)."""
+    out: list[dict] = []
+    while True:
+        page = httpx.get(url + "/internal/stats", params={"since": since}, timeout=30).json()["iterations"]
+        if not page:
+            return out
+        out += page
+        since = page[-1]["index"] + 1
+
+
+def next_iteration_index(url: str) -> int:
+    """Index the worker's next iteration record will get."""
+    records = iterations_since(url)
+    return records[-1]["index"] + 1 if records else 0
+
+
 @dataclass
 class StreamResult:
     tokens: list[int] = field(default_factory=list)

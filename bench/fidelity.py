@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench._kvbench import iterations_since, next_iteration_index
 from bench.fidelity_latency import (
     EngineLatencies, engine_latencies, handoff_s, path_overhead_s, step_overhead_ms, stream_lag_s,
 )
@@ -231,23 +232,6 @@ def _gateway(worker_urls: list[str], port: int, data_dir: str, model: str):
             proc.kill()
 
 
-def _iterations_since(url: str, index: int) -> list[dict]:
-    """Every iteration record from `index` on (the endpoint pages them)."""
-    out: list[dict] = []
-    while True:
-        page = httpx.get(url + "/internal/stats", params={"since": index}, timeout=30).json()["iterations"]
-        if not page:
-            return out
-        out += page
-        index = page[-1]["index"] + 1
-
-
-def _next_index(url: str) -> int:
-    """Index the worker's next iteration record will get (fresh worker: < 5,000 records so far)."""
-    got = httpx.get(url + "/internal/stats", timeout=30).json()["iterations"]
-    return (got[-1]["index"] + 1) if got else 0
-
-
 def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> dict[str, Any]:
     from workers.launch import WorkerProcess
 
@@ -262,13 +246,13 @@ def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> 
         p.wait_ready(), d.wait_ready()
         with _gateway([p.url, d.url], PORTS[2], tmp, model) as url:
             asyncio.run(_sequential(url, calibration_prompts(3, seed=7)))  # warm-up, discarded
-            since = {w.node_id: _next_index(w.url) for w in (p, d)}
+            since = {w.node_id: next_iteration_index(w.url) for w in (p, d)}
             cal = asyncio.run(_sequential(url, calibration_prompts()))  # one at a time: the isolated path overhead
             t_start, res = asyncio.run(_replay(url, reqs, prompts))
             records: list[IterationRecord] = []
             timings: dict[str, dict] = {}
             for w in (p, d):
-                records += to_planner_records(w.node_id, _iterations_since(w.url, since[w.node_id]))
+                records += to_planner_records(w.node_id, iterations_since(w.url, since[w.node_id]))
                 for t in httpx.get(w.url + "/internal/requests", timeout=30).json():
                     timings[t["request_id"]] = {**t, "node_id": w.node_id}
     finally:

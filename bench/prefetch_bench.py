@@ -75,7 +75,8 @@ import httpx
 import numpy as np
 
 from bench._kvbench import (
-    BenchError, WorkerSpec, generate, local_workers, node_id, percentile, phase_of, set_phase, synthetic_tokens,
+    BenchError, WorkerSpec, generate, iterations_since, local_workers, next_iteration_index, node_id, percentile,
+    phase_of, set_phase, synthetic_tokens,
 )
 
 BLOCK = 32
@@ -183,25 +184,6 @@ def summarize(requests: list[dict], iterations: list[dict], kv_wait_in_step_s: f
 
 # -- shell ---------------------------------------------------------------------
 
-def _next_iteration_index(url: str) -> int:
-    since = 0
-    while True:
-        its = httpx.get(url + "/internal/stats", params={"since": since}, timeout=30).json()["iterations"]
-        if not its:
-            return since
-        since = its[-1]["index"] + 1
-
-
-def _iterations_since(url: str, since: int) -> list[dict]:
-    out: list[dict] = []
-    while True:
-        its = httpx.get(url + "/internal/stats", params={"since": since}, timeout=30).json()["iterations"]
-        if not its:
-            return out
-        out += its
-        since = its[-1]["index"] + 1
-
-
 def prepare_peer(peer_url: str, tasks: list[tuple[str, list[int]]], parallel: int = 4) -> dict[str, list[dict]]:
     """Compute each (salt, prefix) on the peer; salt -> its saved block locations."""
     def one(task: tuple[str, list[int]]) -> tuple[str, list[dict]]:
@@ -270,11 +252,11 @@ def run_bench(prefill_url: str, peer_url: str, workload: Workload = Workload(),
             salt, toks = warm[m]  # first pull connects the NIXL peer; keep it out of the window
             generate(prefill_url, {"request_id": f"pf-warm-{m}-{run}", "prompt_token_ids": toks, "role": "prefill",
                                    "tenant_salt": salt, "kv": {"load": blocks[salt], "peers": peers, "mode": m}})
-            since = _next_iteration_index(prefill_url)
+            since = next_iteration_index(prefill_url)
             recs = asyncio.run(replay(prefill_url, peers, m, tag, contexts, schedule, salts, blocks))
             time.sleep(0.5)  # let the last iteration records reach the stats ring
             lo, hi = min(r["sent"] for r in recs), max(r["answered"] for r in recs)
-            its = [i for i in _iterations_since(prefill_url, since) if lo <= i["t"] <= hi + 0.5]
+            its = [i for i in iterations_since(prefill_url, since) if lo <= i["t"] <= hi + 0.5]
             runs[m][0].extend(recs)
             runs[m][1].extend(its)
     finally:
