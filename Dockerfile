@@ -15,12 +15,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY gateway ./gateway
-COPY workers ./workers
-COPY kvpool ./kvpool
+COPY core ./core
+COPY routing ./routing
 COPY planner ./planner
+COPY sim ./sim
+COPY kvpool ./kvpool
+COPY workers ./workers
+COPY gateway ./gateway
 COPY admin_ui ./admin_ui
+COPY cli ./cli
 COPY bench ./bench
+COPY testing ./testing
 COPY migrations ./migrations
 RUN pip install . && rm -rf /src
 

@@ -2,7 +2,7 @@
 
     evolving-infra console [--admin-url URL] [--port 8501] [--address 127.0.0.1]
 
-`gateway.cli` dispatches the `console` subcommand here (and `up` may call
+`cli.main` dispatches the `console` subcommand here (and `up` may call
 `console_command` to start it beside the gateway). The admin URL reaches the
 app through EVOLVING_ADMIN_URL, which `admin_ui.session` reads once.
 """

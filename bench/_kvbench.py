@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from workers.launch import WorkerProcess
+from testing.worker_process import WorkerProcess
 
 # Token ids the demo model accepts (vocab 4096); low ids are special tokens.
 TOKEN_LOW, TOKEN_HIGH = 10, 4000

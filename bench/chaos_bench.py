@@ -189,16 +189,16 @@ def compare(tokenizer: Any, ref: str, got: str) -> tuple[int, int, int]:
 
 # -- the control plane ----------------------------------------------------------
 def control_plane_app(settings: Any, db: Any, sink: Any, gate: Any, **create_app_kwargs: Any) -> Any:
-    """The gateway as `up` serves it (`gateway.up.compose_app`: store-backed
+    """The gateway as `up` serves it (`gateway.compose.compose_app`: store-backed
     gate, admin API, event sink), over a store the caller owns (the bench
     needs its outage window and its usage rows). No planner: the chaos is
     the only thing that switches. The app's lifespan starts and stops the
     sink and the gate.
     """
     from gateway.admin.auth import AdminAuthenticator
-    from gateway.control_plane import ControlPlane
+    from gateway.compose import ControlPlane
     from gateway.store import Overrides
-    from gateway.up import compose_app
+    from gateway.compose import compose_app
 
     cp = ControlPlane(settings, db, sink, gate, AdminAuthenticator(db), Overrides())
     return compose_app(settings, control_plane=cp, planner=None, **create_app_kwargs)
@@ -364,7 +364,7 @@ async def db_outage(pg_name: str | None, cfg: ChaosConfig, log: ChaosLog) -> Non
 
 # -- the run ------------------------------------------------------------------------
 def start_workers(cfg: ChaosConfig, run_dir: str, log_dir: pathlib.Path) -> dict[str, Any]:
-    from workers.launch import WorkerProcess
+    from testing.worker_process import WorkerProcess
 
     cores = max(1, os.cpu_count() or 1)
     workers = {}
@@ -482,7 +482,7 @@ def usage_in_store(db: Any, sink: Any, tenant: str, timeout_s: float = 60.0) -> 
 
 def leftovers(gw: GatewayThread, workers: dict[str, Any]) -> dict[str, Any]:
     runtime = gw.app.state.runtime
-    stats = runtime.cache.stats()
+    stats = runtime.directory.stats()
     inflight = {}
     for node, w in workers.items():
         try:
@@ -495,11 +495,11 @@ def leftovers(gw: GatewayThread, workers: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(cfg: ChaosConfig) -> dict[str, Any]:
-    from gateway.policy import GateConfig, StoreTenantGate
+    from gateway.serving.policy import GateConfig, StoreTenantGate
     from gateway.settings import GatewaySettings
     from gateway.store import Database, EventSink, SinkConfig
-    from gateway.dbcli import db_upgrade
-    from gateway.tokenize import PromptTokenizer
+    from gateway.store.migrate import db_upgrade
+    from gateway.serving.tokenize import PromptTokenizer
 
     if not (pathlib.Path(cfg.model) / "config.json").exists():
         from workers.demo_model import init_demo

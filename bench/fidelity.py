@@ -39,11 +39,11 @@ from bench.fidelity_latency import (
     EngineLatencies, engine_latencies, handoff_s, path_overhead_s, step_overhead_ms, stream_lag_s,
 )
 from bench.planner_bench import to_planner_records
-from bench.sim.cluster import Cluster, SimConfig
-from bench.sim.profiles import GpuProfile
-from bench.sim.state import NodeConfig
-from bench.workloads import Request, Workload
-from gateway.routing.picker import RouterConfig
+from sim.cluster import Cluster, SimConfig
+from sim.profiles import GpuProfile
+from sim.state import NodeConfig
+from sim.workloads import Request, Workload
+from routing.picker import RouterConfig
 from planner.profile import Profile
 from planner.types import IterationRecord
 
@@ -205,7 +205,7 @@ def _gateway(worker_urls: list[str], port: int, data_dir: str, model: str):
 
     env = {**os.environ, "EVOLVING_AUTH": "open", "EVOLVING_PLANNER": "none", "EVOLVING_HEARTBEAT_S": "0.2",
            "EVOLVING_LOCAL_PREFILL_MAX": str(LOCAL_PREFILL_MAX), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "gateway.cli", "gateway", "--model", model, "--model-name", MODEL_NAME,
+    cmd = [sys.executable, "-m", "cli.main", "gateway", "--model", model, "--model-name", MODEL_NAME,
            "--port", str(port), "--block-size", str(BLOCK_TOKENS), "--worker-urls", ",".join(worker_urls),
            "--data-dir", data_dir]
     with open(Path(data_dir, "gateway.log"), "ab") as log:
@@ -233,7 +233,7 @@ def _gateway(worker_urls: list[str], port: int, data_dir: str, model: str):
 
 
 def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> dict[str, Any]:
-    from workers.launch import WorkerProcess
+    from testing.worker_process import WorkerProcess
 
     tmp = tempfile.mkdtemp(prefix="fidelity-")
     extra = ["--run-dir", f"{tmp}/run", "--block-size", str(BLOCK_TOKENS)]
@@ -338,5 +338,19 @@ def main(model: str = "data/demo-model", seed: int = 0, as_json: bool = True) ->
     return 0 if max(report["fidelity_error"].values()) <= report["target"] else 1
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`evolving-infra simulate --fidelity [--seed N] [--json]` (dispatched here by `cli.main`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="evolving-infra simulate --fidelity",
+                                 description="the live demo cluster and the simulator on one agent trace slice")
+    ap.add_argument("--fidelity", action="store_true", required=True)
+    ap.add_argument("--model", default="data/demo-model")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print the JSON report")
+    a = ap.parse_args(argv)
+    return main(model=a.model, seed=a.seed, as_json=a.json)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())

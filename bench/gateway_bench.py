@@ -53,9 +53,9 @@ def free_port() -> int:
 def serve_upstream(port: int, tokenizer_dir: str, delay_s: float) -> None:
     import uvicorn
 
-    from bench.fake_worker import FakeWorker
-    from bench.fake_worker_app import create_fake_worker_app
-    from gateway.tokenize import PromptTokenizer
+    from testing.fake_worker import FakeWorker
+    from testing.fake_worker_app import create_fake_worker_app
+    from gateway.serving.tokenize import PromptTokenizer
 
     vocab = PromptTokenizer.from_dir(tokenizer_dir).vocab_size
     worker = FakeWorker("up0", token_delay_s=delay_s, token_range=(10, vocab), block_size=32)
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, object]:
-    from bench.tiny_tokenizer import write_tiny_tokenizer
+    from testing.tiny_tokenizer import write_tiny_tokenizer
 
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
     me = [sys.executable, "-m", "bench.gateway_bench"]

@@ -21,13 +21,58 @@ import tempfile
 
 import httpx
 
-from planner.bench import decide_bench, fit_mape_from_records
-from planner.types import IterationRecord, NodePhase
-from workers.launch import WorkerProcess
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from planner.evolving import EvolvingConfig, EvolvingPlanner
+from planner.profile import Profile, fit_mape
+from testing.planner_records import synthetic_records, synthetic_samples, synthetic_view
+from planner.types import IterationRecord
+from core import Phase
+from testing.worker_process import WorkerProcess
+
+
+def decide_bench(node_counts: Iterable[int] = (16, 256, 3072), repeats: int = 20) -> dict[str, dict[str, float]]:
+    """Median time of one ``decide`` in ms, keyed by node count (as str):
+    ``decide_ms`` wall clock (the target), ``decide_cpu_ms`` this process's
+    CPU time (the same number on an idle machine; stable on a busy one)."""
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    profile = Profile.from_records(synthetic_records(2000, seed=1))
+    wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for n in node_counts:
+        planner = EvolvingPlanner(EvolvingConfig(), profile)
+        # Traffic scaled to the cluster so every size runs near the same utilisation.
+        planner.observe_requests(synthetic_samples(0.0, 180.0, 0.25 * n, uncached=2000, cached=6000, output=400,
+                                                   seed=2, local_share=0.3))
+        view = synthetic_view(n, now=180.0)
+        planner.decide(view)  # warm caches
+        walls, cpus = [], []
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            planner.decide(view)
+            walls.append((time.perf_counter() - t0) * 1000.0)
+            cpus.append((time.process_time() - c0) * 1000.0)
+        wall[str(n)] = float(np.median(walls))
+        cpu[str(n)] = float(np.median(cpus))
+    return {"decide_ms": wall, "decide_cpu_ms": cpu}
+
+
+def fit_mape_from_records(records: Iterable[IterationRecord], holdout_fraction: float = 0.3) -> dict[str, float | None]:
+    """``{"fit_mape_prefill", "fit_mape_decode"}``: hold-out MAPE (fraction) of
+    models fitted online on the earlier records; None where a kind is absent.
+    ``fit_mape_floor``: the same error of a hindsight fit on all records
+    (``FitReport.floor_*``), so a reader can tell model error from noise."""
+    report = fit_mape(records, holdout_fraction)
+    return {"fit_mape_prefill": report.mape_prefill, "fit_mape_decode": report.mape_decode,
+            "fit_mape_floor": {"prefill": report.floor_prefill, "decode": report.floor_decode}}
 
 
 def to_planner_records(node_id: str, wire: list[dict]) -> list[IterationRecord]:
-    return [IterationRecord(node_id=node_id, phase=NodePhase(r["phase"]), t=r["t"], batch_size=r["batch_size"],
+    return [IterationRecord(node_id=node_id, phase=Phase(r["phase"]), t=r["t"], batch_size=r["batch_size"],
                             uncached_prompt_tokens=r["uncached_prompt_tokens"],
                             cached_prompt_tokens=r["cached_prompt_tokens"], generated_tokens=r["generated_tokens"],
                             context_tokens=r["context_tokens"], elapsed_ms=r["elapsed_ms"],

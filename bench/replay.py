@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench import traces
-from bench.workloads import Request, Workload
+from sim import traces
+from sim.workloads import Request, Workload
 
 
 def synthetic_prompt(r: Request, block_tokens: int) -> str:

@@ -21,7 +21,7 @@ import time
 
 import httpx
 
-from workers.launch import WorkerProcess
+from testing.worker_process import WorkerProcess
 
 
 class LightLoad:

@@ -5,12 +5,14 @@ injected (tests pass fakes), the rest is built from `settings`:
 
     tokenizer      PromptTokenizer.from_dir(settings.model_dir)
     worker_client  HttpWorkerClient (one keep-alive pool)
-    cache          DirectoryPrefixCache over kvpool's memory directory (Redis with
+    directory      GatewayDirectory over kvpool's memory directory (Redis with
                    settings.directory_url)
     tenant_gate    OpenTenantGate (no auth); the control plane passes its gate
-    admin_router   factory (ClusterControl, ClusterHistory) -> APIRouter, mounted as is
+    admin_router   factory (the cluster runtime) -> APIRouter, mounted as is
     switch_sinks   extra switch recorders (event store); metrics are always one
-    planner_tick   coroutine run every `planner_interval_s` (see gateway.cluster)
+    planner_tick   coroutine run every `planner_interval_s` (see gateway.control.runtime),
+                   reported as `planner_name`
+    workload       where finished-request samples go for the planner (LocalWorkloadFeed)
     on_startup     async hooks(runtime) run at startup (the control plane's start)
     on_shutdown    async hooks() run at shutdown, in reverse order
 
@@ -31,32 +33,32 @@ from typing import AsyncIterator, Awaitable, Callable, Sequence
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.cache import DirectoryPrefixCache, PrefixCache
-from gateway.cluster import ClusterRuntime, PlannerTick
-from gateway.control import ClusterControl, ClusterHistory
+from gateway.directory import GatewayDirectory, Directory
+from gateway.control.runtime import ClusterRuntime, PlannerTick
+from gateway.control.workload_feed import WorkloadFeed
 from gateway.http_errors import install_error_handlers
 from gateway.metrics import GatewayMetrics
-from gateway.openai_api.routes import openai_router
-from gateway.openai_api.service import OpenAIService
-from gateway.orchestrator import Orchestrator, OrchestratorConfig
-from gateway.registry import WorkerRegistry
-from gateway.routing import RouterConfig
+from gateway.serving.openai.routes import openai_router
+from gateway.serving.openai.service import OpenAIService
+from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
+from gateway.control.registry import WorkerRegistry
+from routing import RouterConfig
 from gateway.settings import GatewaySettings
-from gateway.switcher import PhaseSwitcher, SwitchSink
-from gateway.tenancy import OpenTenantGate, TenantGate
-from gateway.tokenize import PromptTokenizer
+from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
+from gateway.serving.tenancy import OpenTenantGate, TenantGate
+from gateway.serving.tokenize import PromptTokenizer
 from gateway.worker_client import HttpWorkerClient, WorkerAPI
 
 log = logging.getLogger(__name__)
 
-AdminRouterFactory = Callable[[ClusterControl, ClusterHistory], APIRouter]
+AdminRouterFactory = Callable[[ClusterRuntime], APIRouter]
 
 
 @dataclass
 class GatewayRuntime:
     settings: GatewaySettings
     client: WorkerAPI
-    cache: PrefixCache
+    directory: Directory
     registry: WorkerRegistry
     orchestrator: Orchestrator
     switcher: PhaseSwitcher
@@ -73,10 +75,11 @@ ShutdownHook = Callable[[], Awaitable[None]]
 
 
 def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None = None,
-               worker_client: WorkerAPI | None = None, cache: PrefixCache | None = None,
+               worker_client: WorkerAPI | None = None, directory: Directory | None = None,
                tenant_gate: TenantGate | None = None, admin_router: AdminRouterFactory | None = None,
                switch_sinks: list[SwitchSink] | None = None, planner_tick: PlannerTick | None = None,
-               planner_interval_s: float = 1.0, on_startup: Sequence[StartupHook] = (),
+               planner_name: str = "none", planner_interval_s: float = 1.0, workload: WorkloadFeed | None = None,
+               on_startup: Sequence[StartupHook] = (),
                on_shutdown: Sequence[ShutdownHook] = ()) -> FastAPI:
     if tokenizer is None:
         if not settings.model_dir:
@@ -86,24 +89,24 @@ def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None =
                                                connect_timeout_s=settings.connect_timeout_s,
                                                read_timeout_s=settings.stream_idle_timeout_s,
                                                max_connections=settings.max_connections)
-    if cache is None:
+    if directory is None:
         from kvpool.directory import create_directory
 
-        directory = (create_directory("redis", url=settings.directory_url) if settings.directory_url
-                     else create_directory("memory"))
-        cache = DirectoryPrefixCache(directory, block_size=settings.block_size, branch_ttl_s=settings.branch_ttl_s)
+        backend = (create_directory("redis", url=settings.directory_url) if settings.directory_url
+                   else create_directory("memory"))
+        directory = GatewayDirectory(backend, block_size=settings.block_size, branch_ttl_s=settings.branch_ttl_s)
     metrics = GatewayMetrics()
-    registry = WorkerRegistry(client, cache, failures_to_unhealthy=settings.heartbeat_failures)
-    orchestrator = Orchestrator(registry, client, cache, OrchestratorConfig(
+    registry = WorkerRegistry(client, directory, failures_to_unhealthy=settings.heartbeat_failures)
+    orchestrator = Orchestrator(registry, client, directory, OrchestratorConfig(
         router=RouterConfig(local_prefill_max_tokens=settings.local_prefill_max_tokens),
         max_node_attempts=settings.max_node_attempts))
     switcher = PhaseSwitcher(registry, client, deadline_s=settings.switch_deadline_s,
                              sinks=[metrics.observe_switch, *(switch_sinks or [])])
-    cluster = ClusterRuntime(registry, switcher, cache, planner_tick=planner_tick)
+    cluster = ClusterRuntime(registry, switcher, directory, planner_tick=planner_tick, planner_name=planner_name)
     service = OpenAIService(model_name=settings.served_model, tokenizer=tokenizer, orchestrator=orchestrator,
-                            gate=tenant_gate or OpenTenantGate(), cache=cache, metrics=metrics,
-                            default_max_tokens=settings.default_max_tokens)
-    runtime = GatewayRuntime(settings, client, cache, registry, orchestrator, switcher, cluster, metrics, service)
+                            gate=tenant_gate or OpenTenantGate(), directory=directory, metrics=metrics,
+                            default_max_tokens=settings.default_max_tokens, workload=workload)
+    runtime = GatewayRuntime(settings, client, directory, registry, orchestrator, switcher, cluster, metrics, service)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -112,7 +115,7 @@ def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None =
             await hook(runtime)
         tasks = [asyncio.create_task(registry.run(settings.heartbeat_interval_s), name="heartbeat"),
                  asyncio.create_task(cluster.run(planner_interval_s), name="cluster"),
-                 asyncio.create_task(_expire_branches(cache, settings.branch_ttl_s), name="branch-expiry")]
+                 asyncio.create_task(_expire_branches(directory, settings.branch_ttl_s), name="branch-expiry")]
         try:
             yield
         finally:
@@ -135,7 +138,7 @@ def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None =
     install_error_handlers(app, on_error=observe_error)
     app.include_router(openai_router(service, max_body_bytes=settings.max_body_bytes))
     if admin_router is not None:
-        app.include_router(admin_router(cluster, cluster))
+        app.include_router(admin_router(cluster))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -149,16 +152,16 @@ def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None =
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        metrics.refresh(registry, cache)
+        metrics.refresh(registry, directory)
         data, content_type = metrics.render()
         return Response(data, media_type=content_type)
 
     return app
 
 
-async def _expire_branches(cache: PrefixCache, ttl_s: float) -> None:
+async def _expire_branches(directory: Directory, ttl_s: float) -> None:
     while True:
         await asyncio.sleep(min(60.0, ttl_s / 4))
-        expired = cache.expire()
+        expired = directory.expire()
         if expired:
             log.info("expired %d idle branches", len(expired))

@@ -26,10 +26,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gateway.cache import PrefixCache
-from gateway.control import SwitchOutcome
-from gateway.orchestrator import Finished
-from gateway.registry import WorkerRegistry
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
+    from gateway.control.registry import WorkerRegistry
+    from gateway.directory import Directory
+    from gateway.serving.orchestrator import Finished
+    from gateway.store.records import SwitchOutcome
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
@@ -81,14 +84,14 @@ class GatewayMetrics:
             self.resumes.labels(tenant).inc(done.resumes)
 
     def observe_switch(self, outcome: SwitchOutcome, reason: str, who: str) -> None:
-        """A `gateway.switcher.SwitchSink`."""
+        """A `gateway.control.phase_switch.SwitchSink`."""
         self.switches.labels(outcome.to_phase, outcome.outcome).inc()
         if outcome.outcome == "ok":
             self.switch_seconds.labels("drain").observe(outcome.drain_s)
             self.switch_seconds.labels("migrate").observe(outcome.migrate_s)
             self.switch_seconds.labels("total").observe(outcome.total_s)
 
-    def refresh(self, registry: WorkerRegistry, cache: PrefixCache) -> None:
+    def refresh(self, registry: WorkerRegistry, directory: Directory) -> None:
         """Copy live gauges from the registry and directory (called per scrape)."""
         for node in registry.nodes():
             self.queue.labels(node.node_id).set(node.num_waiting)
@@ -96,7 +99,7 @@ class GatewayMetrics:
             self.healthy.labels(node.node_id).set(1 if node.healthy else 0)
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
-        stats = cache.stats()
+        stats = directory.stats()
         self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
         self.directory_blocks.set(stats.get("blocks", 0.0))
         self.directory_referenced.set(stats.get("referenced", 0.0))

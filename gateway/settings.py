@@ -73,7 +73,7 @@ class GatewaySettings:
     directory_url: str | None = None
     # Bearer token the workers require on /internal (their --cluster-token).
     cluster_token: str | None = None
-    # Control plane (gateway.control_plane). Secrets stay out of repr().
+    # Control plane (gateway.compose). Secrets stay out of repr().
     data_dir: str = "data"
     auth: str = "keys"  # AUTH_MODES
     admin_token: str | None = field(default=None, repr=False)

@@ -2,7 +2,7 @@
 
 `WorkerAPI` is the port the orchestrator, registry and switcher use; every
 method takes the worker's base URL. `HttpWorkerClient` implements it over one
-persistent `httpx.AsyncClient` pool; `bench.fake_worker.InProcessWorkerClient`
+persistent `httpx.AsyncClient` pool; `testing.fake_worker.InProcessWorkerClient`
 is the in-memory fake.
 
 Failure contract:

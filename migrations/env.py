@@ -1,7 +1,7 @@
 """Alembic environment for the gateway store (online and offline modes).
 
 The URL comes from the Alembic config (`sqlalchemy.url`, set by
-`gateway.dbcli`) or from an existing connection passed in
+`gateway.store.migrate`) or from an existing connection passed in
 `config.attributes["connection"]`. SQLite runs in batch mode so later
 migrations can alter tables.
 """

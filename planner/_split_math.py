@@ -16,8 +16,9 @@ import numpy as np
 from planner.types import SLO
 from planner.workload import WorkloadEstimate
 
+from planner.estimator_config import EstimatorConfig
+
 if TYPE_CHECKING:
-    from planner.estimator import EstimatorConfig
     from planner.profile import Profile
 
 UNSTABLE_S = 1e6  # reported TTFT/TPOT of a queue that never drains

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner import decision as rule
-from planner.types import ClusterView, Decision, IterationRecord, NodePhase, PlannerMode, RequestSample
+from planner.types import ClusterView, Decision, IterationRecord, PlannerMode, RequestSample
+from core import Phase
 
 
 class _Blind:
@@ -43,7 +44,7 @@ class _Blind:
 
 
 def _split(view: ClusterView) -> tuple[int, int]:
-    p = sum(1 for n in view.nodes if n.phase == NodePhase.PREFILL)
+    p = sum(1 for n in view.nodes if n.phase == Phase.PREFILL)
     return p, len(view.nodes) - p
 
 
@@ -155,8 +156,8 @@ class DynamoPlanner:
 
     def decide(self, view: ClusterView) -> Decision:
         cfg = self.config
-        prefill = [n for n in view.nodes if n.phase == NodePhase.PREFILL]
-        decode = [n for n in view.nodes if n.phase == NodePhase.DECODE]
+        prefill = [n for n in view.nodes if n.phase == Phase.PREFILL]
+        decode = [n for n in view.nodes if n.phase == Phase.DECODE]
         split = (len(prefill), len(decode))
         if self._blocked_until is not None and view.now < self._blocked_until:
             return self._decision(view, split, (), f"blocked: relaunch in progress until t={self._blocked_until:g}", {})

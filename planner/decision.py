@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.estimator import SplitEstimate
-from planner.types import SLO, NodePhase, NodeState, Pin, SwitchAction
+from planner.types import SLO, NodeState, Pin, SwitchAction
+from core import Phase
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,12 @@ def node_pin_actions(nodes: Sequence[NodeState], pin: Pin | None) -> list[Switch
 
 def reachable(nodes: Sequence[NodeState], current_prefill: int, protected: set[str]) -> tuple[int, int]:
     """[lo, hi] prefill counts reachable by moving only unprotected nodes."""
-    movable_p = sum(1 for n in nodes if n.phase == NodePhase.PREFILL and n.node_id not in protected)
-    movable_d = sum(1 for n in nodes if n.phase == NodePhase.DECODE and n.node_id not in protected)
+    movable_p = sum(1 for n in nodes if n.phase == Phase.PREFILL and n.node_id not in protected)
+    movable_d = sum(1 for n in nodes if n.phase == Phase.DECODE and n.node_id not in protected)
     return current_prefill - movable_p, current_prefill + movable_d
 
 
-def choose_nodes(nodes: Iterable[NodeState], from_phase: NodePhase, count: int, protected: set[str]) -> list[str]:
+def choose_nodes(nodes: Iterable[NodeState], from_phase: Phase, count: int, protected: set[str]) -> list[str]:
     """The ``count`` least-loaded movable nodes of ``from_phase``: fewest
     waiting + running requests, then least KV in use, then node id."""
     pool = [n for n in nodes if n.phase == from_phase and n.node_id not in protected]
@@ -119,7 +120,7 @@ def move_actions(nodes: Sequence[NodeState], current_prefill: int, target_prefil
     delta = target_prefill - current_prefill
     if delta == 0:
         return ()
-    src, dst = (NodePhase.DECODE, NodePhase.PREFILL) if delta > 0 else (NodePhase.PREFILL, NodePhase.DECODE)
+    src, dst = (Phase.DECODE, Phase.PREFILL) if delta > 0 else (Phase.PREFILL, Phase.DECODE)
     return tuple(SwitchAction(i, dst) for i in choose_nodes(nodes, src, abs(delta), protected))
 
 
@@ -130,5 +131,5 @@ def split_after(current: tuple[int, int], actions: Iterable[SwitchAction],
     p, d = current
     for a in actions:
         if phase.get(a.node_id) not in (None, a.to_phase):
-            p, d = (p + 1, d - 1) if a.to_phase == NodePhase.PREFILL else (p - 1, d + 1)
+            p, d = (p + 1, d - 1) if a.to_phase == Phase.PREFILL else (p - 1, d + 1)
     return p, d

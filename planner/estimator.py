@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from planner._split_math import UNSTABLE_S, evaluate, scenarios, sd
+from planner.estimator_config import EstimatorConfig
 from planner.profile import Profile
 from planner.types import SLO, SplitPrediction
 from planner.workload import WorkloadEstimate
@@ -60,37 +61,6 @@ __all__ = [
     "to_predictions",
 ]
 
-
-
-@dataclass(frozen=True)
-class EstimatorConfig:
-    """prefill_token_budget: tokens per prefill iteration (vLLM
-        max_num_batched_tokens), ≥ 1.
-    max_prefill_batch / max_decode_batch: requests per iteration (≥ 1).
-    kv_usable_fraction: share of a decode node's KV the scheduler may fill, (0, 1]:
-        1 - vLLM's scheduler `watermark` (0 by default: it admits until its
-        blocks run out). At 0.9 the planner kept 5 of 9 prefill nodes where
-        6 served ~15 % more in the simulator's `shift` (docs/benchmarks-sim.md).
-    z: standard normal quantile of the confidence bounds (1.645 = one-sided 95 %).
-    switch_to_prefill_s / switch_to_decode_s: seconds a node is out of
-        service while it switches in place (drain + migrate), ≥ 0.
-    """
-
-    prefill_token_budget: int = 8192
-    max_prefill_batch: int = 256
-    max_decode_batch: int = 256
-    kv_usable_fraction: float = 1.0
-    z: float = 1.645
-    switch_to_prefill_s: float = 6.2
-    switch_to_decode_s: float = 6.2
-
-    def __post_init__(self) -> None:
-        if min(self.prefill_token_budget, self.max_prefill_batch, self.max_decode_batch) < 1:
-            raise ValueError("token budget and batch limits must be >= 1")
-        if not 0 < self.kv_usable_fraction <= 1:
-            raise ValueError("kv_usable_fraction must be in (0, 1]")
-        if self.z < 0 or self.switch_to_prefill_s < 0 or self.switch_to_decode_s < 0:
-            raise ValueError("z and switch times must be >= 0")
 
 
 @dataclass(frozen=True)

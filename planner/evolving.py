@@ -39,7 +39,8 @@ from planner.estimator import (
 from planner.offered import offered_weights
 from planner.profile import Profile
 from planner.regression import RLSConfig
-from planner.types import ClusterView, Decision, IterationRecord, NodePhase, PlannerMode, RequestSample, SwitchAction
+from planner.types import ClusterView, Decision, IterationRecord, PlannerMode, RequestSample, SwitchAction
+from core import Phase
 from planner.workload import WorkloadConfig, WorkloadEstimate, WorkloadEstimator
 
 
@@ -169,7 +170,7 @@ class EvolvingPlanner:
         cfg = self.config
         self._last_tick_t = view.now if self._last_tick_t is None else max(self._last_tick_t, view.now)
         nodes = view.nodes
-        p_cur = sum(1 for n in nodes if n.phase == NodePhase.PREFILL)
+        p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
         tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
         lo, hi = rule.reachable(nodes, p_cur, tick.protected)
         tick.lo = max(lo, min(cfg.min_prefill, p_cur))

@@ -27,7 +27,8 @@ from typing import Literal
 import numpy as np
 
 from planner.regression import RecursiveLeastSquares, RLSConfig
-from planner.types import IterationRecord, NodePhase
+from planner.types import IterationRecord
+from core import Phase
 
 Kind = Literal["prefill", "decode"]
 # Floor for the relative-error weights: steps shorter than this are timer noise.
@@ -43,7 +44,7 @@ ATTENTION_DIVISOR = 1e4
 def classify(record: IterationRecord) -> Kind | None:
     """The model a record trains (module doc), or None for mixed/empty ones."""
     if record.uncached_prompt_tokens > 0:
-        if record.phase == NodePhase.PREFILL or record.context_tokens == 0:
+        if record.phase == Phase.PREFILL or record.context_tokens == 0:
             return "prefill"
         return None
     if record.batch_size > 0:

@@ -10,10 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
-class NodePhase(str, enum.Enum):
-    PREFILL = "prefill"
-    DECODE = "decode"
+from core import Phase
 
 
 class PlannerMode(str, enum.Enum):
@@ -27,7 +24,7 @@ class IterationRecord:
     """One engine iteration on one node (vLLM's per-iteration details)."""
 
     node_id: str
-    phase: NodePhase
+    phase: Phase
     t: float  # end of the iteration, unix seconds (or sim seconds)
     batch_size: int  # requests in the batch
     uncached_prompt_tokens: int  # prompt tokens computed this iteration
@@ -55,7 +52,7 @@ class RequestSample:
 @dataclass(frozen=True)
 class NodeState:
     node_id: str
-    phase: NodePhase
+    phase: Phase
     draining: bool = False
     pinned: bool = False  # an operator pinned this node's phase
     queue: int = 0  # waiting requests
@@ -69,7 +66,7 @@ class Pin:
     """Operator override. A split pin fixes the number of prefill nodes."""
 
     prefill_nodes: int | None = None
-    node_phases: dict[str, NodePhase] = field(default_factory=dict)
+    node_phases: dict[str, Phase] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ class ClusterView:
 @dataclass(frozen=True)
 class SwitchAction:
     node_id: str
-    to_phase: NodePhase
+    to_phase: Phase
 
 
 @dataclass(frozen=True)

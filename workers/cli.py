@@ -6,7 +6,7 @@ import argparse
 import os
 
 from workers.engine import EngineConfig
-from workers.protocol import Phase
+from core import Phase
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from workers import affinity
-from workers.events import KVEventChannel
+from workers.kv_events import KVEventChannel
 from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
-from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, RequestTimingWire, Role
+from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, RequestTimingWire
+from core import FinishReason, Role
+from kvpool.events import StepTimed
 
 
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
@@ -35,7 +37,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # chunked-prefill token budget per step
     kvcache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE: device (paged) KV cache
     kv_store_gib: float = 0.25  # host block store shared through the KV pool
-    kv_pool: bool = True  # load the KV connector (kvpool.connector)
+    kv_pool: bool = True  # load the KV connector (kvpool.connector.pool)
     threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "1"
     http_cpus: str | None = None  # this process's own threads: None, "auto" or a CPU list (workers/affinity.py)
     enforce_eager: bool = True  # faster start on CPU; compile cache helps later
@@ -107,11 +109,11 @@ class WorkerEngine:
         if cfg.kv_pool:
             run_dir = pathlib.Path(cfg.run_dir) / cfg.node_id
             run_dir.mkdir(parents=True, exist_ok=True)
-            self.kv_events = KVEventChannel(str(run_dir / "kv-events.sock"), on_iteration=self._record_iteration)
+            self.kv_events = KVEventChannel(str(run_dir / "kv-events.sock"), on_step=self._record_step)
             await self.kv_events.start()
             kv_transfer_config = {
                 "kv_connector": "PoolConnector",
-                "kv_connector_module_path": "kvpool.connector",
+                "kv_connector_module_path": "kvpool.connector.pool",
                 "kv_role": "kv_both",
                 "kv_load_failure_policy": "recompute",
                 "kv_connector_extra_config": {
@@ -162,12 +164,12 @@ class WorkerEngine:
         """Loaded and its engine core alive (a dead core must not look ready)."""
         return self._llm is not None and not self._llm.errored
 
-    def _record_iteration(self, ev: dict) -> None:
+    def _record_step(self, ev: StepTimed) -> None:
         self.iterations.append(
-            t=ev["t"], phase=self._phase_of(), batch_size=ev["prefill_requests"] + ev["decode_requests"],
-            uncached_prompt_tokens=ev["uncached_prompt_tokens"], cached_prompt_tokens=ev["cached_prompt_tokens"],
-            generated_tokens=ev["generated_tokens"], context_tokens=ev["context_tokens"],
-            elapsed_ms=ev["elapsed_ms"], attention_pairs=ev.get("attention_pairs"))
+            t=ev.t, phase=self._phase_of(), batch_size=ev.prefill_requests + ev.decode_requests,
+            uncached_prompt_tokens=ev.uncached_prompt_tokens, cached_prompt_tokens=ev.cached_prompt_tokens,
+            generated_tokens=ev.generated_tokens, context_tokens=ev.context_tokens,
+            elapsed_ms=ev.elapsed_ms, attention_pairs=ev.attention_pairs)
 
     def _context_tokens(self) -> int:
         return sum(r.prompt_tokens + r.generated for r in self.inflight.values() if r.role is Role.DECODE)
@@ -246,7 +248,7 @@ class WorkerEngine:
                 if out.finished:
                     finished = True
                     self._log_timing(state, out)
-                    chunk.finish_reason = comp.finish_reason or "stop"
+                    chunk.finish_reason = FinishReason(comp.finish_reason or "stop")
                     await self._finish_chunk(chunk, state, req)
                 yield chunk
                 # When outputs pile up (a busy machine), neither vLLM's output
@@ -306,10 +308,11 @@ class WorkerEngine:
             # (or is aborted for migration) and publishes where they went.
             saved = await self.kv_events.wait_saved(req.request_id, timeout=10.0)
         if saved is not None:
-            chunk.saved_blocks = [BlockLocation(block_hash=h, node_id=self.config.node_id, slot=s) for h, s in saved["blocks"]]
-            chunk.external_cached_tokens = saved.get("external_tokens", 0)
+            chunk.saved_blocks = [BlockLocation(block_hash=h, node_id=self.config.node_id, slot=s)
+                                  for h, s in saved.blocks]
+            chunk.external_cached_tokens = saved.external_tokens
         if state.migrate:
-            chunk.finish_reason = "migrated"
+            chunk.finish_reason = FinishReason.MIGRATED
 
     async def abort(self, request_id: str) -> bool:
         if request_id not in self.inflight or self._llm is None:

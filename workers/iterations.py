@@ -18,7 +18,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from workers.protocol import IterationRecordWire, Phase
+from workers.protocol import IterationRecordWire
+from core import Phase
 
 
 class IndexedLog:

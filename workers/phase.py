@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from workers.protocol import Phase, Role
+from core import Phase, Role
 
 
 class PhaseState(str, enum.Enum):

@@ -22,31 +22,14 @@ may send the same request to another node (wrong phase, draining, overload).
 
 from __future__ import annotations
 
-import enum
-import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+from core import FinishReason, Phase, Role
+from core.ids import ID_RE
+
 MAX_TOKENS_LIMIT = 1_000_000
-
-
-class Phase(str, enum.Enum):
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-
-class Role(str, enum.Enum):
-    """What one generate call asks of the worker.
-
-    PREFILL: compute the prompt, return exactly one token, save the prompt's
-    full blocks to the host store and report them in the final chunk.
-    DECODE: load the prefix named in `kv` (if any) and generate to the end.
-    """
-
-    PREFILL = "prefill"
-    DECODE = "decode"
 
 
 class _Model(BaseModel):
@@ -107,7 +90,7 @@ class GenerateRequest(_Model):
     @field_validator("request_id")
     @classmethod
     def _check_request_id(cls, v: str) -> str:
-        if not REQUEST_ID_RE.match(v):
+        if not ID_RE.match(v):
             raise ValueError("request_id must be 1-128 chars of [A-Za-z0-9._:-]")
         return v
 
@@ -131,7 +114,7 @@ class GenerateChunk(_Model):
     request_id: str
     token_ids: list[int] = Field(default_factory=list)
     text: str = ""
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
     external_cached_tokens: int = 0

@@ -7,44 +7,27 @@ as decide -> drain/migrate -> flip.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import dataclasses
 import hmac
-import json
 import pathlib
-import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from kvpool.agent_info import AgentInfo
 from workers import phase as ph
 from workers.engine import EngineConfig, EngineError, WorkerEngine
-from workers.protocol import (
-    AbortRequest, AbortResponse, ErrorBody, ErrorResponse, GenerateChunk, GenerateRequest, HostStoreStats,
-    KVAgentInfo, MigrateRequest, MigrateResponse, Phase, PhaseChangeRequest, PhaseChangeResult, PhaseStatus,
-    RequestTimingWire, Role, WorkerStats,
-)
+from workers.switch import WorkerState, change_phase
+from workers.protocol import AbortRequest, AbortResponse, ErrorBody, ErrorResponse, GenerateChunk, GenerateRequest, HostStoreStats, KVAgentInfo, MigrateRequest, MigrateResponse, PhaseChangeRequest, PhaseStatus, RequestTimingWire, WorkerStats
+from core import FinishReason, Phase
 
 
 def _error(status: int, type_: str, message: str, retryable: bool = False) -> JSONResponse:
     body = ErrorResponse(error=ErrorBody(type=type_, message=message, retryable=retryable))
     return JSONResponse(body.model_dump(), status_code=status)
-
-
-class WorkerState:
-    """Phase + engine; the only mutable state of the server."""
-
-    def __init__(self, engine: WorkerEngine, initial: Phase) -> None:
-        self.engine = engine
-        self.state = ph.from_phase(initial)
-        self.switch_lock = asyncio.Lock()
-        self.store_stats: HostStoreStats | None = None  # host store layout, once known
-
-    @property
-    def phase(self) -> Phase:
-        return ph.stable_phase(self.state)
 
 
 def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str | None = None,
@@ -127,7 +110,7 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
     @app.get("/internal/phase", response_model=PhaseStatus)
     async def get_phase():
         p, d = eng.counts()
-        return PhaseStatus(node_id=config.node_id, phase=ws.phase, draining_to=_draining_to(ws.state),
+        return PhaseStatus(node_id=config.node_id, phase=ws.phase, draining_to=ws.draining_to,
                            inflight_prefill=p, inflight_decode=d)
 
     @app.post("/internal/phase")
@@ -135,7 +118,10 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
         if ws.switch_lock.locked():
             return _error(409, "switch_in_progress", "a phase change is already in progress", retryable=True)
         async with ws.switch_lock:
-            return await _change_phase(ws, config.node_id, req)
+            try:
+                return await change_phase(ws, config.node_id, req)
+            except ph.InvalidTransition as exc:
+                return _error(409, "invalid_transition", str(exc))
 
     @app.get("/internal/stats", response_model=WorkerStats)
     async def stats(since: int = 0):
@@ -143,7 +129,7 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
         loc = lambda h, s: {"block_hash": h, "node_id": config.node_id, "slot": s}  # noqa: E731
         running, waiting, kv_usage = eng.iterations.scheduler
         return WorkerStats(
-            node_id=config.node_id, phase=ws.phase, draining_to=_draining_to(ws.state),
+            node_id=config.node_id, phase=ws.phase, draining_to=ws.draining_to,
             num_running=running, num_waiting=waiting, kv_usage=kv_usage, block_size=config.block_size,
             tokens_per_s=eng.iterations.tokens_per_s(), host_store=_store_stats(ws, config),
             iterations=eng.iterations.since(max(0, since)),
@@ -157,55 +143,23 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
 
     @app.get("/internal/kv/agent", response_model=KVAgentInfo)
     async def kv_agent():
-        path = pathlib.Path(config.run_dir) / config.node_id / "kv-agent.json"
-        if not path.exists():
+        info = AgentInfo.read(pathlib.Path(config.run_dir) / config.node_id)
+        if info is None:
             return _error(404, "not_found", "this worker has no KV pool agent")
-        return KVAgentInfo(**json.loads(path.read_text()))
+        return KVAgentInfo(**dataclasses.asdict(info))
 
     return app
-
-
-def _draining_to(state: ph.PhaseState) -> Phase | None:
-    return ph.stable_phase(state) if ph.leaving_phase(state) else None
 
 
 def _store_stats(ws: WorkerState, config: EngineConfig) -> HostStoreStats:
     """The host store's layout, read once from the connector's agent file
     (the heartbeat asks every half second; the layout never changes)."""
     if ws.store_stats is None:
-        path = pathlib.Path(config.run_dir) / config.node_id / "kv-agent.json"
-        if not path.exists():
+        info = AgentInfo.read(pathlib.Path(config.run_dir) / config.node_id)
+        if info is None:
             return HostStoreStats()  # not written yet (engine starting) or no pool
-        info = json.loads(path.read_text())
-        ws.store_stats = HostStoreStats(capacity_blocks=info["capacity_blocks"], block_bytes=info["block_bytes"])
+        ws.store_stats = HostStoreStats(capacity_blocks=info.capacity_blocks, block_bytes=info.block_bytes)
     return ws.store_stats
-
-
-async def _change_phase(ws: WorkerState, node_id: str, req: PhaseChangeRequest):
-    """Drain the phase being left, migrate what outlives the deadline, flip."""
-    eng, start, frm = ws.engine, time.monotonic(), ws.phase
-    if req.phase is frm and ph.leaving_phase(ws.state) is None:
-        return PhaseChangeResult(node_id=node_id, from_phase=frm, to_phase=frm, drain_s=0, migrate_s=0, total_s=0)
-    try:
-        ws.state = ph.next_state(ws.state, ph.begin_event(req.phase))
-    except ph.InvalidTransition as exc:
-        return _error(409, "invalid_transition", str(exc))
-    leaving = Role.PREFILL if frm is Phase.PREFILL else Role.DECODE
-    drained = await eng.wait_idle(leaving, start + req.deadline_s)
-    drain_s = time.monotonic() - start
-    migrated: list[str] = []
-    if not drained:
-        if leaving is Role.DECODE and req.migrate:
-            migrated = await eng.migrate([])
-        else:
-            for rid, r in list(eng.inflight.items()):
-                if r.role is leaving:
-                    await eng.abort(rid)
-        await eng.wait_idle(leaving, time.monotonic() + 30.0)
-    migrate_s = time.monotonic() - start - drain_s
-    ws.state = ph.next_state(ws.state, ph.PhaseEvent.DRAINED)
-    return PhaseChangeResult(node_id=node_id, from_phase=frm, to_phase=req.phase, drain_s=drain_s,
-                             migrate_s=migrate_s, total_s=time.monotonic() - start, migrated=migrated)
 
 
 async def _ndjson(first: GenerateChunk, agen):
@@ -214,7 +168,7 @@ async def _ndjson(first: GenerateChunk, agen):
         async for chunk in agen:
             yield chunk.model_dump_json(exclude_none=True) + "\n"
     except EngineError as exc:
-        yield GenerateChunk(request_id=first.request_id, finish_reason="error", error=str(exc)).model_dump_json() + "\n"
+        yield GenerateChunk(request_id=first.request_id, finish_reason=FinishReason.ERROR, error=str(exc)).model_dump_json() + "\n"
 
 
 async def _collect(agen, req: GenerateRequest):

@@ -18,6 +18,8 @@ from gateway.admin import schemas
 from gateway.admin._deps import (CSV_RESPONSES, AdminContext, Format, Limit, Offset, RoleDependency, Since,
                                  Until, csv_response, unix_s)
 from gateway.admin.auth import AdminPrincipal
+from gateway.control.overrides import Pins
+from gateway.control.ports import PlannerState
 from gateway.store import repository
 from gateway.store.tables import PlannerDecision
 
@@ -30,6 +32,16 @@ def _decision_out(row: PlannerDecision) -> schemas.DecisionOut:
         reason=row.reason, inputs=row.inputs, predictions=row.predictions, actions=row.actions)
 
 
+def planner_out(state: PlannerState) -> schemas.PlannerOut:
+    d = state.last_decision
+    last = None if d is None else schemas.LastDecisionOut(
+        t=d.t, planner=d.planner, current_split=d.current_split, chosen_split=d.chosen_split, acted=d.acted,
+        reason=d.reason, confidence=d.confidence,
+        actions=[schemas.ActionOut(node_id=a.node_id, to_phase=a.to_phase.value) for a in d.actions])
+    return schemas.PlannerOut(mode=state.mode.value, planner=state.planner, last_decision=last,
+                              predictions=[schemas.PredictionOut(**dataclasses.asdict(p)) for p in state.predictions])
+
+
 def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDependency) -> APIRouter:
     router = APIRouter(tags=["cluster"])
     Viewer = Annotated[AdminPrincipal, Depends(viewer)]
@@ -39,12 +51,6 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
         ctx.sink.record_audit(actor=who.name, action=action, target=target, before=before, after=after)
         ctx.sink.kick()
 
-    def persist(who: AdminPrincipal, key: str, value: Any) -> None:
-        ctx.sink.record_override(key=key, value=value, who=who.name)
-
-    async def node_ids() -> set[str]:
-        return {n.node_id for n in (await ctx.control.snapshot()).nodes}
-
     @router.get("/cluster", summary="Cluster state: nodes, phases, queues, KV use, split",
                 response_model=schemas.ClusterOut)
     async def get_cluster(_: Viewer) -> dict[str, Any]:
@@ -53,66 +59,40 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
     @router.get("/cluster/history", summary="Split and throughput samples over time",
                 response_model=schemas.HistoryOut)
     async def get_history(_: Viewer, minutes: Annotated[float, Query(gt=0, le=7 * 24 * 60)] = 60) -> dict[str, Any]:
-        return {"items": await ctx.control.split_history(minutes * 60)}
+        return {"items": [dataclasses.asdict(s) for s in await ctx.control.split_history(minutes * 60)]}
 
-    @router.get("/planner", summary="Planner mode, last decision, prediction per split")
-    async def get_planner(_: Viewer) -> dict[str, Any]:
-        return await ctx.control.planner_state()
+    @router.get("/planner", summary="Planner mode, last decision, prediction per split",
+                response_model=schemas.PlannerOut)
+    async def get_planner(_: Viewer) -> schemas.PlannerOut:
+        return planner_out(await ctx.control.planner_state())
 
     @router.put("/planner/mode", summary="Set the planner mode", response_model=schemas.PlannerModeIn)
     async def put_mode(body: schemas.PlannerModeIn, who: Operator) -> schemas.PlannerModeIn:
-        before = (await ctx.control.planner_state()).get("mode")
-        await ctx.control.set_mode(body.mode)
-        persist(who, repository.PLANNER_MODE, body.mode)
-        audit(who, "planner.mode", "planner", {"mode": before}, {"mode": body.mode})
+        await ctx.overrides.set_mode(body.mode, who=who.name)
         return body
 
-    async def pins() -> schemas.PinsOut:
-        snap = await ctx.control.snapshot()
-        return schemas.PinsOut(split=snap.split_pin,
-                               nodes={n.node_id: n.pinned_phase for n in snap.nodes if n.pinned_phase})
+    def pins_out(pins: Pins) -> schemas.PinsOut:
+        return schemas.PinsOut(split=pins.split, nodes=pins.nodes)
 
     @router.get("/pins", summary="Current split and node pins", response_model=schemas.PinsOut)
     async def get_pins(_: Viewer) -> schemas.PinsOut:
-        return await pins()
-
-    async def pin_split(who: AdminPrincipal, value: int | None) -> schemas.PinsOut:
-        before = await pins()
-        await ctx.control.pin_split(value)
-        persist(who, repository.SPLIT_PIN, value)
-        audit(who, "pins.split" if value is not None else "pins.split.clear", "split",
-              {"prefill_nodes": before.split}, {"prefill_nodes": value})
-        return await pins()
+        return pins_out(await ctx.overrides.pins())
 
     @router.put("/pins/split", summary="Pin the number of prefill nodes", response_model=schemas.PinsOut)
     async def put_split_pin(body: schemas.SplitPinIn, who: Operator) -> schemas.PinsOut:
-        nodes = len(await node_ids())
-        if body.prefill_nodes > nodes:
-            raise errors.InvalidRequest(f"prefill_nodes must be at most {nodes} (the cluster size).",
-                                        param="prefill_nodes")
-        return await pin_split(who, body.prefill_nodes)
+        return pins_out(await ctx.overrides.pin_split(body.prefill_nodes, who=who.name))
 
     @router.delete("/pins/split", summary="Unpin the split", response_model=schemas.PinsOut)
     async def delete_split_pin(who: Operator) -> schemas.PinsOut:
-        return await pin_split(who, None)
-
-    async def pin_node(who: AdminPrincipal, node_id: str, phase: str | None) -> schemas.PinsOut:
-        if node_id not in await node_ids():
-            raise errors.NotFound(f"No node {node_id!r}.", param="node_id")
-        before = (await pins()).nodes.get(node_id)
-        await ctx.control.pin_node(node_id, phase)
-        persist(who, repository.NODE_PIN_PREFIX + node_id, phase)
-        audit(who, "pins.node" if phase else "pins.node.clear", f"node:{node_id}",
-              {"phase": before}, {"phase": phase})
-        return await pins()
+        return pins_out(await ctx.overrides.pin_split(None, who=who.name))
 
     @router.put("/pins/nodes/{node_id}", summary="Pin a node's phase", response_model=schemas.PinsOut)
     async def put_node_pin(node_id: str, body: schemas.NodePinIn, who: Operator) -> schemas.PinsOut:
-        return await pin_node(who, node_id, body.phase)
+        return pins_out(await ctx.overrides.pin_node(node_id, body.phase, who=who.name))
 
     @router.delete("/pins/nodes/{node_id}", summary="Unpin a node", response_model=schemas.PinsOut)
     async def delete_node_pin(node_id: str, who: Operator) -> schemas.PinsOut:
-        return await pin_node(who, node_id, None)
+        return pins_out(await ctx.overrides.pin_node(node_id, None, who=who.name))
 
     @router.post("/switch", summary="Switch a node's phase now", response_model=schemas.SwitchOut)
     async def post_switch(body: schemas.SwitchIn, who: Operator) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import errors
 from gateway.admin.auth import AdminAuthenticator, AdminPrincipal
-from gateway.control import ClusterControl, ClusterHistory
+from gateway.control.overrides import OverridesService
+from gateway.control.ports import ClusterControl, ClusterHistory
 from gateway.store.db import Database
 from gateway.store.sink import EventSink
 
@@ -26,6 +27,7 @@ class AdminControl(ClusterControl, ClusterHistory, Protocol):
 @dataclass(frozen=True)
 class AdminContext:
     control: AdminControl
+    overrides: OverridesService
     db: Database
     sink: EventSink
     auth: AdminAuthenticator

@@ -19,6 +19,7 @@ from gateway.admin._cluster_routes import cluster_routes
 from gateway.admin._deps import AdminContext, AdminControl, role_dependencies
 from gateway.admin._tenant_routes import tenant_routes
 from gateway.admin.auth import AdminAuthenticator
+from gateway.control.overrides import OverridesService
 from gateway.http_errors import install_error_handlers
 from gateway.store.db import Database
 from gateway.store.sink import EventSink
@@ -34,9 +35,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, str]] = {
 
 
 def build_admin_router(*, control: AdminControl, db: Database, sink: EventSink,
-                       auth: AdminAuthenticator | None = None, prefix: str = "/admin") -> APIRouter:
-    """The admin API. `control` implements `ClusterControl` and `ClusterHistory`."""
-    ctx = AdminContext(control=control, db=db, sink=sink, auth=auth or AdminAuthenticator(db))
+                       auth: AdminAuthenticator | None = None, overrides: OverridesService | None = None,
+                       prefix: str = "/admin") -> APIRouter:
+    """The admin API. `control` implements `ClusterControl` and `ClusterHistory`;
+    `overrides` defaults to an `OverridesService` over `control` recording to `sink`."""
+    ctx = AdminContext(control=control, overrides=overrides or OverridesService(control, sink), db=db, sink=sink,
+                       auth=auth or AdminAuthenticator(db))
     viewer, operator = role_dependencies(ctx.auth)
     router = APIRouter(prefix=prefix, responses=ERROR_RESPONSES)
     for build in (access_routes, cluster_routes, tenant_routes):

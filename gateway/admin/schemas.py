@@ -61,6 +61,42 @@ class HistoryOut(BaseModel):
     items: list[HistoryPoint]
 
 
+class ActionOut(BaseModel):
+    node_id: str
+    to_phase: str
+
+
+class LastDecisionOut(BaseModel):
+    t: float
+    planner: str
+    current_split: tuple[int, int]
+    chosen_split: tuple[int, int]
+    acted: bool
+    reason: str
+    confidence: float
+    actions: list[ActionOut]
+
+
+class PredictionOut(BaseModel):
+    prefill_nodes: int
+    decode_nodes: int
+    throughput_rps: float
+    throughput_lo_rps: float
+    throughput_hi_rps: float
+    tokens_per_s: float
+    ttft_s: float
+    tpot_s: float
+    feasible: bool
+    switch_cost_s: float
+
+
+class PlannerOut(BaseModel):
+    mode: Mode
+    planner: str
+    last_decision: LastDecisionOut | None
+    predictions: list[PredictionOut]
+
+
 class PlannerModeIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Mode

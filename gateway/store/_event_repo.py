@@ -15,14 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from gateway.control import SwitchOutcome
-from gateway.store.records import Overrides
+from gateway.store.records import SwitchOutcome
+from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent, UsageMinute
 from planner.types import Decision
 
-SPLIT_PIN = "split_pin"
-PLANNER_MODE = "planner_mode"
-NODE_PIN_PREFIX = "node_pin:"
 
 
 def json_safe(value: Any) -> Any:

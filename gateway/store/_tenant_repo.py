@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from gateway import errors
-from gateway.store import secrets
+from gateway.store import credentials
 from gateway.store.records import KeyGrant, Policy
 from gateway.store.tables import AdminToken, ApiKey, Tenant, TenantPolicy
 
@@ -38,7 +38,7 @@ def create_tenant(session: Session, *, name: str, tenant_id: str | None = None,
     if tenant_id is not None and session.get(Tenant, tenant_id) is not None:
         raise errors.Conflict(f"Tenant id {tenant_id!r} is taken.", param="id")
     t = _now(now)
-    tenant = Tenant(id=tenant_id or secrets.new_id("ten"), name=name,
+    tenant = Tenant(id=tenant_id or credentials.new_id("ten"), name=name,
                     cache_salt=_random.token_hex(16), created_at=t)
     session.add(tenant)
     session.flush()
@@ -110,8 +110,8 @@ def put_policy(session: Session, *, tenant_id: str, policy: Policy, now: float |
 def create_api_key(session: Session, *, tenant_id: str, name: str = "", pepper: str,
                    now: float | None = None) -> tuple[ApiKey, str]:
     """Create a key; returns the row and the secret (the only time it exists in clear)."""
-    sealed = secrets.new_secret(secrets.TENANT_KEY_PREFIX, pepper=pepper)
-    key = ApiKey(id=secrets.new_id("key"), tenant_id=tenant_id, name=name, prefix=sealed.prefix,
+    sealed = credentials.new_secret(credentials.TENANT_KEY_PREFIX, pepper=pepper)
+    key = ApiKey(id=credentials.new_id("key"), tenant_id=tenant_id, name=name, prefix=sealed.prefix,
                  salt=sealed.salt, secret_hash=sealed.secret_hash, created_at=_now(now))
     session.add(key)
     session.flush()
@@ -152,9 +152,9 @@ def load_key_grants(session: Session, *, prefix: str | None = None) -> list[KeyG
 def create_admin_token(session: Session, *, name: str, role: str, pepper: str, secret: str | None = None,
                        now: float | None = None) -> tuple[AdminToken, str]:
     """Create an admin token (random, or `secret` when importing one); returns row and secret."""
-    sealed = (secrets.seal_secret(secret, pepper=pepper) if secret is not None
-              else secrets.new_secret(secrets.ADMIN_TOKEN_PREFIX, pepper=pepper))
-    token = AdminToken(id=secrets.new_id("adm"), name=name, role=role, prefix=sealed.prefix,
+    sealed = (credentials.seal_secret(secret, pepper=pepper) if secret is not None
+              else credentials.new_secret(credentials.ADMIN_TOKEN_PREFIX, pepper=pepper))
+    token = AdminToken(id=credentials.new_id("adm"), name=name, role=role, prefix=sealed.prefix,
                        salt=sealed.salt, secret_hash=sealed.secret_hash, created_at=_now(now))
     session.add(token)
     session.flush()
@@ -164,9 +164,9 @@ def create_admin_token(session: Session, *, name: str, role: str, pepper: str, s
 def find_admin_token(session: Session, *, secret: str, pepper: str) -> AdminToken | None:
     """The active token whose secret this is, or None."""
     candidates: Sequence[AdminToken] = session.scalars(sa.select(AdminToken).where(
-        AdminToken.prefix == secrets.visible_prefix(secret), AdminToken.revoked_at.is_(None))).all()
+        AdminToken.prefix == credentials.visible_prefix(secret), AdminToken.revoked_at.is_(None))).all()
     for token in candidates:
-        if secrets.verify_secret(secret, salt=token.salt, pepper=pepper, secret_hash=token.secret_hash):
+        if credentials.verify_secret(secret, salt=token.salt, pepper=pepper, secret_hash=token.secret_hash):
             return token
     return None
 

@@ -60,6 +60,12 @@ class KeyGrant:
     policy: Policy
 
 
+# Keys of the persisted overrides (table `overrides`).
+SPLIT_PIN = "split_pin"
+PLANNER_MODE = "planner_mode"
+NODE_PIN_PREFIX = "node_pin:"
+
+
 @dataclass(frozen=True)
 class Overrides:
     """Operator pins and planner mode persisted across restarts."""
@@ -67,3 +73,24 @@ class Overrides:
     split_pin: int | None = None
     node_pins: dict[str, str] = field(default_factory=dict)  # node_id -> phase
     planner_mode: str | None = None
+
+
+@dataclass(frozen=True)
+class SwitchOutcome:
+    node_id: str
+    from_phase: str
+    to_phase: str
+    drain_s: float
+    migrate_s: float
+    total_s: float
+    outcome: str  # "ok" | "failed" | "noop"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    tenant_id: str
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int

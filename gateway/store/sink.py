@@ -26,10 +26,10 @@ from typing import Any, Callable
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from gateway.control import SwitchOutcome
+from gateway.store.records import SwitchOutcome
 from gateway.store import repository
 from gateway.store.db import Database, StoreUnavailable
-from gateway.tenancy import UsageRecord
+from gateway.store.records import UsageRecord
 from planner.types import Decision
 
 log = logging.getLogger(__name__)

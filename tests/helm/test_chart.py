@@ -386,7 +386,7 @@ def test_gateway_env_and_flags_are_ones_the_gateway_reads(scenario: tuple[str, l
     import re
 
     from gateway import settings as settings_module
-    from gateway.cli import build_parser
+    from cli.main import build_parser
 
     name, objects = scenario
     documented = set(re.findall(r"\bEVOLVING_[A-Z_]+\b", settings_module.__doc__ or ""))

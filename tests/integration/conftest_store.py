@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from gateway.dbcli import db_upgrade
+from gateway.store.migrate import db_upgrade
 from gateway.store.db import Database
 
 PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"

@@ -22,11 +22,13 @@ import uvicorn
 from fastapi import FastAPI
 
 from gateway.admin import build_admin_router, install_error_handlers
-from gateway.control import ClusterSnapshot, NodeSnapshot, SwitchOutcome
+from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
+from gateway.store.records import SwitchOutcome
 from gateway.store import Database, EventSink, SinkConfig, repository
 from gateway.store.tables import Base
-from gateway.tenancy import UsageRecord
-from planner.types import Decision, NodePhase, SplitPrediction, SwitchAction
+from gateway.store.records import UsageRecord
+from planner.types import Decision, PlannerMode, SplitPrediction, SwitchAction
+from core import Phase
 
 
 @dataclass
@@ -69,15 +71,18 @@ class FakeClusterControl:
             top_branches=[{"branch_id": f"br-{k}", "tenant_id": "acme" if k % 2 else "globex",
                            "blocks": 900 - 110 * k} for k in range(6)])
 
-    async def planner_state(self) -> dict[str, Any]:
+    async def planner_state(self) -> PlannerState:
         total = len(self.nodes)
-        preds = [{"prefill_nodes": p, "decode_nodes": total - p, "throughput_rps": 2.0 + 1.5 * p * (total - p),
-                  "throughput_lo_rps": 1.4 + 1.2 * p * (total - p), "throughput_hi_rps": 2.6 + 1.8 * p * (total - p),
-                  "ttft_s": 4.0 / p, "tpot_s": 0.05 * p, "feasible": p > 1} for p in range(1, total)]
-        return {"mode": self.mode, "planner": "fake-bandit", "predictions": preds,
-                "last_decision": {"t": time.time() - 30, "current_split": list(self.split()),
-                                  "chosen_split": list(self.split()), "acted": False,
-                                  "reason": "gain below threshold"}}
+        preds = tuple(SplitPrediction(
+            prefill_nodes=p, decode_nodes=total - p, throughput_rps=2.0 + 1.5 * p * (total - p),
+            throughput_lo_rps=1.4 + 1.2 * p * (total - p), throughput_hi_rps=2.6 + 1.8 * p * (total - p),
+            tokens_per_s=0.0, ttft_s=4.0 / p, tpot_s=0.05 * p, feasible=p > 1, switch_cost_s=0.0)
+            for p in range(1, total))
+        decision = Decision(t=time.time() - 30, planner="fake-bandit", current_split=self.split(),
+                            chosen_split=self.split(), actions=(), acted=False, reason="gain below threshold",
+                            predictions=preds)
+        return PlannerState(mode=PlannerMode(self.mode), planner="fake-bandit", last_decision=decision,
+                            predictions=preds)
 
     async def set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -106,11 +111,17 @@ class FakeClusterControl:
         self.switches.append(outcome)
         return outcome
 
-    async def split_history(self, since_s: float) -> list[dict[str, Any]]:
+    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *,
+                           who: str) -> list[SwitchOutcome]:
+        self.split_pin = split_pin
+        return []
+
+    async def split_history(self, since_s: float) -> list[SplitSample]:
         now = time.time()
         steps = int(since_s // 60)
-        return [{"t": now - 60 * (steps - k), "prefill": 1 if k < steps // 2 else 2,
-                 "decode": 3 if k < steps // 2 else 2, "tokens_per_s": 400 + 40 * (k % 9)} for k in range(steps + 1)]
+        return [SplitSample(t=now - 60 * (steps - k), prefill=1 if k < steps // 2 else 2,
+                            decode=3 if k < steps // 2 else 2, tokens_per_s=400 + 40 * (k % 9))
+                for k in range(steps + 1)]
 
 
 def seed_store(db: Database) -> dict[str, str]:
@@ -129,7 +140,7 @@ def seed_store(db: Database) -> dict[str, str]:
             chosen = (2, 2) if k % 3 else (3, 1)
             repository.add_decision(s, mode="auto", decision=Decision(
                 t=t, planner="fake-bandit", current_split=(2, 2), chosen_split=chosen, acted=k % 3 == 0,
-                actions=(SwitchAction("node-2", NodePhase.PREFILL),) if k % 3 == 0 else (), confidence=0.9,
+                actions=(SwitchAction("node-2", Phase.PREFILL),) if k % 3 == 0 else (), confidence=0.9,
                 reason="lower bound of gain clears threshold" if k % 3 == 0 else "gain below threshold",
                 predictions=(SplitPrediction(2, 2, 5.0, 4.0, 6.0, 500.0, 0.8, 0.05, True, 3.0),)))
             if k % 3 == 0:

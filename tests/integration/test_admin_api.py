@@ -12,10 +12,11 @@ import pytest
 from fastapi import FastAPI
 
 from gateway.admin import bootstrap_admin_token, build_admin_router
-from gateway.control import ClusterSnapshot, NodeSnapshot, SwitchOutcome
+from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
+from gateway.store.records import SwitchOutcome
 from gateway.http_errors import install_error_handlers
 from gateway.store import Database, EventSink, repository
-from planner.types import Decision
+from planner.types import Decision, PlannerMode
 from tests.integration.conftest_store import migrated_db, store_url  # noqa: F401 (fixtures)
 
 
@@ -37,8 +38,8 @@ class FakeClusterControl:
         return ClusterSnapshot(nodes=nodes, split=(prefill, len(nodes) - prefill), split_pin=self.split_pin,
                                directory={"blocks": 10.0}, top_branches=[{"branch_id": "b", "blocks": 3}])
 
-    async def planner_state(self) -> dict[str, Any]:
-        return {"mode": self.mode, "planner": "online", "last_decision": None, "predictions": []}
+    async def planner_state(self) -> PlannerState:
+        return PlannerState(mode=PlannerMode(self.mode), planner="online")
 
     async def set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -57,9 +58,14 @@ class FakeClusterControl:
         before, self.phases[node_id] = self.phases[node_id], to_phase
         return SwitchOutcome(node_id, before, to_phase, drain_s=0.5, migrate_s=1.0, total_s=1.6, outcome="ok")
 
-    async def split_history(self, since_s: float) -> list[dict[str, Any]]:
+    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *,
+                           who: str) -> list[SwitchOutcome]:
+        self.split_pin, self.node_pins = split_pin, dict(node_pins)
+        return []
+
+    async def split_history(self, since_s: float) -> list[SplitSample]:
         self.calls.append(("history", since_s))
-        return [{"t": 1.0, "prefill": 1, "decode": 1, "tokens_per_s": 50.0}]
+        return [SplitSample(t=1.0, prefill=1, decode=1, tokens_per_s=50.0)]
 
 
 class Admin:

@@ -1,5 +1,5 @@
 """The gateway over real HTTP on localhost, in front of fake workers
-(`bench.fake_worker_app`), driven by the official `openai` client.
+(`testing.fake_worker_app`), driven by the official `openai` client.
 
 No vLLM here: the fake workers speak the worker protocol with a
 deterministic "model", which is what lets these tests assert exact tokens
@@ -18,13 +18,13 @@ import openai
 import pytest
 import uvicorn
 
-from bench.fake_worker import FakeWorker
-from bench.fake_worker_app import create_fake_worker_app
-from bench.tiny_tokenizer import write_tiny_tokenizer
+from testing.fake_worker import FakeWorker
+from testing.fake_worker_app import create_fake_worker_app
+from testing.tiny_tokenizer import write_tiny_tokenizer
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from gateway.tokenize import PromptTokenizer
-from workers.protocol import Phase
+from gateway.serving.tokenize import PromptTokenizer
+from core import Phase
 
 
 @pytest.fixture(scope="module")
@@ -120,12 +120,12 @@ async def test_multi_turn_branch_cached_tokens_grow(tokenizer):
             msgs += [{"role": "assistant", "content": r.choices[0].message.content},
                      {"role": "user", "content": f"Tool result {turn}: the weather is sunny."}]
         assert cached[0] == 0 and cached[1] > 0 and cached[2] > cached[1]
-        cache = s.runtime.cache
-        assert cache.is_branch_active("default/agent-1")
+        directory = s.runtime.directory
+        assert directory.is_branch_active("default/agent-1")
         async with httpx.AsyncClient() as h:
             r = await h.post(f"{s.url}/v1/branches/agent-1/finish")
         assert r.status_code == 200 and r.json() == {"id": "agent-1", "object": "branch", "finished": True}
-        assert not cache.is_branch_active("default/agent-1")
+        assert not directory.is_branch_active("default/agent-1")
 
 
 async def test_finished_requests_carry_their_turn_gap_for_the_planner(tokenizer):
@@ -137,7 +137,7 @@ async def test_finished_requests_carry_their_turn_gap_for_the_planner(tokenizer)
                                                    extra_headers={"X-Branch-ID": "agent-gap"})
             await asyncio.sleep(0.3)
         await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4)  # no branch
-        samples = list(s.runtime.service.samples)
+        samples = s.runtime.service.workload.peek()
         assert len(samples) == 4 and all(x.e2e_s is not None and x.e2e_s > 0 for x in samples)
         assert samples[0].gap_s is None and samples[3].gap_s is None  # first turn; one-shot request
         assert all(0.3 <= x.gap_s < 5.0 for x in samples[1:3])

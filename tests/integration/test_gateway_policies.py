@@ -1,8 +1,8 @@
 """Tenant policies, admin auth and the event history through the REAL gateway.
 
-The app is `gateway.up.compose_app` (control plane + planner loop + gateway)
+The app is `gateway.compose.compose_app` (control plane + planner loop + gateway)
 served over HTTP on localhost, in front of fake workers
-(`bench.fake_worker_app`), with a real store: SQLite, and PostgreSQL for the
+(`testing.fake_worker_app`), with a real store: SQLite, and PostgreSQL for the
 tests marked `postgres` (including the outage test, which makes the database
 refuse connections while the gateway serves).
 """
@@ -19,21 +19,21 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import httpx
 import pytest
 
-from bench.fake_worker import FakeWorker
-from bench.fake_worker_app import create_fake_worker_app
-from bench.tiny_tokenizer import write_tiny_tokenizer
-from gateway.control_plane import ControlPlane
-from gateway.policy import GateConfig, StoreTenantGate
+from testing.fake_worker import FakeWorker
+from testing.fake_worker_app import create_fake_worker_app
+from testing.tiny_tokenizer import write_tiny_tokenizer
+from gateway.compose import ControlPlane
+from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.settings import GatewaySettings
 from gateway.store import SinkConfig, StoreUnavailable, repository
-from gateway.tenancy import OpenTenantGate
-from gateway.tokenize import PromptTokenizer
-from gateway.up import compose_app
+from gateway.serving.tenancy import OpenTenantGate
+from gateway.serving.tokenize import PromptTokenizer
+from gateway.compose import compose_app
 from kvpool.directory import create_directory
-from planner.types import ClusterView, Decision, NodePhase, PlannerMode, SwitchAction
+from planner.types import ClusterView, Decision, PlannerMode, SwitchAction
+from core import Phase
 from tests.integration.conftest_store import PG_URL, pg_admin, pg_database
 from tests.integration.test_gateway_fake_workers import serve
-from workers.protocol import Phase
 
 FAST_SINK = SinkConfig(flush_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2)
 FAST_GATE = GateConfig(refresh_interval_s=0.2, admission_wait_s=0.5)
@@ -69,16 +69,16 @@ class ScriptedPlanner:
         return None
 
     def decide(self, view: ClusterView) -> Decision:
-        prefill = sum(n.phase is NodePhase.PREFILL for n in view.nodes)
+        prefill = sum(n.phase is Phase.PREFILL for n in view.nodes)
         split = (prefill, len(view.nodes) - prefill)
         w0 = next((n for n in view.nodes if n.node_id == "w0"), None)
-        act = view.mode is PlannerMode.AUTO and not self.done and w0 is not None and w0.phase is NodePhase.PREFILL
+        act = view.mode is PlannerMode.AUTO and not self.done and w0 is not None and w0.phase is Phase.PREFILL
         if not act:
             return Decision(t=view.now, planner=self.name, current_split=split, chosen_split=split, actions=(),
                             acted=False, reason="hold")
         self.done = True
         return Decision(t=view.now, planner=self.name, current_split=split, chosen_split=(split[0] - 1, split[1] + 1),
-                        actions=(SwitchAction("w0", NodePhase.DECODE),), acted=True, reason="scripted move",
+                        actions=(SwitchAction("w0", Phase.DECODE),), acted=True, reason="scripted move",
                         confidence=0.99)
 
 
@@ -211,13 +211,13 @@ async def test_policies_enforced_with_exact_statuses(tokenizer, tmp_path, db_url
         assert retry_after(r) == 5
         assert (await p.chat(branches, branch="b1")).status_code == 200
         assert (await p.chat(branches)).status_code == 200
-        assert p.runtime.cache.active_branch_count("branches") == 2
+        assert p.runtime.directory.active_branch_count("branches") == 2
         r = await p.http.post("/v1/branches/b1/finish", headers={"Authorization": f"Bearer {branches}"})
         assert r.status_code == 200 and r.json()["finished"] is True
         assert (await p.chat(branches, branch="b3")).status_code == 200
         # X-Branch-Finished closes the branch with its last request.
         r = await p.chat(branches, branch="b3", headers={"X-Branch-Finished": "true"})
-        assert r.status_code == 200 and p.runtime.cache.active_branch_count("branches") == 1
+        assert r.status_code == 200 and p.runtime.directory.active_branch_count("branches") == 1
 
 
 async def test_concurrency_cap_and_policy_change(tokenizer, tmp_path) -> None:
@@ -249,9 +249,9 @@ async def test_finish_is_tenant_scoped_and_cache_isolation(tokenizer, tmp_path) 
         assert (await p.chat(a, branch="work")).status_code == 200
         r = await p.http.post("/v1/branches/work/finish", headers={"Authorization": f"Bearer {b}"})
         assert r.status_code == 200 and r.json()["finished"] is False
-        assert p.runtime.cache.is_branch_active("a/work")
+        assert p.runtime.directory.is_branch_active("a/work")
         r = await p.http.post("/v1/branches/work/finish", headers={"Authorization": f"Bearer {a}"})
-        assert r.json()["finished"] is True and not p.runtime.cache.is_branch_active("a/work")
+        assert r.json()["finished"] is True and not p.runtime.directory.is_branch_active("a/work")
 
         async def cached(key: str) -> int:
             r = await p.chat(key, content=LONG_TEXT, branch="long")
@@ -272,10 +272,10 @@ async def test_kv_retention_quota_leaves_extra_blocks_unpinned(tokenizer, tmp_pa
         for key in (capped, free):
             r = await p.chat(key, content=LONG_TEXT, branch="agent", max_tokens=4)
             assert r.status_code == 200  # the quota never refuses a request
-        directory = p.runtime.cache.directory
+        directory = p.runtime.directory.backend
         assert directory.branch_blocks("free") > 2
         assert directory.branch_blocks("capped") == 2  # only the first two blocks pinned
-        assert p.runtime.cache.unpinned_over_quota == directory.branch_blocks("free") - 2
+        assert p.runtime.directory.unpinned_over_quota == directory.branch_blocks("free") - 2
         info = directory.branch("capped/agent")
         assert info is not None and info.num_blocks == 2
 

@@ -21,7 +21,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from workers.launch import WorkerProcess
+from testing.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.vllm
 MODEL = "demo-model"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kvpool.bench import serve_peer
+from bench.kvpool_bench import serve_peer
 from kvpool.store import HostBlockStore, StoreConfig
 from kvpool.transport import PeerUnavailable, TransferTimeout
 from kvpool.transport.nixl import NixlTransport, NixlTransportConfig
@@ -61,7 +61,7 @@ def reader(peers: tuple[Peer, Peer]) -> Iterator[tuple[HostBlockStore, NixlTrans
 
 
 def _expected_first_byte(slot: int) -> int:
-    return slot % 256  # kvpool.bench.fill_store stamps the slot number in byte 0
+    return slot % 256  # bench.kvpool_bench.fill_store stamps the slot number in byte 0
 
 
 def test_batched_read_of_contiguous_and_scattered_blocks(peers: tuple[Peer, Peer], reader: Any) -> None:

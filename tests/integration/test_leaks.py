@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from tests.integration.test_reliability_api import MODEL, ControlPlaneStack, control_plane_stack
-from workers.protocol import Phase
+from core import Phase
 
 
 def replay(stack: ControlPlaneStack, key: str, *, agents: int, turns: int, max_tokens: int,
@@ -68,12 +68,12 @@ def replay(stack: ControlPlaneStack, key: str, *, agents: int, turns: int, max_t
 
 
 def expire_idle_branches(stack: ControlPlaneStack) -> list[str]:
-    cache = stack.runtime.cache
-    return cache.expire(now=time.time() + stack.runtime.settings.branch_ttl_s + 1)
+    directory = stack.runtime.directory
+    return directory.expire(now=time.time() + stack.runtime.settings.branch_ttl_s + 1)
 
 
 def assert_no_references(stack: ControlPlaneStack, node_ids: list[str]) -> None:
-    directory = stack.runtime.cache.directory
+    directory = stack.runtime.directory.backend
     stats = directory.stats()
     assert stats.active_branches == 0 and stats.referenced_blocks == 0, stats
     held = 0
@@ -101,9 +101,9 @@ def fake_stack(tmp_path: Any) -> Iterator[ControlPlaneStack]:
 def test_no_leaks_after_replay_fake_workers(fake_stack: ControlPlaneStack) -> None:
     key = fake_stack.tenant("leaks")
     replay(fake_stack, key, agents=12, turns=3, max_tokens=20, switch=("w1", "prefill"))
-    cache = fake_stack.runtime.cache
+    directory = fake_stack.runtime.directory
     unfinished = [f"leaks/leak-{i}" for i in range(12) if i % 3 == 2]
-    assert all(cache.is_branch_active(b) for b in unfinished)
+    assert all(directory.is_branch_active(b) for b in unfinished)
     assert sorted(expire_idle_branches(fake_stack)) == sorted(unfinished)
     wait_until(lambda: all(not w._running for w in fake_stack.workers.values()))
     assert_no_references(fake_stack, [w.node_id for w in fake_stack.workers.values()])

@@ -19,13 +19,13 @@ import pytest
 from fastapi import FastAPI
 
 from gateway.admin import bootstrap_admin_token, build_admin_router
-from gateway.control import SwitchOutcome
-from gateway.dbcli import db_upgrade
+from gateway.store.records import SwitchOutcome
+from gateway.store.migrate import db_upgrade
 from gateway.http_errors import install_error_handlers
-from gateway.policy import StoreTenantGate
+from gateway.serving.policy import StoreTenantGate
 from gateway.store import Database, EventSink, Policy, SinkConfig, repository
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent
-from gateway.tenancy import UsageRecord
+from gateway.store.records import UsageRecord
 from planner.types import Decision
 from tests.integration.conftest_store import PG_URL, pg_admin, pg_database, sqlite_db  # noqa: F401
 from tests.integration.test_admin_api import FakeClusterControl

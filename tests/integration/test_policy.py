@@ -14,9 +14,9 @@ from fastapi import FastAPI, Header
 from pydantic import BaseModel
 
 from gateway.http_errors import install_error_handlers
-from gateway.policy import GateConfig, StoreTenantGate
+from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.store import Database, EventSink, Policy, repository
-from gateway.tenancy import UsageRecord
+from gateway.store.records import UsageRecord
 from tests.integration.conftest_store import sqlite_db  # noqa: F401 (fixture)
 
 

@@ -2,7 +2,7 @@
 over the gateway's own OpenAPI document, plus hypothesis for headers) and
 targeted (body limits, invalid UTF-8, absurd numbers, giant max_tokens,
 header injection). The gateway runs on real HTTP in front of fake workers
-(`bench.fake_worker`) with the control plane (SQLite store, tenant keys,
+(`testing.fake_worker`) with the control plane (SQLite store, tenant keys,
 admin API); the property is always: no 5xx, no crash, no hang, errors are
 OpenAI-shaped.
 
@@ -28,19 +28,20 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 from bench.chaos_bench import control_plane_app
-from bench.fake_worker import FakeWorker
-from bench.fake_worker_app import create_fake_worker_app
-from bench.tiny_tokenizer import write_tiny_tokenizer
+from testing.fake_worker import FakeWorker
+from testing.fake_worker_app import create_fake_worker_app
+from testing.tiny_tokenizer import write_tiny_tokenizer
 from gateway.admin import bootstrap_admin_token
-from gateway.dbcli import db_upgrade
-from gateway.openai_api.schemas import ChatCompletionRequest, CompletionRequest
-from gateway.openai_api.service import BRANCH_ID_RE
-from gateway.policy import GateConfig, StoreTenantGate
+from gateway.store.migrate import db_upgrade
+from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.serving.openai.service import BRANCH_ID_RE
+from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Policy, SinkConfig, repository
-from gateway.tokenize import PromptTokenizer
+from gateway.serving.tokenize import PromptTokenizer
 from gateway.worker_client import WorkerRejected
-from workers.protocol import GenerateChunk, GenerateRequest, Phase, Role
+from workers.protocol import GenerateChunk, GenerateRequest
+from core import Phase, Role
 
 MODEL = "demo"
 MAX_BODY = 64 * 1024

@@ -172,7 +172,7 @@ def test_failed_transfer_recomputes_and_worker_keeps_serving(vllm_cluster: Any, 
 def scratch_worker(demo_model: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A decode worker of its own: a garbled peer may kill an engine, and the
     shared `vllm_cluster` must survive for the other tests."""
-    from workers.launch import WorkerProcess
+    from testing.worker_process import WorkerProcess
 
     w = WorkerProcess(8434, "decode", demo_model, "wS", threads_bind="1",
                       log_path=str(tmp_path_factory.mktemp("scratch") / "wS.log"),

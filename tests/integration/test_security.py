@@ -23,7 +23,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from gateway.store import secrets
+from gateway.store import credentials
 from tests.integration.test_reliability_api import (MODEL, ControlPlaneStack, assert_openai_error,
                                                     control_plane_stack)
 
@@ -90,9 +90,9 @@ def test_api_keys_hashed_at_rest_and_never_logged(stack: ControlPlaneStack, capl
         row = conn.execute(sa.text("SELECT prefix, salt, secret_hash FROM api_keys WHERE id = :id"),
                            {"id": created["id"]}).one()
     assert row.prefix == key[:12] and row.secret_hash != key
-    assert secrets.verify_secret(key, salt=row.salt, pepper=stack.db.pepper, secret_hash=row.secret_hash)
+    assert credentials.verify_secret(key, salt=row.salt, pepper=stack.db.pepper, secret_hash=row.secret_hash)
     # Without the pepper (kept out of the database) the hash cannot be checked.
-    assert not secrets.verify_secret(key, salt=row.salt, pepper="", secret_hash=row.secret_hash)
+    assert not credentials.verify_secret(key, salt=row.salt, pepper="", secret_hash=row.secret_hash)
 
     logged = caplog.text + "".join(capfd.readouterr())
     for secret in (key, token, stack.operator, key[:-2] + "zz"):
@@ -116,25 +116,25 @@ def test_tenant_keys_rejected_by_admin_api(stack: ControlPlaneStack) -> None:
 
 def test_tenant_cannot_touch_another_tenants_branches_usage_or_keys(stack: ControlPlaneStack) -> None:
     key_a, key_b = stack.tenant("iso-a"), stack.tenant("iso-b")
-    cache = stack.runtime.cache
+    directory = stack.runtime.directory
     assert chat(stack, key_a, branch="shared-name").status_code == 200
-    assert cache.is_branch_active("iso-a/shared-name")
+    assert directory.is_branch_active("iso-a/shared-name")
 
     # B "finishes" the same branch id: its own (absent) branch, not A's.
     r = httpx.post(f"{stack.url}/v1/branches/shared-name/finish", headers={"Authorization": f"Bearer {key_b}"},
                    timeout=10)
     assert r.status_code == 200 and r.json()["finished"] is False
-    assert cache.is_branch_active("iso-a/shared-name")
+    assert directory.is_branch_active("iso-a/shared-name")
     # Nor through the tenant-qualified key the directory uses.
     for crafted in ("iso-a%2Fshared-name", "iso-a/shared-name", "..%2Fiso-a%2Fshared-name"):
         r = httpx.post(f"{stack.url}/v1/branches/{crafted}/finish", headers={"Authorization": f"Bearer {key_b}"},
                        timeout=10)
         assert r.status_code in (400, 404), (crafted, r.text)
-    assert cache.is_branch_active("iso-a/shared-name")
+    assert directory.is_branch_active("iso-a/shared-name")
     # B working on a branch of the same name, or forking from it, stays in B's namespace.
     assert chat(stack, key_b, branch="shared-name", finished=True,
                 **{"X-Parent-Branch-ID": "shared-name"}).status_code == 200
-    assert cache.is_branch_active("iso-a/shared-name")
+    assert directory.is_branch_active("iso-a/shared-name")
     # No tenant-facing route lists or reads branches, usage or keys.
     for path in ["/v1/branches", "/v1/branches/shared-name", "/v1/usage", "/v1/keys", "/v1/tenants/iso-a",
                  "/v1/dashboard/billing/usage", "/v1/organization/usage/completions"]:
@@ -143,7 +143,7 @@ def test_tenant_cannot_touch_another_tenants_branches_usage_or_keys(stack: Contr
     # The owner finishes it.
     r = httpx.post(f"{stack.url}/v1/branches/shared-name/finish", headers={"Authorization": f"Bearer {key_a}"},
                    timeout=10)
-    assert r.json()["finished"] is True and not cache.is_branch_active("iso-a/shared-name")
+    assert r.json()["finished"] is True and not directory.is_branch_active("iso-a/shared-name")
 
 
 # -- cache isolation ----------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_cache_isolation_unless_an_operator_lets_tenants_share(stack: ControlPla
 def test_admin_and_worker_apis_bind_to_loopback_by_default() -> None:
     import argparse
 
-    from gateway import up
+    from cli import up
     from gateway.settings import GatewaySettings
     from workers.cli import build_parser
 
@@ -214,7 +214,7 @@ class _StubEngine:
 
 async def test_worker_internal_api_requires_the_token_when_set() -> None:
     from workers.engine import EngineConfig
-    from workers.protocol import Phase
+    from core import Phase
     from workers.server import create_app
 
     app = create_app(EngineConfig(model="unused", node_id="tok"), Phase.DECODE, cluster_token="cluster-s3cret",

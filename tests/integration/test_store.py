@@ -16,12 +16,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from gateway import errors
-from gateway.control import SwitchOutcome
-from gateway.dbcli import MIGRATION_LOCK_KEY, db_downgrade, db_revision, db_upgrade
+from gateway.store.records import SwitchOutcome
+from gateway.store.migrate import MIGRATION_LOCK_KEY, db_downgrade, db_revision, db_upgrade
 from gateway.store import Database, Policy, repository
-from gateway.store.secrets import TENANT_KEY_PREFIX, verify_secret
+from gateway.store.credentials import TENANT_KEY_PREFIX, verify_secret
 from gateway.store.tables import Base
-from planner.types import Decision, NodePhase, SplitPrediction, SwitchAction
+from planner.types import Decision, SplitPrediction, SwitchAction
+from core import Phase
 from tests.integration.conftest_store import PG_URL, migrated_db, pg_database, store_url  # noqa: F401 (fixtures)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -69,7 +70,7 @@ def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None
         with psycopg.connect(f"host=127.0.0.1 port=5432 user=postgres dbname={name}", autocommit=True) as holder:
             holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
             env = {**os.environ, "EVOLVING_DB_URL": url}
-            procs = [subprocess.Popen([sys.executable, "-m", "gateway.cli", "db", "upgrade"], cwd=ROOT, env=env,
+            procs = [subprocess.Popen([sys.executable, "-m", "cli.main", "db", "upgrade"], cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
             try:
                 deadline = time.monotonic() + 60
@@ -142,7 +143,7 @@ def _decision(t: float, acted: bool) -> Decision:
                            throughput_hi_rps=2.5, tokens_per_s=300.0, ttft_s=0.4, tpot_s=0.05, feasible=True,
                            switch_cost_s=math.inf)
     return Decision(t=t, planner="online", current_split=(2, 2), chosen_split=(1, 3),
-                    actions=(SwitchAction("n1", NodePhase.DECODE),), acted=acted, reason="decode-heavy",
+                    actions=(SwitchAction("n1", Phase.DECODE),), acted=acted, reason="decode-heavy",
                     confidence=0.97, predictions=(pred,), inputs={"arrival_rps": 1.5, "bad": math.nan})
 
 

@@ -19,15 +19,15 @@ from typing import Iterator
 import httpx
 import pytest
 
-from bench.tiny_tokenizer import write_tiny_tokenizer
+from testing.tiny_tokenizer import write_tiny_tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PEPPER = "pepper-that-must-never-be-printed"
 WORKER = """
 import sys, uvicorn
-from bench.fake_worker import FakeWorker
-from bench.fake_worker_app import create_fake_worker_app
-from gateway.tokenize import PromptTokenizer
+from testing.fake_worker import FakeWorker
+from testing.fake_worker_app import create_fake_worker_app
+from gateway.serving.tokenize import PromptTokenizer
 vocab = PromptTokenizer.from_dir(sys.argv[2]).vocab_size
 app = create_fake_worker_app(FakeWorker("w0", token_range=(10, vocab), block_size=32))
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error")
@@ -77,7 +77,7 @@ def env() -> dict[str, str]:
 
 def gateway_argv(port: int, worker: str, tok: pathlib.Path, data: pathlib.Path) -> list[str]:
     exe = shutil.which("evolving-infra", path=str(pathlib.Path(sys.executable).parent))
-    base = [exe] if exe else [sys.executable, "-m", "gateway.cli"]
+    base = [exe] if exe else [sys.executable, "-m", "cli.main"]
     return [*base, "gateway", "--worker-urls", worker, "--model", str(tok), "--model-name", "demo",
             "--port", str(port), "--data-dir", str(data), "--log-level", "info"]
 

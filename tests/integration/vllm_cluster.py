@@ -16,7 +16,7 @@ import tempfile
 import httpx
 import pytest
 
-from workers.launch import WorkerProcess
+from testing.worker_process import WorkerProcess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "demo-model"))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim.decode import DecodeEngine
-from bench.sim.events import EventLoop
-from bench.sim.node import PrefillEngine
-from bench.sim.profiles import LinearIterationModel
-from bench.sim.state import NodeConfig, SimRequest
-from bench.workloads import Request
+from sim.decode import DecodeEngine
+from sim.events import EventLoop
+from sim.node import PrefillEngine
+from sim.profiles import LinearIterationModel
+from sim.state import NodeConfig, SimRequest
+from sim.workloads import Request
 
 # prefill ms = 10 + 1 per uncached token; decode ms = 5 + 1 per sequence (no context term)
 MODEL = LinearIterationModel((10.0, 1.0, 0.0, 0.0), (5.0, 1.0, 0.0))
@@ -126,9 +126,9 @@ def test_prefill_layerwise_adds_transfer_to_iteration() -> None:
 
 
 def _one_request_run(prompt: int, out: int, node: NodeConfig) -> tuple[float, float]:
-    from bench.sim.cluster import Cluster, SimConfig
-    from bench.sim.profiles import GpuProfile
-    from bench.workloads import Workload
+    from sim.cluster import Cluster, SimConfig
+    from sim.profiles import GpuProfile
+    from sim.workloads import Workload
 
     gpu = GpuProfile("test", 1, MODEL, node, relaunch_s=0.0, source={})
     wl = Workload("one", (Request(0, "s", "b", 0.0, prompt, out),), 10.0, closed_loop=False)

@@ -6,10 +6,11 @@ import pytest
 
 from bench.fidelity import SliceConfig, build_slice, rel_err, summarize
 from bench.fidelity_latency import step_overhead_ms
-from bench.sim.profiles import GpuProfile
-from bench.sim.state import NodeConfig
+from sim.profiles import GpuProfile
+from sim.state import NodeConfig
 from planner.profile import Profile
-from planner.types import IterationRecord, NodePhase
+from planner.types import IterationRecord
+from core import Phase
 
 PREFILL = (20.0, 0.01, 0.001, 0.5)  # ms, per uncached, per cached, per pair/1e4
 DECODE = (3.0, 0.05, 0.0002)  # ms, per sequence, per context token
@@ -22,9 +23,9 @@ def _records() -> list[IterationRecord]:
         u, c = 64 + 37 * (i % 40), 32 * (i % 23)
         ms = PREFILL[0] + PREFILL[1] * u + PREFILL[2] * c + PREFILL[3] * u * (u + c) / 1e4
         t += 1.0
-        out.append(IterationRecord("p", NodePhase.PREFILL, t, 1, u, c, 1, 0, ms))
+        out.append(IterationRecord("p", Phase.PREFILL, t, 1, u, c, 1, 0, ms))
         b, ctx = 1 + i % 17, 500 + 211 * (i % 31)
-        out.append(IterationRecord("d", NodePhase.DECODE, t + 0.5, b, 0, 0, b, ctx,
+        out.append(IterationRecord("d", Phase.DECODE, t + 0.5, b, 0, 0, b, ctx,
                                    DECODE[0] + DECODE[1] * b + DECODE[2] * ctx))
     return out
 
@@ -47,8 +48,8 @@ def test_step_overhead_goes_into_both_intercepts_and_negative_slopes_clamp() -> 
 
 
 def test_step_overhead_counts_only_unchanged_busy_decode_batches() -> None:
-    recs = [IterationRecord("d", NodePhase.DECODE, t, 4, 0, 0, 4, 100, 10.0) for t in (1.000, 1.012, 1.024)]
-    recs.append(IterationRecord("d", NodePhase.DECODE, 1.5, 5, 0, 0, 5, 100, 10.0))  # batch changed: skipped
+    recs = [IterationRecord("d", Phase.DECODE, t, 4, 0, 0, 4, 100, 10.0) for t in (1.000, 1.012, 1.024)]
+    recs.append(IterationRecord("d", Phase.DECODE, 1.5, 5, 0, 0, 5, 100, 10.0))  # batch changed: skipped
     assert step_overhead_ms(recs) == pytest.approx(2.0)
     assert step_overhead_ms([]) == 0.0
 
@@ -71,7 +72,7 @@ def test_slice_is_deterministic_and_bounded() -> None:
 
 
 def _rec(node: str, end: float, elapsed_ms: float) -> IterationRecord:
-    return IterationRecord(node, NodePhase.DECODE, end, 1, 0, 0, 1, 100, elapsed_ms)
+    return IterationRecord(node, Phase.DECODE, end, 1, 0, 0, 1, 100, elapsed_ms)
 
 
 def _timing(role: str, arrived: float, got: float, peers: int = 0, e2e: float | None = None) -> dict:

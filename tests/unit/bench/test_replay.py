@@ -7,7 +7,7 @@ import asyncio
 import httpx
 
 from bench import replay
-from bench.workloads import Request, Workload
+from sim.workloads import Request, Workload
 
 
 def test_replay_sends_branch_headers_in_dependency_order(monkeypatch) -> None:  # noqa: ANN001

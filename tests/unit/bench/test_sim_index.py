@@ -1,4 +1,4 @@
-"""The simulator's prefix index (`LocalPrefixIndex`, `ChainLRU`) against a
+"""The simulator's prefix index (`LocalDirectory`, `ChainLRU`) against a
 brute-force reference with the semantics it must keep: per-block LRU host
 stores refreshed on every publish, unreferenced blocks evicted first."""
 
@@ -9,8 +9,8 @@ from collections import OrderedDict
 
 import pytest
 
-from bench.sim.kvcache import DictHits, LayeredHits, LocalPrefixIndex
-from bench.sim.lru import ChainLRU
+from sim.directory import DictHits, LayeredHits, LocalDirectory
+from sim.lru import ChainLRU
 
 
 class ReferenceIndex:
@@ -83,7 +83,7 @@ class Prompts:
         return base + fresh
 
 
-def _check_same(index: LocalPrefixIndex, ref: ReferenceIndex, probes: list[tuple[int, ...]]) -> None:
+def _check_same(index: LocalDirectory, ref: ReferenceIndex, probes: list[tuple[int, ...]]) -> None:
     assert {n: list(s) for n, s in index.stores.items()} == {n: list(s) for n, s in ref.stores.items()}
     assert index.refs == ref.refs
     for n, store in ref.stores.items():
@@ -103,7 +103,7 @@ def _check_same(index: LocalPrefixIndex, ref: ReferenceIndex, probes: list[tuple
 def test_local_index_keeps_the_reference_lru_order_hits_and_holders(seed: int) -> None:
     rng = random.Random(seed)
     cap = rng.choice([12, 40])  # small: most publishes evict
-    index, ref = LocalPrefixIndex(cap), ReferenceIndex(cap)
+    index, ref = LocalDirectory(cap), ReferenceIndex(cap)
     prompts = Prompts(rng)
     nodes = [f"n{i}" for i in range(rng.choice([3, 12]))]
     branches: dict[str, tuple[int, ...]] = {}
@@ -134,7 +134,7 @@ def test_local_index_shared_prefix_on_many_nodes_stays_exact_as_holders_change()
     """A system prefix on ~100 nodes while nodes gain and lose blocks; top()
     skips layers above 64 nodes."""
     rng = random.Random(5)
-    index, ref = LocalPrefixIndex(12), ReferenceIndex(12)
+    index, ref = LocalDirectory(12), ReferenceIndex(12)
     prompts = Prompts(rng)
     nodes = [f"n{i:03d}" for i in range(100)]
     for step in range(400):
@@ -154,7 +154,7 @@ def test_local_index_shared_prefix_on_many_nodes_stays_exact_as_holders_change()
 
 
 def test_local_index_evicts_unreferenced_least_recently_published_blocks_first() -> None:
-    index = LocalPrefixIndex(blocks_per_node=10)  # over capacity: evict down to 9 (10 % hysteresis)
+    index = LocalDirectory(blocks_per_node=10)  # over capacity: evict down to 9 (10 % hysteresis)
     index.retain("b", (1, 2))
     index.publish("n", (1, 2, 3, 4, 5))
     index.publish("n", (6, 7, 8))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import traces
+from sim import traces
 
 T = Path(__file__).resolve().parents[4] / "shared" / "traces"
 pytestmark = pytest.mark.skipif(not T.exists(), reason="../shared/traces not present")

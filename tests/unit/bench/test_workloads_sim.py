@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import workloads
-from bench.sim.cluster import Cluster, NodeStatus, SimConfig
-from bench.sim.profiles import GpuProfile
-from planner.types import ClusterView, Decision, NodePhase, SwitchAction
+from sim import workloads
+from sim.cluster import Cluster, NodeStatus, SimConfig
+from sim.profiles import GpuProfile
+from planner.types import ClusterView, Decision, SwitchAction
+from core import Phase
 
 
 def test_agent_turns_grow_append_only_and_depend_on_previous() -> None:
@@ -52,7 +53,7 @@ class FlipOnce:
         pass
 
     def decide(self, view: ClusterView) -> Decision:
-        acts = () if self.done else (SwitchAction(view.nodes[-1].node_id, NodePhase.PREFILL),)
+        acts = () if self.done else (SwitchAction(view.nodes[-1].node_id, Phase.PREFILL),)
         self.done = True
         return Decision(view.now, self.name, (0, 0), (0, 0), acts, bool(acts), "test")
 
@@ -83,7 +84,7 @@ def test_router_view_matches_node_state_and_follows_switches() -> None:
     cluster.run()
     for n in cluster.nodes.values():
         load = n.load()
-        if n.phase is NodePhase.PREFILL:
+        if n.phase is Phase.PREFILL:
             expected = (n.prefill.waiting, 1 if n.prefill.running else 0)
         else:
             expected = (len(n.decode.waiting) + len(n.decode.transit), len(n.decode.batch))
@@ -98,9 +99,9 @@ def test_router_view_matches_node_state_and_follows_switches() -> None:
 
 
 def test_oracle_with_one_segment_is_the_best_static_split_and_more_segments_do_no_worse() -> None:
-    from bench.scenarios import build
-    from bench.sim.profiles import DEFAULT_PROFILE
-    from bench.simulate import oracle_search, simulate
+    from sim.scenarios import build
+    from sim.profiles import DEFAULT_PROFILE
+    from sim.cli import oracle_search, simulate
 
     sc = build("shift", seed=1, nodes=4, duration_s=600, scale=0.25)
     report = simulate(sc, ["static-best"], seed=1, profile=str(DEFAULT_PROFILE), jobs=1, extra={"directory": "local"})
@@ -117,7 +118,7 @@ def test_oracle_with_one_segment_is_the_best_static_split_and_more_segments_do_n
 def test_fixed_4p5d_mix_picks_the_agents_and_only_applies_there() -> None:
     import pytest
 
-    from bench.scenarios import build
+    from sim.scenarios import build
 
     cu = build("fixed-4p5d", seed=0, duration_s=120, scale=0.1, mix="cu")
     assert {r.kind for r in cu.workload.requests} == {"cu"} and (cu.nodes, cu.prefill_nodes) == (9, 4)

@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from bench.tiny_tokenizer import write_tiny_tokenizer
-from gateway.tokenize import PromptTokenizer
+from testing.tiny_tokenizer import write_tiny_tokenizer
+from gateway.serving.tokenize import PromptTokenizer
 
 
 @pytest.fixture(scope="session")

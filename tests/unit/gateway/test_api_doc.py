@@ -2,7 +2,7 @@
 
 import pathlib
 
-from gateway.apidoc import build_schema, render_markdown
+from cli.apidoc import build_schema, render_markdown
 
 DOC = pathlib.Path(__file__).resolve().parents[3] / "docs" / "api.md"
 
@@ -19,4 +19,4 @@ def test_render_lists_operations_with_params_and_bodies():
 
 def test_committed_api_doc_matches_the_schema():
     assert DOC.read_text(encoding="utf-8") == render_markdown(build_schema()), (
-        "docs/api.md is stale: run `python -m gateway.apidoc docs/api.md`")
+        "docs/api.md is stale: run `python -m cli.apidoc docs/api.md`")

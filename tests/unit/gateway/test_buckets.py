@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gateway.policy.buckets import TokenBucket
+from gateway.serving.policy.buckets import TokenBucket
 
 
 def test_starts_full_and_refills_continuously() -> None:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fake_worker import FakeWorker, InProcessWorkerClient
-from gateway.cache import DirectoryPrefixCache
+from testing.fake_worker import FakeWorker, InProcessWorkerClient
+from gateway.directory import GatewayDirectory
 from kvpool.directory import MemoryDirectory
-from gateway.cluster import ClusterRuntime, pin_switches
+from gateway.control.runtime import ClusterRuntime, pin_switches
 from gateway.errors import Conflict, InvalidRequest
-from gateway.registry import WorkerRegistry
-from gateway.switcher import PhaseSwitcher
-from workers.protocol import Phase
+from gateway.control.registry import WorkerRegistry
+from gateway.control.phase_switch import PhaseSwitcher
+from core import Phase
+from planner.types import PlannerMode
 
 
 def test_pin_switches_node_pins_then_split():
@@ -28,13 +29,13 @@ def test_pin_switches_node_pins_then_split():
 async def runtime(phases: list[Phase]) -> tuple[ClusterRuntime, dict[str, FakeWorker], list]:
     workers = {f"http://w{i}": FakeWorker(f"w{i}", phase=p) for i, p in enumerate(phases)}
     client = InProcessWorkerClient(workers)
-    cache = DirectoryPrefixCache(MemoryDirectory(), block_size=16)
-    registry = WorkerRegistry(client, cache)
+    directory = GatewayDirectory(MemoryDirectory(), block_size=16)
+    registry = WorkerRegistry(client, directory)
     for url in workers:
         await registry.add(url)
     events: list = []
     switcher = PhaseSwitcher(registry, client, sinks=[lambda o, r, w: events.append((o, r, w))])
-    return ClusterRuntime(registry, switcher, cache), workers, events
+    return ClusterRuntime(registry, switcher, directory), workers, events
 
 
 async def test_switch_records_outcome_and_flips_phase():
@@ -71,7 +72,7 @@ async def test_pins_win():
     with pytest.raises(InvalidRequest):
         await rt.set_mode("chaos")
     await rt.set_mode("auto")
-    assert (await rt.planner_state())["mode"] == "auto"
+    assert (await rt.planner_state()).mode is PlannerMode.AUTO
 
 
 async def test_split_history_samples():
@@ -79,23 +80,23 @@ async def test_split_history_samples():
     rt.sample()
     rt.sample()
     hist = await rt.split_history(60)
-    assert len(hist) == 2 and hist[0]["prefill"] == 1 and hist[0]["decode"] == 1
+    assert len(hist) == 2 and hist[0].prefill == 1 and hist[0].decode == 1
 
 
 async def test_registry_publishes_saved_blocks_and_buffers_iterations():
     rt, workers, _ = await runtime([Phase.DECODE])
     w = workers["http://w0"]
-    from gateway.orchestrator import Job, Orchestrator
+    from gateway.serving.orchestrator import Job, Orchestrator
     from workers.protocol import SamplingOptions
-    orch = Orchestrator(rt.registry, InProcessWorkerClient(workers), rt.cache)
+    orch = Orchestrator(rt.registry, InProcessWorkerClient(workers), rt.directory)
     async for _ in orch.stream(Job("r", list(range(20)), SamplingOptions(max_tokens=2), "s")):
         pass
     w._save_blocks(list(range(100, 164)), "s")  # 4 blocks of 16, reported by the next heartbeat
     await rt.registry.poll_once()
-    assert rt.cache.stats()["blocks"] == 4
+    assert rt.directory.stats()["blocks"] == 4
     its = rt.registry.drain_iterations()
     assert len(its) == 1 and its[0].node_id == "w0" and rt.registry.drain_iterations() == []
     w.kill()
     for _ in range(3):
         await rt.registry.poll_once()
-    assert not rt.registry.get("w0").healthy and rt.cache.stats()["blocks"] == 0
+    assert not rt.registry.get("w0").healthy and rt.directory.stats()["blocks"] == 0

@@ -1,4 +1,4 @@
-"""Orchestrator end to end over in-process fake workers (bench.fake_worker)."""
+"""Orchestrator end to end over in-process fake workers (testing.fake_worker)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ import asyncio
 
 import pytest
 
-from bench.fake_worker import FakeWorker, InProcessWorkerClient, next_token
-from gateway.cache import DirectoryPrefixCache
+from testing.fake_worker import FakeWorker, InProcessWorkerClient, next_token
+from gateway.directory import GatewayDirectory
 from kvpool.directory import MemoryDirectory
 from gateway.errors import GatewayError, UpstreamFailed
-from gateway.orchestrator import Finished, Job, Orchestrator, OrchestratorConfig, TokenDelta
-from gateway.registry import WorkerRegistry
-from gateway.routing import RouterConfig
-from gateway.switcher import PhaseSwitcher
-from workers.protocol import Phase, Role, SamplingOptions
+from gateway.serving.orchestrator import Finished, Job, Orchestrator, OrchestratorConfig, TokenDelta
+from gateway.control.registry import WorkerRegistry
+from routing import RouterConfig
+from gateway.control.phase_switch import PhaseSwitcher
+from workers.protocol import SamplingOptions
+from core import Phase, Role
 
 LO, HI = 300, 1300
 
@@ -31,9 +32,9 @@ class Cluster:
         self.workers = {f"http://w{i}": FakeWorker(f"w{i}", phase=p, token_delay_s=delay, block_size=4)
                         for i, p in enumerate(phases)}
         self.client = InProcessWorkerClient(self.workers)
-        self.cache = DirectoryPrefixCache(MemoryDirectory(), block_size=4)
-        self.registry = WorkerRegistry(self.client, self.cache, failures_to_unhealthy=1)
-        self.orch = Orchestrator(self.registry, self.client, self.cache,
+        self.directory = GatewayDirectory(MemoryDirectory(), block_size=4)
+        self.registry = WorkerRegistry(self.client, self.directory, failures_to_unhealthy=1)
+        self.orch = Orchestrator(self.registry, self.client, self.directory,
                                  OrchestratorConfig(router=RouterConfig(local_prefill_max_tokens=local_max)))
         self.switcher = PhaseSwitcher(self.registry, self.client)
 
@@ -182,11 +183,11 @@ async def test_eos_ends_with_stop():
 
 async def test_branch_references_prompt_and_output_blocks():
     c = await Cluster([Phase.DECODE]).start()
-    c.cache.open_branch("t/b1", tenant_id="t")
+    c.directory.open_branch("t/b1", tenant_id="t")
     tokens, _ = await collect(c.orch, job(PROMPT, 8, branch="t/b1"))
-    hashes = c.cache.block_hashes(PROMPT + tokens, "t")
-    assert len(hashes) == 12 and all(c.cache.references(h) == 1 for h in hashes)
-    assert c.cache.finish_branch("t/b1") and c.cache.references(hashes[0]) == 0
+    hashes = c.directory.block_hashes(PROMPT + tokens, "t")
+    assert len(hashes) == 12 and all(c.directory.references(h) == 1 for h in hashes)
+    assert c.directory.finish_branch("t/b1") and c.directory.references(hashes[0]) == 0
 
 
 async def test_closing_stream_early_aborts_worker_request():

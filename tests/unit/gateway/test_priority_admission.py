@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway import errors
-from gateway.policy.admission import PriorityAdmission
+from gateway.serving.policy.admission import PriorityAdmission
 
 
 async def test_unlimited_never_waits() -> None:

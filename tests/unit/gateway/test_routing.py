@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing import NodeLoad, RouteRequest, RouterConfig, route
-from gateway.routing.picker import NoNodeAvailable, within_load_slack
-from gateway.routing.scorers import free_kv, prefix_locality, queue_load
+from routing import NodeLoad, RouteRequest, RouterConfig, route
+from routing.picker import NoNodeAvailable, within_load_slack
+from routing.scorers import free_kv, prefix_locality, queue_load
 
 
 def test_prefix_locality_is_cached_fraction_capped_at_one():

@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.errors import InvalidRequest
-from gateway.openai_api.schemas import ChatCompletionRequest, CompletionRequest
-from gateway.openai_api.service import TextAssembler, parse_branch_headers, parse_tool_calls
-from gateway.tokenize import StopStringFilter
+from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.serving.openai.service import TextAssembler, parse_branch_headers, parse_tool_calls
+from gateway.serving.tokenize import StopStringFilter
 
 MSG = [{"role": "user", "content": "hi"}]
 

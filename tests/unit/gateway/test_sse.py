@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gateway.openai_api import sse
-from gateway.openai_api.schemas import ChatCompletionChunk, CompletionChunk
+from gateway.serving.openai import sse
+from gateway.serving.openai.schemas import ChatCompletionChunk, CompletionChunk
 
 
 def _payload(event: bytes) -> dict:

@@ -7,10 +7,11 @@ import math
 import pytest
 
 from gateway.admin.schemas import PolicyBody
-from gateway.store import secrets
+from gateway.store import credentials
 from gateway.store._event_repo import json_safe, minute_of
 from gateway.store.records import Policy
-from planner.types import NodePhase, SwitchAction
+from planner.types import SwitchAction
+from core import Phase
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -37,17 +38,17 @@ def test_policy_body_roundtrip() -> None:
 
 
 def test_secret_hash_needs_salt_and_pepper() -> None:
-    new = secrets.new_secret(secrets.TENANT_KEY_PREFIX, pepper="p")
+    new = credentials.new_secret(credentials.TENANT_KEY_PREFIX, pepper="p")
     assert new.secret.startswith("sk-ei-") and len(new.secret) > 40 and new.prefix == new.secret[:12]
-    assert secrets.verify_secret(new.secret, salt=new.salt, pepper="p", secret_hash=new.secret_hash)
-    assert not secrets.verify_secret(new.secret, salt=new.salt, pepper="q", secret_hash=new.secret_hash)
-    assert not secrets.verify_secret(new.secret, salt="x", pepper="p", secret_hash=new.secret_hash)
-    again = secrets.seal_secret(new.secret, pepper="p")
+    assert credentials.verify_secret(new.secret, salt=new.salt, pepper="p", secret_hash=new.secret_hash)
+    assert not credentials.verify_secret(new.secret, salt=new.salt, pepper="q", secret_hash=new.secret_hash)
+    assert not credentials.verify_secret(new.secret, salt="x", pepper="p", secret_hash=new.secret_hash)
+    again = credentials.seal_secret(new.secret, pepper="p")
     assert again.salt != new.salt and again.secret_hash != new.secret_hash
 
 
 def test_json_safe() -> None:
-    assert json_safe({"a": math.nan, "b": (1, math.inf), 3: SwitchAction("n", NodePhase.DECODE)}) == {
+    assert json_safe({"a": math.nan, "b": (1, math.inf), 3: SwitchAction("n", Phase.DECODE)}) == {
         "a": None, "b": [1, None], "3": {"node_id": "n", "to_phase": "decode"}}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway import errors
-from gateway.policy.limits import TenantLimiter
+from gateway.serving.policy.limits import TenantLimiter
 from gateway.store.records import Policy
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from kvpool.plan import SaveItem, StepPlan
-from kvpool.worker_side import WorkerSide
+from kvpool.connector.worker_side import WorkerSide
 
 BLOCKS, BLOCK_BYTES = 8, 64
 

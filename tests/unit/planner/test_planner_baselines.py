@@ -7,12 +7,13 @@ import pytest
 from planner.baselines import DynamoConfig, DynamoPlanner, ScheduledPlanner, StaticPlanner
 from planner.evolving import EvolvingPlanner
 from planner.registry import PLANNERS, make_planner
-from planner.types import ClusterView, NodePhase, NodeState, PlannerMode
+from planner.types import ClusterView, NodeState, PlannerMode
+from core import Phase
 
 
 def _view(now: float, prefill: int, n: int, queue: int, kv: float, mode: PlannerMode = PlannerMode.AUTO) -> ClusterView:
     nodes = tuple(
-        NodeState(f"n{i}", NodePhase.PREFILL if i < prefill else NodePhase.DECODE,
+        NodeState(f"n{i}", Phase.PREFILL if i < prefill else Phase.DECODE,
                   queue=queue if i < prefill else 0, kv_usage=0.0 if i < prefill else kv, running=i)
         for i in range(n)
     )
@@ -35,7 +36,7 @@ def test_dynamo_step_behaviour() -> None:
     # Queue per prefill worker 3 > 0.5 with KV in band: +1 prefill, by relaunching one decode node.
     up = planner.decide(_view(10.0, 2, 8, queue=3, kv=0.7))
     assert up.acted and up.chosen_split == (3, 5) and "relaunch" in up.reason
-    assert [(a.node_id, a.to_phase) for a in up.actions] == [("n2", NodePhase.PREFILL)]  # least loaded decode
+    assert [(a.node_id, a.to_phase) for a in up.actions] == [("n2", Phase.PREFILL)]  # least loaded decode
     # Blocked while the relaunch is in progress, however large the queue.
     for t in (20.0, 60.0, 109.0):
         d = planner.decide(_view(t, 3, 8, queue=50, kv=0.7))
@@ -45,7 +46,7 @@ def test_dynamo_step_behaviour() -> None:
     # Queue 0 < 0.2: −1 prefill (relaunched as decode).
     down = planner.decide(_view(120.0, 3, 8, queue=0, kv=0.7))
     assert down.acted and down.chosen_split == (2, 6)
-    assert down.actions[0].to_phase == NodePhase.DECODE
+    assert down.actions[0].to_phase == Phase.DECODE
 
 
 def test_dynamo_kv_pressure_and_ties() -> None:
@@ -97,7 +98,7 @@ def test_schedule_moves_the_split_when_its_time_comes_and_only_then() -> None:
     assert hold.actions == () and hold.chosen_split == (2, 7)
     move = planner.decide(_view(3600.0, 2, 9, queue=0, kv=0.0))
     assert move.acted and len(move.actions) == 3 and move.chosen_split == (5, 4)
-    assert all(a.to_phase == NodePhase.PREFILL for a in move.actions)
+    assert all(a.to_phase == Phase.PREFILL for a in move.actions)
     advisory = planner.decide(_view(3600.0, 2, 9, queue=0, kv=0.0, mode=PlannerMode.ADVISORY))
     assert not advisory.acted and advisory.actions == () and advisory.chosen_split == (5, 4)
     with pytest.raises(ValueError):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from planner.bench import decide_bench, fit_mape_from_records, synthetic_records
+from bench.planner_bench import decide_bench, fit_mape_from_records
+from testing.planner_records import synthetic_records
 
 
 def test_decide_bench_shape() -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from planner.bench import synthetic_records
+from testing.planner_records import synthetic_records
 from planner.estimator import EstimatorConfig, estimate_splits, switch_cost, to_predictions
 from planner.profile import Profile
 from planner.types import SLO

@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from planner.bench import synthetic_samples
+from testing.planner_records import synthetic_samples
 from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.profile import Profile
-from planner.types import SLO, ClusterView, Decision, NodePhase, NodeState, Pin, PlannerMode, RequestSample
+from planner.types import SLO, ClusterView, Decision, NodeState, Pin, PlannerMode, RequestSample
+from core import Phase
 
 COEFFS = {"prefill": (10.0, 0.05, 0.002, 0.01), "decode": (10.0, 0.5, 0.0002)}
 DECODE_HEAVY = {"uncached": 1000, "cached": 2000, "output": 800}  # reasoning phase
@@ -22,7 +23,7 @@ def _planner(**cfg: object) -> EvolvingPlanner:
 
 
 def _view(prefill: int, n: int, now: float = 0.0, **kw: object) -> ClusterView:
-    nodes = tuple(NodeState(f"n{i}", NodePhase.PREFILL if i < prefill else NodePhase.DECODE, queue=i % 3)
+    nodes = tuple(NodeState(f"n{i}", Phase.PREFILL if i < prefill else Phase.DECODE, queue=i % 3)
                   for i in range(n))
     return ClusterView(now=now, nodes=nodes, **kw)  # type: ignore[arg-type]
 
@@ -153,7 +154,7 @@ def test_non_auto_modes_record_only(mode: PlannerMode) -> None:
 def test_split_pin_wins_without_data() -> None:
     d = _planner().decide(_view(2, 8, now=5.0, pin=Pin(prefill_nodes=5)))
     assert d.acted and d.chosen_split == (5, 3) and d.reason.startswith("split pin")
-    assert {a.to_phase for a in d.actions} == {NodePhase.PREFILL} and len(d.actions) == 3
+    assert {a.to_phase for a in d.actions} == {Phase.PREFILL} and len(d.actions) == 3
 
 
 def test_split_pin_beats_model_and_node_pins_never_move() -> None:
@@ -163,7 +164,7 @@ def test_split_pin_beats_model_and_node_pins_never_move() -> None:
     assert not planner.decide(view).acted  # the model wants 1; the pin holds 4
     nodes = list(_view(4, 8).nodes)
     nodes[0] = dataclasses.replace(nodes[0], pinned=True)  # n0: least loaded prefill node, pinned
-    view = ClusterView(now=200.0, nodes=tuple(nodes), slo=LAX, pin=Pin(node_phases={"n1": NodePhase.PREFILL}))
+    view = ClusterView(now=200.0, nodes=tuple(nodes), slo=LAX, pin=Pin(node_phases={"n1": Phase.PREFILL}))
     d = planner.decide(view)
     moved = {a.node_id for a in d.actions}
     assert "n0" not in moved and "n1" not in moved
@@ -172,9 +173,9 @@ def test_split_pin_beats_model_and_node_pins_never_move() -> None:
 
 
 def test_node_pin_to_other_phase_is_applied() -> None:
-    view = _view(2, 4, now=1.0, pin=Pin(node_phases={"n3": NodePhase.PREFILL}))
+    view = _view(2, 4, now=1.0, pin=Pin(node_phases={"n3": Phase.PREFILL}))
     d = _planner().decide(view)
-    assert d.acted and [(a.node_id, a.to_phase) for a in d.actions] == [("n3", NodePhase.PREFILL)]
+    assert d.acted and [(a.node_id, a.to_phase) for a in d.actions] == [("n3", Phase.PREFILL)]
     assert d.chosen_split == (3, 1)
 
 

@@ -5,23 +5,24 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.bench import synthetic_records, synthetic_samples
+from testing.planner_records import synthetic_records, synthetic_samples
 from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.profile import Profile
-from planner.types import ClusterView, NodePhase, NodeState, Pin
+from planner.types import ClusterView, NodeState, Pin
+from core import Phase
 
 _PROFILE = Profile.from_coefficients((10.0, 0.05, 0.002, 0.01), (10.0, 0.5, 0.0002))
 _SAMPLES = synthetic_samples(0, 200, 3.0, uncached=3000, cached=5000, output=300, seed=4, local_share=0.2)
 
 nodes_st = st.lists(
-    st.tuples(st.sampled_from(list(NodePhase)), st.booleans(), st.booleans(), st.integers(0, 9)),
+    st.tuples(st.sampled_from(list(Phase)), st.booleans(), st.booleans(), st.integers(0, 9)),
     min_size=2, max_size=24,
 )
 
 
 @settings(max_examples=60, deadline=None, database=None)
 @given(nodes=nodes_st, split_pin=st.one_of(st.none(), st.integers(0, 24)))
-def test_actions_never_touch_pinned_or_draining(nodes: list[tuple[NodePhase, bool, bool, int]],
+def test_actions_never_touch_pinned_or_draining(nodes: list[tuple[Phase, bool, bool, int]],
                                                 split_pin: int | None) -> None:
     planner = EvolvingPlanner(EvolvingConfig(cooldown_s=0.0), _PROFILE)
     planner.observe_requests(_SAMPLES)

@@ -10,7 +10,8 @@ import pytest
 from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.offered import TurnGaps, offered_weights, unloaded_response_s
 from planner.profile import Profile
-from planner.types import ClusterView, NodePhase, NodeState, RequestSample, SLO
+from planner.types import ClusterView, NodeState, RequestSample, SLO
+from core import Phase
 from planner.workload import WorkloadConfig, WorkloadEstimator
 
 # Prefill 10 ms + 0.1 ms per uncached token; decode 10 ms per step, flat.
@@ -60,7 +61,7 @@ def test_weighted_means_unweighted_rate() -> None:
 
 
 def _view(prefill: int, n: int, now: float) -> ClusterView:
-    nodes = tuple(NodeState(f"n{i}", NodePhase.PREFILL if i < prefill else NodePhase.DECODE) for i in range(n))
+    nodes = tuple(NodeState(f"n{i}", Phase.PREFILL if i < prefill else Phase.DECODE) for i in range(n))
     return ClusterView(now=now, nodes=nodes, slo=SLO(ttft_s=1e3, tpot_s=10.0))
 
 

@@ -6,21 +6,23 @@ from pathlib import Path
 
 import pytest
 
-from planner.bench import TRUE_DECODE, TRUE_PREFILL, fit_mape_from_records, synthetic_records
+from bench.planner_bench import fit_mape_from_records
+from testing.planner_records import TRUE_DECODE, TRUE_PREFILL, synthetic_records
 from planner.profile import Profile, classify, fit_mape
-from planner.types import IterationRecord, NodePhase
+from planner.types import IterationRecord
+from core import Phase
 
 
-def _rec(phase: NodePhase, u: int, c: int, batch: int, ctx: int, ms: float = 10.0) -> IterationRecord:
+def _rec(phase: Phase, u: int, c: int, batch: int, ctx: int, ms: float = 10.0) -> IterationRecord:
     return IterationRecord("n0", phase, 0.0, batch, u, c, batch, ctx, ms)
 
 
 def test_classification_rule() -> None:
-    assert classify(_rec(NodePhase.PREFILL, 500, 100, 2, 0)) == "prefill"
-    assert classify(_rec(NodePhase.DECODE, 200, 0, 1, 0)) == "prefill"  # local prefill, nothing else in the batch
-    assert classify(_rec(NodePhase.DECODE, 0, 0, 8, 4000)) == "decode"
-    assert classify(_rec(NodePhase.DECODE, 200, 0, 9, 4000)) is None  # mixed batch trains neither
-    assert classify(_rec(NodePhase.PREFILL, 0, 0, 0, 0)) is None
+    assert classify(_rec(Phase.PREFILL, 500, 100, 2, 0)) == "prefill"
+    assert classify(_rec(Phase.DECODE, 200, 0, 1, 0)) == "prefill"  # local prefill, nothing else in the batch
+    assert classify(_rec(Phase.DECODE, 0, 0, 8, 4000)) == "decode"
+    assert classify(_rec(Phase.DECODE, 200, 0, 9, 4000)) is None  # mixed batch trains neither
+    assert classify(_rec(Phase.PREFILL, 0, 0, 0, 0)) is None
 
 
 def test_recovers_known_coefficients_with_outliers() -> None:
@@ -48,7 +50,7 @@ def test_batched_prefill_records_fit_with_their_attention_pairs() -> None:
         u, c = sum(p[0] for p in prompts), sum(p[1] for p in prompts)
         pairs = sum(p[0] * (p[0] + p[1]) for p in prompts)
         ms = true[0] + true[1] * u + true[2] * c + true[3] * pairs / 1e4
-        recs.append(IterationRecord("n0", NodePhase.PREFILL, float(i), len(prompts), u, c, 0, 0, ms, pairs))
+        recs.append(IterationRecord("n0", Phase.PREFILL, float(i), len(prompts), u, c, 0, 0, ms, pairs))
     profile = Profile.from_records(recs)
     assert tuple(profile.prefill.rls.theta) == pytest.approx(true, rel=0.02, abs=0.05)
 

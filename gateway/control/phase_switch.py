@@ -1,0 +1,102 @@
+"""Switch orchestrator: flip one worker's phase in place.
+
+`switch(node, to_phase, reason, who)`:
+
+1. decide: no-op if the node already is in `to_phase`; refuse an unhealthy
+   node or one already switching.
+2. mark the node draining in the registry (the router stops sending it new
+   work of its old phase at once);
+3. one call: worker `POST /internal/phase` — the worker drains in-flight
+   prefills and migrates in-flight decodes (their streams end with
+   finish_reason "migrated"; the orchestrator resumes them elsewhere);
+4. apply: set the new phase, clear draining, record drain/migrate/total
+   timings, hand the `SwitchOutcome` to the optional sink (event store,
+   metrics). A failed switch restores the old phase and is recorded too.
+
+The worker's own drain/migrate timings are used; `total_s` is measured
+here and includes the RPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Awaitable, Callable
+
+from gateway.store.records import SwitchOutcome
+from gateway.errors import Conflict, InvalidRequest
+from gateway.control.registry import WorkerRegistry
+from gateway.worker_client import WorkerAPI, WorkerError
+from workers.protocol import PhaseChangeRequest
+from core import Phase
+
+log = logging.getLogger(__name__)
+
+# (outcome, reason, who) -> None or awaitable. Must not raise.
+SwitchSink = Callable[[SwitchOutcome, str, str], Awaitable[None] | None]
+
+
+class PhaseSwitcher:
+    def __init__(self, registry: WorkerRegistry, client: WorkerAPI, *, deadline_s: float = 0.0,
+                 rpc_margin_s: float = 120.0, sinks: list[SwitchSink] | None = None) -> None:
+        self._registry = registry
+        self._client = client
+        self._deadline_s = deadline_s
+        self._rpc_margin_s = rpc_margin_s
+        self._sinks: list[SwitchSink] = list(sinks or [])
+        self._busy: set[str] = set()
+
+    def add_sink(self, sink: SwitchSink) -> None:
+        self._sinks.append(sink)
+
+    def switching(self) -> set[str]:
+        return set(self._busy)
+
+    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+        try:
+            target = Phase(to_phase)
+        except ValueError as exc:
+            raise InvalidRequest(f"phase must be 'prefill' or 'decode', not {to_phase!r}", param="phase") from exc
+        node = self._registry.get(node_id)
+        from_phase = node.phase
+        if node_id in self._busy:
+            raise Conflict(f"node {node_id} is already switching", code="switch_in_progress")
+        if node.phase is target and not node.draining:
+            return await self._emit(SwitchOutcome(node_id, from_phase.value, target.value, 0.0, 0.0, 0.0,
+                                                  "noop", "already in phase"), reason, who)
+        if not node.healthy:
+            raise Conflict(f"node {node_id} is unhealthy", code="node_unhealthy")
+        self._busy.add(node_id)
+        start = time.monotonic()
+        self._registry.mark_draining(node_id, target)
+        try:
+            result = await self._client.change_phase(
+                node.url, PhaseChangeRequest(phase=target, deadline_s=self._deadline_s, migrate=True),
+                timeout_s=self._deadline_s + self._rpc_margin_s)
+        except (WorkerError, asyncio.TimeoutError) as exc:
+            self._registry.finish_switch(node_id, from_phase)
+            outcome = SwitchOutcome(node_id, from_phase.value, target.value, 0.0, 0.0,
+                                    time.monotonic() - start, "failed", f"{type(exc).__name__}: {exc}")
+            log.warning("switch of %s to %s failed: %s", node_id, target.value, exc)
+            return await self._emit(outcome, reason, who)
+        finally:
+            self._busy.discard(node_id)
+        self._registry.finish_switch(node_id, result.to_phase)
+        outcome = SwitchOutcome(node_id, from_phase.value, result.to_phase.value, result.drain_s,
+                                result.migrate_s, time.monotonic() - start, "ok",
+                                f"migrated {len(result.migrated)} decodes")
+        log.info("switched %s %s->%s in %.3fs (%s, by %s)", node_id, from_phase.value, target.value,
+                 outcome.total_s, reason, who)
+        return await self._emit(outcome, reason, who)
+
+    async def _emit(self, outcome: SwitchOutcome, reason: str, who: str) -> SwitchOutcome:
+        for sink in self._sinks:
+            try:
+                result = sink(outcome, reason, who)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # a broken recorder must not fail the switch it records
+                log.exception("switch sink failed")
+        return outcome

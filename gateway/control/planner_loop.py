@@ -1,0 +1,82 @@
+"""The planner's live loop: a thin shell around a pure `planner.types.Planner`.
+
+Each tick reads as decide -> one I/O step -> apply:
+
+1. gather: iteration records the registry collected since the last tick,
+   finished-request samples from the OpenAI service, the cluster view
+   (nodes, phases, pins, mode);
+2. decide: `planner.decide(view)` (pure);
+3. apply: record the decision (admin API state, event store), and in mode
+   `auto` carry out its switches through the cluster runtime, which
+   records each switch.
+
+The planner never sees HTTP or the database; a failing switch is recorded
+and the next tick decides again from what actually happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from gateway.control.workload_feed import WorkloadFeed
+from planner.types import SLO, ClusterView, Decision, NodeState, Pin, Planner, PlannerMode
+from core import Phase
+
+log = logging.getLogger(__name__)
+
+DecisionSink = Callable[[Decision, str], None]
+
+
+class PlannerLoop:
+    """`tick(runtime)` is the `planner_tick` the gateway's cluster loop calls."""
+
+    def __init__(self, planner: Planner, *, workload: WorkloadFeed, slo: SLO = SLO(), sink: DecisionSink | None = None,
+                 kv_capacity_tokens: int = 0, clock: Callable[[], float] = time.time) -> None:
+        self.planner = planner
+        self.workload = workload  # the OpenAI service adds a RequestSample per finished request
+        self.slo = slo
+        self.sink = sink
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.clock = clock
+        self.last_switch_t: float | None = None
+
+    def view(self, runtime) -> ClusterView:
+        nodes = tuple(
+            NodeState(node_id=n.node_id, phase=Phase(n.phase.value), draining=n.draining_to is not None,
+                      pinned=n.node_id in runtime.node_pins, queue=n.num_waiting,
+                      running=n.running, kv_usage=n.kv_usage,
+                      kv_capacity_tokens=self.kv_capacity_tokens)
+            for n in runtime.registry.nodes() if n.healthy)
+        pin = None
+        if runtime.split_pin is not None or runtime.node_pins:
+            pin = Pin(prefill_nodes=runtime.split_pin,
+                      node_phases={k: Phase(v) for k, v in runtime.node_pins.items()})
+        return ClusterView(now=self.clock(), nodes=nodes, mode=PlannerMode(runtime.mode.value), pin=pin,
+                           slo=self.slo, last_switch_t=self.last_switch_t)
+
+    async def tick(self, runtime) -> None:
+        self.planner.observe_iterations(runtime.registry.drain_iterations())
+        self.planner.observe_requests(self.workload.drain())
+        view = self.view(runtime)
+        if not view.nodes:
+            return
+        decision = self.planner.decide(view)
+        runtime.planner_name = self.planner.name
+        runtime.record_decision(decision)
+        self._persist(decision, view.mode.value)
+        if not (decision.acted and view.mode is PlannerMode.AUTO):
+            return
+        for action in decision.actions:
+            try:
+                await runtime.switch(action.node_id, action.to_phase.value, reason=f"planner: {decision.reason}",
+                                     who=f"planner:{self.planner.name}")
+                self.last_switch_t = self.clock()
+            except Exception as exc:  # noqa: BLE001 - one failed switch must not stop the loop
+                log.warning("planner switch of %s failed: %s", action.node_id, exc)
+
+    def _persist(self, decision: Decision, mode: str) -> None:
+        """Every decision, acted on or not, goes to the event store (buffered)."""
+        if self.sink is not None:
+            self.sink(decision, mode)

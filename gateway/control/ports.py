@@ -1,0 +1,83 @@
+"""The port the admin API uses to read and steer the live cluster.
+
+Implemented by the gateway's cluster runtime (`gateway.control.runtime`); the admin
+API (`gateway.admin`) depends only on this Protocol, so it is tested with a
+fake. All methods are async and may take as long as a switch takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.store.records import SwitchOutcome
+from planner.types import Decision, PlannerMode, SplitPrediction
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    node_id: str
+    url: str
+    phase: str  # "prefill" | "decode"
+    draining_to: str | None
+    healthy: bool
+    pinned_phase: str | None
+    queue: int
+    running: int
+    kv_usage: float
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    nodes: list[NodeSnapshot]
+    split: tuple[int, int]  # (prefill, decode)
+    split_pin: int | None  # pinned number of prefill nodes
+    directory: dict[str, float] = field(default_factory=dict)  # blocks, bytes, referenced, hit_rate
+    top_branches: list[dict[str, Any]] = field(default_factory=list)  # branch_id, tenant_id, blocks
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    """What the planner is doing: its mode, its name, its latest decision and
+    the prediction per split that decision was made on."""
+
+    mode: PlannerMode
+    planner: str
+    last_decision: Decision | None = None
+    predictions: tuple[SplitPrediction, ...] = ()
+
+
+@dataclass(frozen=True)
+class SplitSample:
+    t: float  # unix seconds
+    prefill: int
+    decode: int
+    tokens_per_s: float
+
+
+class ClusterControl(Protocol):
+    async def snapshot(self) -> ClusterSnapshot: ...
+
+    async def planner_state(self) -> PlannerState: ...
+
+    async def set_mode(self, mode: str) -> None:
+        """Raises `InvalidRequest` for anything but auto / advisory / manual."""
+
+    async def pin_split(self, prefill_nodes: int | None) -> None:
+        """Pin the number of prefill nodes (None unpins). Realised by switches."""
+
+    async def pin_node(self, node_id: str, phase: str | None) -> None:
+        """Pin one node's phase (None unpins). Switches it now if needed."""
+
+    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *,
+                           who: str) -> list[SwitchOutcome]:
+        """Set both pins at once (pins of nodes that are not workers are
+        dropped with a warning) and realise them with switches."""
+
+    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome: ...
+
+
+class ClusterHistory(Protocol):
+    async def split_history(self, since_s: float) -> list[SplitSample]:
+        """Samples over the last `since_s` seconds, oldest first."""

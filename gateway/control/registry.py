@@ -1,0 +1,201 @@
+"""Live worker registry: phases, health, load, and what the planner needs.
+
+The registry is the gateway's in-memory truth about workers. It polls each
+worker's `/internal/stats` (heartbeat), which also carries the iteration
+records (buffered for the planner) and the blocks saved to / dropped from
+the worker's host store (published to the KV directory).
+
+Loop shape (`poll_once`): decide whom to poll -> one gather of stats calls
+-> apply results. Health: a worker that fails `failures_to_unhealthy`
+consecutive heartbeats, or that the orchestrator saw die (`report_failure`),
+is unhealthy; its host-store blocks leave the directory (lost cache hits,
+never wrong KV). A later successful heartbeat makes it healthy again.
+
+Draining is set by the switch orchestrator (`mark_draining`) before it asks
+the worker to change phase, so the router stops sending at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from gateway.directory import Directory
+from gateway.errors import NotFound
+from routing import NodeLoad
+from gateway.worker_client import WorkerAPI, WorkerError
+from planner.types import IterationRecord
+from core import Phase
+from workers.protocol import WorkerStats
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerNode:
+    node_id: str
+    url: str
+    phase: Phase = Phase.DECODE
+    draining_to: Phase | None = None
+    healthy: bool = False
+    failures: int = 0
+    last_seen: float = 0.0
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_usage: float = 0.0
+    tokens_per_s: float = 0.0
+    block_size: int = 0
+    inflight: int = 0  # requests this gateway has open on the node
+    next_iteration: int = 0
+
+    @property
+    def draining(self) -> bool:
+        return self.draining_to is not None
+
+    @property
+    def running(self) -> int:
+        """Requests running on the node. Between heartbeats the worker's own
+        count lags; the gateway's in-flight count keeps a burst from piling
+        onto one node."""
+        return max(self.num_running, self.inflight)
+
+    def load(self) -> NodeLoad:
+        return NodeLoad(node_id=self.node_id, phase=self.phase.value, queue=self.num_waiting,
+                        running=self.running, kv_usage=self.kv_usage, draining=self.draining, healthy=self.healthy)
+
+
+class WorkerRegistry:
+    def __init__(self, client: WorkerAPI, directory: Directory, *, failures_to_unhealthy: int = 3,
+                 iteration_buffer: int = 50_000, clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._directory = directory
+        self._max_failures = failures_to_unhealthy
+        self._clock = clock
+        self._nodes: dict[str, WorkerNode] = {}
+        self._iterations: collections.deque[IterationRecord] = collections.deque(maxlen=iteration_buffer)
+
+    # -- membership ---------------------------------------------------------
+    async def add(self, url: str) -> WorkerNode:
+        """Register a worker by URL; its node id comes from its first heartbeat."""
+        url = url.rstrip("/")
+        for node in self._nodes.values():
+            if node.url == url:
+                return node
+        node = WorkerNode(node_id=url, url=url)
+        self._nodes[node.node_id] = node
+        await self._poll(node)
+        return node
+
+    def nodes(self) -> list[WorkerNode]:
+        return sorted(self._nodes.values(), key=lambda n: n.node_id)
+
+    def get(self, node_id: str) -> WorkerNode:
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise NotFound(f"unknown node {node_id!r}", code="node_not_found")
+        return node
+
+    def loads(self) -> list[NodeLoad]:
+        return [n.load() for n in self._nodes.values()]
+
+    def healthy_count(self) -> int:
+        return sum(1 for n in self._nodes.values() if n.healthy)
+
+    # -- state set by the orchestrator / switcher -----------------------------
+    def mark_draining(self, node_id: str, to_phase: Phase) -> None:
+        self.get(node_id).draining_to = to_phase
+
+    def finish_switch(self, node_id: str, phase: Phase) -> None:
+        node = self.get(node_id)
+        node.phase = phase
+        node.draining_to = None
+
+    def report_failure(self, node_id: str, why: str, *, certain: bool = True) -> None:
+        """The orchestrator could not reach the node. `certain` (connection
+        refused): dead now. Otherwise (a timeout, a broken stream from a busy
+        node) it counts like a missed heartbeat."""
+        node = self._nodes.get(node_id)
+        if node is None or not node.healthy:
+            return
+        if not certain:
+            node.failures += 1
+            if node.failures < self._max_failures:
+                return
+        log.warning("worker %s marked unhealthy: %s", node_id, why)
+        node.healthy = False
+        node.failures = max(node.failures, self._max_failures)
+        self._directory.drop_node(node_id)
+
+    @contextlib.contextmanager
+    def track(self, node_id: str) -> Iterator[None]:
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.inflight += 1
+        try:
+            yield
+        finally:
+            if node is not None:
+                node.inflight -= 1
+
+    # -- heartbeat --------------------------------------------------------------
+    async def poll_once(self) -> None:
+        await asyncio.gather(*(self._poll(n) for n in list(self._nodes.values())))
+
+    async def _poll(self, node: WorkerNode) -> None:
+        try:
+            stats = await self._client.stats(node.url, since=node.next_iteration)
+        except WorkerError as exc:
+            node.failures += 1
+            if node.healthy and node.failures >= self._max_failures:
+                log.warning("worker %s missed %d heartbeats: %s", node.node_id, node.failures, exc)
+                node.healthy = False
+                self._directory.drop_node(node.node_id)
+            return
+        self._apply(node, stats)
+
+    def _apply(self, node: WorkerNode, stats: WorkerStats) -> None:
+        if stats.node_id != node.node_id:
+            self._nodes.pop(node.node_id, None)
+            node.node_id = stats.node_id
+            self._nodes[node.node_id] = node
+        was_healthy = node.healthy
+        node.healthy, node.failures, node.last_seen = True, 0, self._clock()
+        if node.draining_to is None or stats.draining_to is not None:
+            # While the gateway drives a switch its own mark wins.
+            node.phase, node.draining_to = stats.phase, stats.draining_to
+        node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
+        node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
+        if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
+            # Hashes would never match: every lookup misses (correct but no cache hits).
+            log.error("worker %s uses block size %d, the gateway %d: set EVOLVING_BLOCK_SIZE",
+                      node.node_id, stats.block_size, self._directory.block_size)
+        if not was_healthy:
+            log.info("worker %s healthy at %s (%s)", node.node_id, node.url, node.phase.value)
+        if stats.saved_blocks:
+            self._directory.publish(node.node_id, stats.saved_blocks, stats.host_store.block_bytes)
+        if stats.dropped_blocks:
+            self._directory.unpublish(node.node_id, [b.block_hash for b in stats.dropped_blocks])
+        for it in stats.iterations:
+            self._iterations.append(IterationRecord(
+                node_id=node.node_id, phase=Phase(it.phase.value), t=it.t, batch_size=it.batch_size,
+                uncached_prompt_tokens=it.uncached_prompt_tokens, cached_prompt_tokens=it.cached_prompt_tokens,
+                generated_tokens=it.generated_tokens, context_tokens=it.context_tokens, elapsed_ms=it.elapsed_ms,
+                attention_pairs=it.attention_pairs))
+            node.next_iteration = max(node.next_iteration, it.index + 1)
+
+    def drain_iterations(self) -> list[IterationRecord]:
+        """Every buffered iteration record, oldest first; the buffer is emptied."""
+        out = list(self._iterations)
+        self._iterations.clear()
+        return out
+
+    async def run(self, interval_s: float) -> None:
+        """Heartbeat forever (cancel to stop)."""
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,165 @@
+"""Cluster runtime: the live implementation of `gateway.control.ports`'s ports.
+
+`ClusterRuntime` implements `ClusterControl` (snapshot, mode, pins, switch)
+and `ClusterHistory` (split samples in a ring buffer) over the registry, the
+switch orchestrator and the KV directory. The admin API depends only on the
+ports.
+
+Planner seam: `ClusterRuntime(planner_tick=...)` takes a coroutine function
+`planner_tick(runtime) -> None` called every `run()` interval. It reads
+`runtime.view()` / `registry.drain_iterations()`, decides, calls
+`runtime.record_decision(...)`, and, in mode "auto", `runtime.switch(...)`.
+Pins always win: `switch` refuses a switch that contradicts a node pin, and
+`enforce_pins` realises pins with switches (`pin_switches` is the pure rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import Awaitable, Callable
+
+from gateway.directory import Directory
+from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
+from gateway.store.records import SwitchOutcome
+from gateway.errors import Conflict, InvalidRequest
+from gateway.control.registry import WorkerRegistry
+from gateway.control.phase_switch import PhaseSwitcher
+from planner.types import Decision, PlannerMode
+
+log = logging.getLogger(__name__)
+
+PlannerTick = Callable[["ClusterRuntime"], Awaitable[None]]
+
+
+def pin_switches(nodes: list[tuple[str, str, bool]], split_pin: int | None,
+                 node_pins: dict[str, str]) -> list[tuple[str, str]]:
+    """Switches that realise the pins. `nodes`: (node_id, phase, healthy).
+
+    Node pins first; then the split pin moves unpinned healthy nodes (by id
+    order) until the number of prefill nodes equals the pin (capped by what
+    unpinned nodes allow).
+    """
+    phases = {n: p for n, p, ok in nodes if ok}
+    out = [(n, node_pins[n]) for n in sorted(phases) if n in node_pins and phases[n] != node_pins[n]]
+    for n, p in out:
+        phases[n] = p
+    if split_pin is None:
+        return out
+    prefill = sum(1 for p in phases.values() if p == "prefill")
+    free = sorted(n for n in phases if n not in node_pins)
+    if prefill < split_pin:
+        for n in [n for n in free if phases[n] == "decode"][:split_pin - prefill]:
+            out.append((n, "prefill"))
+    elif prefill > split_pin:
+        for n in [n for n in reversed(free) if phases[n] == "prefill"][:prefill - split_pin]:
+            out.append((n, "decode"))
+    return out
+
+
+class ClusterRuntime:
+    def __init__(self, registry: WorkerRegistry, switcher: PhaseSwitcher, directory: Directory, *,
+                 mode: PlannerMode = PlannerMode.ADVISORY, planner_name: str = "none",
+                 planner_tick: PlannerTick | None = None, history_len: int = 7200,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.registry = registry
+        self.switcher = switcher
+        self.directory = directory
+        self.mode = mode
+        self.planner_name = planner_name
+        self.planner_tick = planner_tick
+        self.split_pin: int | None = None
+        self.node_pins: dict[str, str] = {}
+        self.last_decision: Decision | None = None
+        self._history: collections.deque[SplitSample] = collections.deque(maxlen=history_len)
+        self._clock = clock
+
+    # -- ClusterControl ---------------------------------------------------------
+    async def snapshot(self) -> ClusterSnapshot:
+        nodes = [NodeSnapshot(node_id=n.node_id, url=n.url, phase=n.phase.value,
+                              draining_to=n.draining_to.value if n.draining_to else None, healthy=n.healthy,
+                              pinned_phase=self.node_pins.get(n.node_id), queue=n.num_waiting,
+                              running=n.running, kv_usage=n.kv_usage,
+                              tokens_per_s=n.tokens_per_s)
+                 for n in self.registry.nodes()]
+        return ClusterSnapshot(nodes=nodes, split=self.split(), split_pin=self.split_pin,
+                               directory=self.directory.stats(), top_branches=self.directory.top_branches())
+
+    def split(self) -> tuple[int, int]:
+        healthy = [n for n in self.registry.nodes() if n.healthy]
+        prefill = sum(1 for n in healthy if n.phase.value == "prefill")
+        return prefill, len(healthy) - prefill
+
+    async def planner_state(self) -> PlannerState:
+        d = self.last_decision
+        return PlannerState(mode=self.mode, planner=self.planner_name, last_decision=d,
+                            predictions=d.predictions if d is not None else ())
+
+    async def set_mode(self, mode: str) -> None:
+        try:
+            self.mode = PlannerMode(mode)
+        except ValueError as exc:
+            raise InvalidRequest(f"mode must be one of auto/advisory/manual, not {mode!r}", param="mode") from exc
+
+    async def pin_split(self, prefill_nodes: int | None) -> None:
+        if prefill_nodes is not None and not 0 <= prefill_nodes <= len(self.registry.nodes()):
+            raise InvalidRequest("prefill_nodes must be between 0 and the number of nodes", param="prefill_nodes")
+        self.split_pin = prefill_nodes
+        await self.enforce_pins(who="pin")
+
+    async def pin_node(self, node_id: str, phase: str | None) -> None:
+        self.registry.get(node_id)
+        if phase is None:
+            self.node_pins.pop(node_id, None)
+            return
+        if phase not in ("prefill", "decode"):
+            raise InvalidRequest(f"phase must be 'prefill' or 'decode', not {phase!r}", param="phase")
+        self.node_pins[node_id] = phase
+        await self.enforce_pins(who="pin")
+
+    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *,
+                           who: str) -> list[SwitchOutcome]:
+        known = {n.node_id for n in self.registry.nodes()}
+        for node in sorted(set(node_pins) - known):
+            log.warning("persisted pin for unknown node %s ignored (not among the workers)", node)
+        self.split_pin = split_pin
+        self.node_pins = {n: p for n, p in node_pins.items() if n in known}
+        return await self.enforce_pins(who=who)
+
+    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+        pinned = self.node_pins.get(node_id)
+        if pinned is not None and pinned != to_phase:
+            raise Conflict(f"node {node_id} is pinned to {pinned}; unpin it first", code="node_pinned")
+        return await self.switcher.switch(node_id, to_phase, reason=reason, who=who)
+
+    async def enforce_pins(self, *, who: str) -> list[SwitchOutcome]:
+        todo = pin_switches([(n.node_id, n.phase.value, n.healthy) for n in self.registry.nodes()],
+                            self.split_pin, self.node_pins)
+        return [await self.switcher.switch(n, p, reason="pin", who=who) for n, p in todo]
+
+    # -- ClusterHistory -----------------------------------------------------------
+    async def split_history(self, since_s: float) -> list[SplitSample]:
+        cutoff = self._clock() - since_s
+        return [s for s in self._history if s.t >= cutoff]
+
+    def sample(self) -> None:
+        prefill, decode = self.split()
+        tps = sum(n.tokens_per_s for n in self.registry.nodes() if n.healthy)
+        self._history.append(SplitSample(t=self._clock(), prefill=prefill, decode=decode, tokens_per_s=tps))
+
+    # -- planner seam ---------------------------------------------------------------
+    def record_decision(self, decision: Decision) -> None:
+        self.last_decision = decision
+
+    async def run(self, interval_s: float = 1.0) -> None:
+        """Sample the split and run the planner tick forever (cancel to stop)."""
+        while True:
+            self.sample()
+            if self.planner_tick is not None:
+                try:
+                    await self.planner_tick(self)
+                except Exception:  # a planner bug must not stop sampling or serving
+                    log.exception("planner tick failed")
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,220 @@
+"""HTTP routes of the OpenAI surface: /v1/chat/completions, /v1/completions,
+/v1/models, /v1/branches/{id}/finish.
+
+`openai_router(service, max_body_bytes=...)` builds the router around one
+`OpenAIService` (a closure, no globals). Bodies are read with a size limit
+(413) and validated here so every failure is an OpenAI-shaped 4xx, never
+FastAPI's 422. Errors after the first streamed byte become an SSE `error`
+event and the stream ends without `[DONE]` — never a silent truncation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.serving.openai import sse
+from gateway.serving.openai.schemas import (AssistantMessage, BranchFinished, ChatChoice, ChatCompletion,
+                                        ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest,
+                                        ModelCard, ModelList, Usage)
+from gateway.serving.openai.service import BranchContext, OpenAIService, Prepared, parse_branch_headers, parse_tool_calls
+from gateway.serving.orchestrator import Finished
+from gateway.serving.tenancy import TenantContext
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+_JSON = "application/json"
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def parse_model(model: type[M], body: bytes) -> M:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        raise InvalidRequest(f"{err.get('msg', 'invalid request')}" + (f" (at {loc})" if loc else ""),
+                             param=loc or None) from exc
+
+
+def bearer(request: Request) -> str | None:
+    value = request.headers.get("authorization")
+    if not value:
+        return None
+    scheme, _, key = value.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" and key.strip() else None
+
+
+class EventStreamResponse(Response):
+    """A lean `text/event-stream` response.
+
+    Starlette's StreamingResponse runs a task group per response to watch for
+    disconnects; on the hot path that costs more than the gateway's own work.
+    Here one `receive()` task watches, and the body stops at the next event
+    after the client left (the body's `finally` then aborts the worker).
+    `on_close` runs exactly once, even when the body never started.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, body: AsyncIterator[bytes], *, headers: dict[str, str],
+                 on_close: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(headers={**headers, "cache-control": "no-cache"}, media_type=self.media_type)
+        # Streamed with chunked encoding: no content-length.
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self._body = body
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = asyncio.ensure_future(receive())
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self._body:
+                if watch.done():  # http.disconnect: nobody is reading any more
+                    break
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watch.cancel()
+            await self._body.aclose()  # type: ignore[attr-defined]
+            await self._on_close()
+
+
+def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
+    router = APIRouter()
+
+    async def authenticate(request: Request) -> TenantContext:
+        return await service.gate.authenticate(bearer(request))
+
+    def branch_of(request: Request, tenant: TenantContext) -> BranchContext:
+        h = request.headers
+        return parse_branch_headers(tenant.tenant_id, branch_id=h.get("x-branch-id"),
+                                    parent_id=h.get("x-parent-branch-id"), session_id=h.get("x-session-id"),
+                                    finished=h.get("x-branch-finished"))
+
+    async def start(request: Request, model: type[ChatCompletionRequest] | type[CompletionRequest],
+                    prefix: str) -> tuple[Prepared, bool]:
+        body = await read_body(request, max_body_bytes)
+        req = parse_model(model, body)
+        tenant = await authenticate(request)
+        return service.prepare(req, tenant, branch_of(request, tenant), prefix), req.stream
+
+    def headers(p: Prepared) -> dict[str, str]:
+        return {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
+
+    async def respond(p: Prepared, stream: bool, endpoint: str, chat: bool) -> Response:
+        stack = AsyncExitStack()
+        await stack.enter_async_context(service.admitted(p))
+        if stream:
+            body = _sse(service, p, endpoint, chat, stack)
+            return EventStreamResponse(body, headers=headers(p), on_close=stack.aclose)
+        async with stack:
+            text: list[str] = []
+            done: Finished | None = None
+            async for ev in service.run(p):
+                if isinstance(ev, str):
+                    text.append(ev)
+                else:
+                    done = ev
+        assert done is not None
+        service.metrics.observe_request(p.tenant.tenant_id, endpoint, 200)
+        usage = Usage.model_validate(service.usage_dict(done))
+        content = "".join(text)
+        if chat:
+            reason = done.finish_reason
+            message, calls = content, []
+            if p.job is not None and "<tool_call>" in content:
+                message, calls = parse_tool_calls(content)
+                reason = "tool_calls" if calls else reason
+            out: BaseModel = ChatCompletion(
+                id=p.request_id, created=p.created, model=service.model_name, usage=usage,
+                choices=[ChatChoice(message=AssistantMessage(content=message or None if calls else message,
+                                                             tool_calls=calls or None), finish_reason=reason)])
+        else:
+            out = Completion(id=p.request_id, created=p.created, model=service.model_name, usage=usage,
+                             choices=[CompletionChoice(text=content, finish_reason=done.finish_reason)])
+        return Response(out.model_dump_json(exclude_none=False), media_type=_JSON, headers=headers(p))
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        p, stream = await start(request, ChatCompletionRequest, "chatcmpl")
+        return await respond(p, stream, "chat", chat=True)
+
+    @router.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        p, stream = await start(request, CompletionRequest, "cmpl")
+        return await respond(p, stream, "completions", chat=False)
+
+    @router.get("/v1/models")
+    async def list_models(request: Request) -> Response:
+        await authenticate(request)
+        return Response(ModelList(data=[ModelCard(id=service.model_name, created=0)]).model_dump_json(),
+                        media_type=_JSON)
+
+    @router.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str, request: Request) -> Response:
+        await authenticate(request)
+        service.check_model(model_id)
+        return Response(ModelCard(id=service.model_name, created=0).model_dump_json(), media_type=_JSON)
+
+    @router.post("/v1/branches/{branch_id}/finish")
+    async def finish_branch(branch_id: str, request: Request) -> Response:
+        tenant = await authenticate(request)
+        branch = parse_branch_headers(tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None,
+                                      finished="true")
+        finished = service.directory.finish_branch(branch.key)
+        return Response(BranchFinished(id=branch.branch_id, finished=finished).model_dump_json(),
+                        media_type=_JSON)
+
+    return router
+
+
+async def _sse(service: OpenAIService, p: Prepared, endpoint: str, chat: bool,
+               stack: AsyncExitStack) -> AsyncIterator[bytes]:
+    enc = (sse.ChatChunkEncoder if chat else sse.CompletionChunkEncoder)(p.request_id, p.created,
+                                                                          service.model_name)
+    status = 200
+    try:
+        if chat:
+            yield enc.role()  # type: ignore[union-attr]
+        async for ev in service.run(p):
+            if isinstance(ev, str):
+                yield enc.content(ev)
+            else:
+                yield enc.finish(ev.finish_reason)
+                if p.include_usage:
+                    yield enc.usage(service.usage_dict(ev))
+        yield sse.DONE
+    except GatewayError as exc:
+        status = exc.status
+        log.warning("stream %s failed: %s", p.request_id, exc.message)
+        yield sse.error_event(exc.body())
+    except Exception as exc:  # reported to the client and logged, never swallowed
+        status = 500
+        log.exception("stream %s crashed", p.request_id)
+        yield sse.error_event(GatewayError(f"internal error: {type(exc).__name__}").body())
+    finally:
+        service.metrics.observe_request(p.tenant.tenant_id, endpoint, status)
+        await stack.aclose()

@@ -1,0 +1,233 @@
+"""One request end to end: route, prefill, decode, relay; resume on migration
+or node death so the client sees one stream with no gap and no duplicate.
+
+`Orchestrator.stream(job)` yields `TokenDelta`s and, last, one `Finished`.
+The loop is "decide -> one worker call -> apply", repeated per *segment*:
+
+- decide: look up the cached prefix of `prompt + generated`, route it
+  (`routing.route`), excluding nodes that failed this request.
+- call: a PREFILL segment (disaggregated; one token, blocks published) or a
+  DECODE segment (stream to the end; KV loaded from the block locations).
+- apply (`gateway.serving.segments`, pure): append tokens; on finish reason
+  MIGRATED/ABORT or a dead or refusing node, loop again: the continuation
+  is `prompt + generated` with `max_tokens` reduced, so greedy output equals
+  an uninterrupted run.
+
+Failure contract: a node that cannot be reached is reported to the registry
+and skipped; after `max_node_attempts` failures, or when no node is left,
+`stream` raises a `GatewayError` (before or after tokens were yielded — the
+API layer turns the latter into an SSE error event). Nothing truncates
+silently: a stream that ends without "stop"/"length" is an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from gateway.directory import Directory
+from gateway.errors import InvalidRequest, UpstreamFailed, Unavailable
+from gateway.control.registry import WorkerRegistry
+from routing import RouteRequest, RouterConfig, route
+from routing.picker import NoNodeAvailable
+from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
+from workers.protocol import GenerateChunk, GenerateRequest, KVTransferSpec, SamplingOptions
+from core import FinishReason, Role
+from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingOptions
+    tenant_salt: str
+    branch_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    token_ids: list[int]
+    cached_tokens: int = 0  # prompt tokens served from cache (known from the first delta on)
+    phase: str = "decode"  # phase of the node that produced these tokens
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: FinishReason  # STOP or LENGTH
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    e2e_s: float
+    first_phase: str  # node phase that produced the first token: "prefill" | "decode"
+    resumes: int = 0  # segments after the first decode (migrations, failovers)
+    nodes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OrchestratorConfig:
+    router: RouterConfig = RouterConfig()
+    max_node_attempts: int = 4  # failed worker calls per request before giving up
+    max_migrations: int = 16  # migrations followed per request
+
+
+@dataclass(frozen=True)
+class _SegmentEnd:
+    """Internal: how one worker call ended (the last item `_run_segment` yields)."""
+
+    outcome: SegmentOutcome
+    reason: FinishReason | None = None
+    error: str = ""
+
+
+class Orchestrator:
+    def __init__(self, registry: WorkerRegistry, client: WorkerAPI, directory: Directory,
+                 config: OrchestratorConfig = OrchestratorConfig()) -> None:
+        self._registry = registry
+        self._client = client
+        self._directory = directory
+        self._cfg = config
+        self._background: set[asyncio.Task[object]] = set()
+
+    async def stream(self, job: Job) -> AsyncIterator[TokenDelta | Finished]:
+        t0 = time.monotonic()
+        progress = RequestProgress(job.request_id, job.prompt_token_ids, job.sampling.max_tokens,
+                                   max_node_failures=self._cfg.max_node_attempts,
+                                   max_migrations=self._cfg.max_migrations)
+        while not progress.budget_spent():
+            # decide
+            node_id, role, kv = self._decide(job, progress)
+            segment_id, max_tokens = progress.next_call(role)
+            progress.started(node_id)
+            req = GenerateRequest(
+                request_id=segment_id, prompt_token_ids=progress.context(),
+                sampling=job.sampling.model_copy(update={"max_tokens": max_tokens}),
+                role=role, tenant_salt=job.tenant_salt, branch_id=job.branch_id, kv=kv)
+            # one worker call, its chunks applied as they come
+            end: _SegmentEnd | None = None
+            async for item in self._run_segment(node_id, req, progress, t0):
+                if isinstance(item, _SegmentEnd):
+                    end = item
+                else:
+                    yield item
+            assert end is not None
+            # apply
+            if progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id,
+                                    error=end.error) is Next.DONE:
+                break
+        self._remember_branch(job, progress.generated)
+        yield Finished(finish_reason=progress.finish, prompt_tokens=len(job.prompt_token_ids),
+                       cached_tokens=progress.cached or 0, completion_tokens=len(progress.generated),
+                       ttft_s=progress.ttft_s, e2e_s=time.monotonic() - t0, first_phase=progress.first_phase,
+                       resumes=progress.resumes, nodes=progress.nodes)
+
+    # -- decide -----------------------------------------------------------------
+    def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
+        context, excluded = progress.context(), progress.excluded
+        dead = [n.node_id for n in self._registry.nodes() if not n.healthy]
+        # Only the request's first lookup counts toward the pool hit rate.
+        hit = self._directory.lookup(context, job.tenant_salt, exclude=dead, record=progress.first_segment)
+        # At least one token must be computed, so a full hit counts as len-1.
+        limit = len(context) - 1
+        by_node = {n: min(t, limit) for n, t in hit.cached_by_node().items()}
+        loads = [n for n in self._registry.loads() if n.node_id not in excluded]
+        try:
+            decision = route(RouteRequest(len(context), by_node, min(hit.pool_cached_tokens, limit)),
+                             loads, self._cfg.router)
+        except NoNodeAvailable as exc:
+            raise Unavailable(f"no worker can take request {job.request_id}: {exc}",
+                              code="no_worker_available") from exc
+        if decision.prefill_node is not None and not progress.just_prefilled:
+            node_id, role = decision.prefill_node, Role.PREFILL
+        else:
+            node_id, role = decision.decode_node, Role.DECODE
+        max_blocks = limit // hit.block_size
+        load = hit.locations(prefer=node_id, max_blocks=max_blocks)
+        urls = {n.node_id: n.url for n in self._registry.nodes()}
+        peers = {b.node_id: urls[b.node_id] for b in load if b.node_id != node_id and b.node_id in urls}
+        kv = KVTransferSpec(load=load, peers=peers, save=True)
+        return node_id, role, kv
+
+    # -- call -------------------------------------------------------------------
+    async def _run_segment(self, node_id: str, req: GenerateRequest, progress: RequestProgress,
+                           t0: float) -> AsyncIterator[TokenDelta | _SegmentEnd]:
+        """One worker call: the client's token deltas, then exactly one `_SegmentEnd`."""
+        url = self._registry.get(node_id).url
+        chunks = self._chunks(url, req)
+        try:
+            with self._registry.track(node_id):
+                async for chunk in chunks:
+                    if chunk.saved_blocks:
+                        self._directory.publish(node_id, chunk.saved_blocks)
+                    if chunk.finish_reason is FinishReason.ERROR:
+                        raise UpstreamFailed(f"worker {node_id} failed the request: {chunk.error or 'error'}",
+                                             code="worker_error")
+                    tokens = progress.absorb(chunk.token_ids,
+                                             cached_tokens=max(chunk.cached_tokens, chunk.external_cached_tokens),
+                                             finish=chunk.finish_reason, role=req.role,
+                                             elapsed_s=time.monotonic() - t0)
+                    if tokens:
+                        yield TokenDelta(tokens, progress.cached or 0, req.role.value)
+                    outcome = segment_outcome(chunk.finish_reason)
+                    if outcome is not None:
+                        yield _SegmentEnd(outcome, chunk.finish_reason)
+                        return
+            # The stream ended without a finish reason: the node cut it.
+            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error="stream ended without a finish reason")
+        except WorkerUnreachable as exc:
+            self._registry.report_failure(node_id, str(exc), certain=exc.refused)
+            log.warning("request %s: node %s failed after %d tokens: %s", req.request_id, node_id,
+                        len(progress.generated), exc)
+            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
+        except WorkerRejected as exc:
+            if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
+                # The worker refused the request itself (prompt + max_tokens over the
+                # context, token id out of vocabulary): the client's error, not a 502.
+                raise InvalidRequest(f"the model cannot serve this request: {exc.message}",
+                                     code="invalid_request_for_model") from exc
+            if not exc.retryable:
+                raise
+            log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
+            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _chunks(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        """PREFILL: one non-streaming call. DECODE: relay the worker's stream."""
+        if req.role is Role.PREFILL:
+            yield await self._client.generate(url, req)
+            return
+        stream = self._client.generate_stream(url, req)
+        done = False
+        try:
+            async for chunk in stream:
+                done = chunk.finish_reason is not None
+                yield chunk
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+            if not done:
+                # Closed early (client left or a stop string hit): free the slot now.
+                self._spawn(self._abort_quietly(url, req.request_id))
+
+    async def _abort_quietly(self, url: str, request_id: str) -> None:
+        try:
+            await self._client.abort(url, request_id)
+        except (WorkerUnreachable, WorkerRejected):
+            pass
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- apply ------------------------------------------------------------------
+    def _remember_branch(self, job: Job, generated: list[int]) -> None:
+        if job.branch_id is not None:
+            self._directory.reference(job.branch_id,
+                                  self._directory.block_hashes(job.prompt_token_ids + generated, job.tenant_salt))

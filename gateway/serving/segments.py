@@ -1,0 +1,146 @@
+"""The pure core of one request's run across worker segments.
+
+A request runs as one or more *segments*, each one worker call: a PREFILL
+segment (disaggregated; one token, blocks published) or a DECODE segment
+(stream to the end). `RequestProgress` holds what the request has produced
+so far and decides, from plain values only, what happens next:
+
+- `budget_spent()` / `next_call(role)`: whether `max_tokens` are all
+  generated (finish LENGTH), else the continuation to send (context = prompt
+  + generated, `max_tokens` reduced by what was generated).
+- `absorb(chunk_tokens, ...)`: the tokens of one chunk that the client gets
+  (never more than the budget), first-token bookkeeping.
+- `end_segment(outcome)`: what the segment's outcome means for the request:
+  finished, decode next, or route again (with the limits on migrations and
+  failed nodes enforced here, as typed errors).
+
+The orchestrator (`gateway.serving.orchestrator`) is the I/O shell around
+it: routing lookups, worker calls, directory publishes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from core import FinishReason, Role
+from gateway.errors import UpstreamFailed
+
+
+class SegmentOutcome(enum.Enum):
+    """How one segment ended."""
+
+    FINISHED = "finished"  # stop, or length: the worker's output is complete
+    GAVE_UP = "gave_up"  # migrated / abort: the node gave the request up (phase switch)
+    NODE_FAILED = "node_failed"  # unreachable, a retryable refusal, or a stream cut without a finish
+
+
+class Next(enum.Enum):
+    """What the request does after a segment."""
+
+    DONE = "done"
+    DECODE = "decode"  # a prefill segment returned its token: the decode runs next
+    ROUTE_AGAIN = "route_again"  # continue elsewhere (migration, failover)
+
+
+def segment_outcome(reason: FinishReason | None) -> SegmentOutcome | None:
+    """The outcome a chunk's finish reason announces (None: the segment goes on).
+
+    ERROR is not an outcome: a worker that failed the request is reported
+    to the client (`UpstreamFailed`), never retried blindly.
+    """
+    if reason is None:
+        return None
+    if reason.ends_request:
+        return SegmentOutcome.FINISHED
+    if reason.resumable:
+        return SegmentOutcome.GAVE_UP
+    raise ValueError(f"{reason} is not a segment outcome")
+
+
+@dataclass
+class RequestProgress:
+    """What one request has produced across its segments (mutable, no I/O)."""
+
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    max_node_failures: int
+    max_migrations: int
+    generated: list[int] = field(default_factory=list)
+    excluded: set[str] = field(default_factory=set)  # nodes that failed this request
+    nodes: list[str] = field(default_factory=list)  # node of each segment, in order
+    failures: int = 0
+    migrations: int = 0
+    resumes: int = 0  # segments after the first one that had to be routed again
+    cached: int | None = None  # prompt tokens served from cache (set by the first segment that says)
+    ttft_s: float = 0.0
+    first_phase: str = ""
+    just_prefilled: bool = False
+    finish: FinishReason = FinishReason.LENGTH
+
+    @property
+    def remaining(self) -> int:
+        return self.max_tokens - len(self.generated)
+
+    @property
+    def first_segment(self) -> bool:
+        return not self.nodes
+
+    def context(self) -> list[int]:
+        return self.prompt + self.generated
+
+    def budget_spent(self) -> bool:
+        """Every token `max_tokens` allows was generated: the request ends "length"."""
+        if self.remaining > 0:
+            return False
+        self.finish = FinishReason.LENGTH
+        return True
+
+    def next_call(self, role: Role) -> tuple[str, int]:
+        """(segment request id, max_tokens) of the next worker call."""
+        return f"{self.request_id}.{len(self.nodes) + 1}", 1 if role is Role.PREFILL else self.remaining
+
+    def started(self, node_id: str) -> None:
+        self.nodes.append(node_id)
+
+    def absorb(self, token_ids: list[int], *, cached_tokens: int, finish: FinishReason | None,
+               role: Role, elapsed_s: float) -> list[int]:
+        """The chunk's tokens the client gets (cut to the budget)."""
+        if self.cached is None and (token_ids or (finish is not None and finish.ends_request)):
+            self.cached = cached_tokens
+        tokens = token_ids[:self.remaining]
+        if tokens:
+            if not self.generated:
+                self.ttft_s, self.first_phase = elapsed_s, role.value
+            self.generated.extend(tokens)
+        return tokens
+
+    def end_segment(self, outcome: SegmentOutcome, role: Role, *, reason: FinishReason | None = None,
+                    node_id: str = "", error: str = "") -> Next:
+        """Apply a segment's outcome; raises `UpstreamFailed` when a limit is reached."""
+        if outcome is SegmentOutcome.FINISHED:
+            assert reason is not None and reason.ends_request
+            self.finish = reason
+            if reason is FinishReason.STOP or role is Role.DECODE:
+                return Next.DONE
+            self.just_prefilled = True  # the prefill's one token: decode next
+            return Next.DECODE
+        self.resumes += 1
+        if outcome is SegmentOutcome.GAVE_UP:
+            # The node gave the request up; where it continues is routed
+            # afresh (its KV, if saved, is already published).
+            self.just_prefilled = False
+            self.migrations += 1
+            if self.migrations > self.max_migrations:
+                raise UpstreamFailed(f"request {self.request_id} migrated too often", code="too_many_migrations")
+            return Next.ROUTE_AGAIN
+        # A failed node: skip it for this request. `just_prefilled` stays: a
+        # decode that failed after its prefill still needs only a decode.
+        self.excluded.add(node_id)
+        self.failures += 1
+        if self.failures >= self.max_node_failures:
+            raise UpstreamFailed(
+                f"request {self.request_id} failed on {self.failures} workers after {len(self.generated)} "
+                f"tokens; last error: {error}", code="workers_failed")
+        return Next.ROUTE_AGAIN

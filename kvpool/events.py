@@ -1,0 +1,112 @@
+"""Typed events from the KV connector to the worker's HTTP process.
+
+vLLM runs the connector's scheduler side in its EngineCore process; it alone
+assigns host-store slots, so it alone knows where a request's blocks were
+saved. Its worker side times each forward pass where it runs. Both send
+small JSON datagrams on a Unix socket the worker listens on
+(`workers.kv_events.KVEventChannel`); block data never travels this way.
+
+Wire form (one JSON object per datagram, `type` first):
+
+    {"type": "saved", "rid": str, "blocks": [[hash, slot], ...], "external_tokens": int}
+    {"type": "dropped", "blocks": [[hash, slot], ...]}
+    {"type": "iteration", "t": unix_s, "elapsed_ms": float, "prefill_requests": int,
+     "decode_requests": int, "uncached_prompt_tokens": int, "cached_prompt_tokens": int,
+     "generated_tokens": int, "context_tokens": int, "attention_pairs": int}
+
+`publish` never raises (the directory is best-effort); `decode` raises
+`EventDecodeError` on anything that is not one of these.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict, dataclass
+from typing import Any
+
+Block = tuple[str, int]  # (block hash, host-store slot)
+
+
+class EventDecodeError(ValueError):
+    """A datagram that is not a KV event."""
+
+
+@dataclass(frozen=True)
+class BlocksSaved:
+    """A request's full blocks are in this node's host store (prefill end, migration)."""
+
+    rid: str  # the worker-level request id
+    blocks: tuple[Block, ...]
+    external_tokens: int = 0  # prompt tokens the request loaded from the pool
+
+
+@dataclass(frozen=True)
+class BlocksDropped:
+    """Blocks evicted from this node's host store."""
+
+    blocks: tuple[Block, ...]
+
+
+@dataclass(frozen=True)
+class StepTimed:
+    """One engine step as the model runner timed it (loads and saves included)."""
+
+    t: float  # unix seconds at the end of the step
+    elapsed_ms: float
+    prefill_requests: int
+    decode_requests: int
+    uncached_prompt_tokens: int
+    cached_prompt_tokens: int
+    generated_tokens: int
+    context_tokens: int
+    attention_pairs: int = 0
+
+
+KVEvent = BlocksSaved | BlocksDropped | StepTimed
+_TYPES: dict[str, type[Any]] = {"saved": BlocksSaved, "dropped": BlocksDropped, "iteration": StepTimed}
+_NAMES = {cls: name for name, cls in _TYPES.items()}
+
+
+def encode(event: KVEvent) -> bytes:
+    body = asdict(event)
+    if "blocks" in body:
+        body["blocks"] = [[h, s] for h, s in body["blocks"]]
+    return json.dumps({"type": _NAMES[type(event)], **body}).encode()
+
+
+def _blocks(raw: Any) -> tuple[Block, ...]:
+    if not isinstance(raw, list):
+        raise EventDecodeError("blocks must be a list of [hash, slot]")
+    try:
+        return tuple((str(h), int(s)) for h, s in raw)
+    except (TypeError, ValueError) as exc:
+        raise EventDecodeError(f"bad block entry: {exc}") from exc
+
+
+def decode(data: bytes) -> KVEvent:
+    try:
+        body = json.loads(data)
+    except ValueError as exc:
+        raise EventDecodeError(f"not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise EventDecodeError("not an object")
+    cls = _TYPES.get(body.pop("type", None))
+    if cls is None:
+        raise EventDecodeError("unknown event type")
+    if "blocks" in body:
+        body["blocks"] = _blocks(body["blocks"])
+    try:
+        event: KVEvent = cls(**body)
+    except TypeError as exc:
+        raise EventDecodeError(str(exc)) from exc
+    return event
+
+
+def publish(path: str, event: KVEvent) -> None:
+    """Send one event (from the connector's processes). Never raises."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(encode(event), path)
+    except OSError:
+        pass  # the worker's HTTP side is gone or busy; the directory is best-effort

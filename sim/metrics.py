@@ -1,0 +1,92 @@
+"""Run log and summary metrics of one simulation.
+
+Definitions (all over requests *finished* before the horizon):
+- throughput_rps: finished requests (agent turns) / horizon;
+  output_tokens_per_s likewise for output tokens.
+- e2e: finish - arrival; ttft: first token - arrival (a closed-loop turn
+  arrives when its tool call returns).
+- prefill_idle_fraction: 1 - (prefill compute time) / (time nodes spent
+  serving in the prefill phase); layer-by-layer KV stalls count as idle.
+- switches: switches started; split_over_time: (t, prefill, decode, other)
+  with other = draining or offline nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sim.state import SimRequest
+
+if TYPE_CHECKING:
+    from sim.node import SimNode
+    from sim.switching import SwitchEvent
+
+
+class RunLog:
+    def __init__(self) -> None:
+        self.arrived = 0
+        self.decisions = 0
+        self.rows: list[tuple[float, float, float, int, int, int]] = []  # arrival, ttft_t, finish, prompt, out, migr
+        self.split: list[tuple[float, int, int, int]] = []
+        self.horizon = 0.0
+        self.prefill_compute_s = 0.0
+        self.prefill_stall_s = 0.0
+        self.prefill_phase_s = 0.0
+        self.switch_events: list[Any] = []
+        self.events_processed = 0
+
+    def done(self, sr: SimRequest) -> None:
+        ft = sr.first_token if sr.first_token is not None else sr.finish
+        self.rows.append((sr.arrival, ft, sr.finish, sr.req.prompt_tokens, sr.req.output_tokens,  # type: ignore[arg-type]
+                          sr.migrations))
+
+    def finish(self, nodes: Iterable[SimNode], switch_events: list[SwitchEvent], events_processed: int,
+               horizon: float) -> None:
+        self.horizon = horizon
+        for n in nodes:
+            self.prefill_compute_s += n.prefill.compute_s
+            self.prefill_stall_s += n.prefill.stall_s
+            self.prefill_phase_s += n.prefill_phase_s
+        self.switch_events = list(switch_events)
+        self.events_processed = events_processed
+
+    def summary(self, window_s: float = 300.0, max_points: int = 240) -> dict[str, Any]:
+        a = np.array(self.rows, dtype=float).reshape(-1, 6)
+        e2e, ttft = a[:, 2] - a[:, 0], a[:, 1] - a[:, 0]
+        h = max(self.horizon, 1e-9)
+
+        def stat(x: np.ndarray, f) -> float:  # noqa: ANN001
+            return round(float(f(x)), 4) if len(x) else 0.0
+
+        edges = np.arange(0.0, h + window_s, window_s)
+        done_w = np.histogram(a[:, 2], bins=edges)[0] if len(a) else np.zeros(len(edges) - 1)
+        ttft_w = []
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            m = (a[:, 0] >= lo) & (a[:, 0] < hi)
+            ttft_w.append(round(float(np.percentile(ttft[m], 95)), 3) if m.any() else None)
+        step = max(1, len(self.split) // max_points)
+        split = [[round(t, 1), p, d, o] for t, p, d, o in self.split[::step]]
+        total = [e.total_s for e in self.switch_events if e.total_s > 0]
+        busy = self.prefill_phase_s
+        return {
+            "completed": len(a),
+            "arrived": self.arrived,
+            "throughput_rps": round(len(a) / h, 4),
+            "output_tokens_per_s": round(float(a[:, 4].sum()) / h, 1) if len(a) else 0.0,
+            "mean_e2e_s": stat(e2e, np.mean),
+            "p95_e2e_s": stat(e2e, lambda x: np.percentile(x, 95)),
+            "mean_ttft_s": stat(ttft, np.mean),
+            "p95_ttft_s": stat(ttft, lambda x: np.percentile(x, 95)),
+            "switches": len(self.switch_events),
+            "mean_switch_s": round(float(np.mean(total)), 2) if total else 0.0,
+            "migrated_requests": int(a[:, 5].sum()) if len(a) else 0,
+            "prefill_idle_fraction": round(1.0 - self.prefill_compute_s / busy, 4) if busy > 0 else None,
+            "min_prefill_nodes": min((p for _, p, _, _ in self.split), default=0),
+            "p95_ttft_by_window_s": ttft_w,
+            "throughput_by_window_rps": [round(float(x) / window_s, 4) for x in done_w],
+            "window_s": window_s,
+            "split_over_time": split,
+        }

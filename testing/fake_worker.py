@@ -1,0 +1,251 @@
+"""A fake dual-phase worker speaking `workers.protocol`, in memory.
+
+Used by the gateway's unit tests (through `InProcessWorkerClient`), by the
+integration tests and by `bench gateway` (through `testing.fake_worker_app`).
+
+Behaviour, all deterministic:
+- Greedy "model": the next token is a function of the whole context
+  (`next_token`), so a request resumed elsewhere with prompt + generated
+  tokens continues exactly as an unmigrated run would.
+- PREFILL returns one token and the prompt's full blocks (`saved_blocks`).
+- DECODE streams one token per chunk, `token_delay_s` apart.
+- `change_phase` drains prefills, then (after `deadline_s`) ends every
+  in-flight decode with finish_reason "migrated" and the blocks of
+  prompt + generated tokens, then flips.
+- `kill()` makes the node dead: open streams break, every call fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable, Sequence
+
+from gateway.directory import BlockHasher, default_block_hasher
+from gateway.worker_client import WorkerRejected, WorkerUnreachable
+from workers.protocol import AbortResponse, BlockLocation, GenerateChunk, GenerateRequest, HostStoreStats, IterationRecordWire, MigrateRequest, MigrateResponse, PhaseChangeRequest, PhaseChangeResult, PhaseStatus, WorkerStats
+from core import Phase, Role
+
+
+def next_token(context: Sequence[int], lo: int, hi: int) -> int:
+    """The fake model: a pure function of the context, in [lo, hi)."""
+    return lo + (context[-1] * 31 + len(context) * 17) % (hi - lo)
+
+
+@dataclass
+class _Running:
+    req: GenerateRequest
+    migrate: bool = False
+    abort: bool = False
+
+
+@dataclass
+class FakeWorker:
+    node_id: str
+    phase: Phase = Phase.DECODE
+    token_range: tuple[int, int] = (300, 1300)
+    eos_token_id: int | None = None
+    token_delay_s: float = 0.0
+    block_size: int = 16
+    hasher: BlockHasher = field(default_factory=default_block_hasher)
+    dead: bool = False
+    draining_to: Phase | None = None
+    requests: list[GenerateRequest] = field(default_factory=list)
+    _running: dict[str, _Running] = field(default_factory=dict)
+    _slots: int = 0
+    _store: dict[str, int] = field(default_factory=dict)
+    _saved: list[BlockLocation] = field(default_factory=list)
+    _iterations: list[IterationRecordWire] = field(default_factory=list)
+    _clock: Callable[[], float] = time.time
+
+    # -- failure injection ------------------------------------------------
+    def kill(self) -> None:
+        self.dead = True
+
+    def _check_alive(self) -> None:
+        if self.dead:
+            raise WorkerUnreachable(f"{self.node_id}: connection refused")
+
+    # -- generation ---------------------------------------------------------
+    def _save_blocks(self, token_ids: Sequence[int], salt: str) -> list[BlockLocation]:
+        out = []
+        for h in self.hasher(token_ids, self.block_size, salt):
+            if h not in self._store:
+                self._store[h] = self._slots
+                self._slots += 1
+                self._saved.append(BlockLocation(block_hash=h, node_id=self.node_id, slot=self._store[h]))
+            out.append(BlockLocation(block_hash=h, node_id=self.node_id, slot=self._store[h]))
+        return out
+
+    def _cached_tokens(self, req: GenerateRequest) -> int:
+        loaded = len(req.kv.load) if req.kv else 0
+        own = 0
+        for h in self.hasher(req.prompt_token_ids, self.block_size, req.tenant_salt):
+            if h not in self._store:
+                break
+            own += 1
+        blocks = max(loaded, own)
+        return min(blocks * self.block_size, len(req.prompt_token_ids) - 1)
+
+    def _admit(self, req: GenerateRequest) -> None:
+        self._check_alive()
+        if self.draining_to is not None:
+            raise WorkerRejected(f"{self.node_id} is draining", status=503, retryable=True)
+        if req.request_id in self._running:
+            raise WorkerRejected(f"duplicate request id {req.request_id}", status=409, retryable=False)
+        self.requests.append(req)
+
+    async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        self._admit(req)
+        state = self._running[req.request_id] = _Running(req)
+        context = list(req.prompt_token_ids)
+        lo, hi = self.token_range
+        cached = self._cached_tokens(req)
+        base = {"request_id": req.request_id, "prompt_tokens": len(context), "cached_tokens": cached}
+        max_tokens = 1 if req.role is Role.PREFILL else req.sampling.max_tokens
+        try:
+            for i in range(max_tokens):
+                if self.token_delay_s:
+                    await asyncio.sleep(self.token_delay_s)
+                else:
+                    await asyncio.sleep(0)
+                self._check_alive()
+                if state.abort:
+                    yield GenerateChunk(**base, finish_reason="abort")
+                    return
+                if state.migrate:
+                    saved = self._save_blocks(context, req.tenant_salt)
+                    yield GenerateChunk(**base, finish_reason="migrated", saved_blocks=saved)
+                    return
+                tok = next_token(context, lo, hi)
+                context.append(tok)
+                if tok == self.eos_token_id:
+                    yield GenerateChunk(**base, token_ids=[tok], finish_reason="stop")
+                    return
+                last = i == max_tokens - 1
+                if last and req.role is Role.PREFILL:
+                    saved = self._save_blocks(req.prompt_token_ids, req.tenant_salt) if (
+                        req.kv is None or req.kv.save) else []
+                    yield GenerateChunk(**base, token_ids=[tok], finish_reason="length", saved_blocks=saved)
+                    return
+                yield GenerateChunk(**base, token_ids=[tok], finish_reason="length" if last else None)
+        finally:
+            self._running.pop(req.request_id, None)
+            self._record(req, context)
+
+    def _record(self, req: GenerateRequest, context: list[int]) -> None:
+        generated = len(context) - len(req.prompt_token_ids)
+        self._iterations.append(IterationRecordWire(
+            index=len(self._iterations), t=self._clock(), phase=self.phase, batch_size=1,
+            uncached_prompt_tokens=len(req.prompt_token_ids), cached_prompt_tokens=0,
+            generated_tokens=generated, context_tokens=len(context), elapsed_ms=1.0))
+
+    async def generate(self, req: GenerateRequest) -> GenerateChunk:
+        tokens: list[int] = []
+        last: GenerateChunk | None = None
+        async for chunk in self.generate_stream(req):
+            tokens.extend(chunk.token_ids)
+            last = chunk
+        assert last is not None
+        return last.model_copy(update={"token_ids": tokens})
+
+    # -- control ------------------------------------------------------------
+    def abort(self, request_id: str) -> AbortResponse:
+        self._check_alive()
+        state = self._running.get(request_id)
+        if state is not None:
+            state.abort = True
+        return AbortResponse(request_id=request_id, aborted=state is not None)
+
+    def migrate(self, req: MigrateRequest) -> MigrateResponse:
+        self._check_alive()
+        ids = req.request_ids or [r for r, s in self._running.items() if s.req.role is Role.DECODE]
+        for rid in ids:
+            if rid in self._running:
+                self._running[rid].migrate = True
+        return MigrateResponse(migrated=[r for r in ids if r in self._running])
+
+    def phase_status(self) -> PhaseStatus:
+        self._check_alive()
+        roles = [s.req.role for s in self._running.values()]
+        return PhaseStatus(node_id=self.node_id, phase=self.phase, draining_to=self.draining_to,
+                           inflight_prefill=roles.count(Role.PREFILL), inflight_decode=roles.count(Role.DECODE))
+
+    async def change_phase(self, req: PhaseChangeRequest) -> PhaseChangeResult:
+        self._check_alive()
+        start = time.monotonic()
+        from_phase = self.phase
+        self.draining_to = req.phase
+        try:
+            while any(s.req.role is Role.PREFILL for s in self._running.values()):
+                await asyncio.sleep(0.001)
+            drained = time.monotonic()
+            deadline = drained + req.deadline_s
+            while self._running and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            migrated = self.migrate(MigrateRequest()).migrated if req.migrate else []
+            if not req.migrate:
+                for s in self._running.values():
+                    s.abort = True
+            while self._running:
+                await asyncio.sleep(0.001)
+            self.phase = req.phase
+        finally:
+            self.draining_to = None
+        end = time.monotonic()
+        return PhaseChangeResult(node_id=self.node_id, from_phase=from_phase, to_phase=req.phase,
+                                 drain_s=drained - start, migrate_s=end - drained, total_s=end - start,
+                                 migrated=migrated)
+
+    def stats(self, since: int = 0) -> WorkerStats:
+        self._check_alive()
+        roles = [s.req.role for s in self._running.values()]
+        saved, self._saved = self._saved, []
+        return WorkerStats(node_id=self.node_id, phase=self.phase, draining_to=self.draining_to,
+                           num_running=len(roles), num_waiting=0, kv_usage=min(1.0, len(roles) / 64),
+                           block_size=self.block_size,
+                           host_store=HostStoreStats(capacity_blocks=1 << 20, used_blocks=len(self._store),
+                                                     block_bytes=4096),
+                           iterations=[r for r in self._iterations if r.index >= since],
+                           saved_blocks=saved)
+
+
+class InProcessWorkerClient:
+    """`gateway.worker_client.WorkerAPI` over FakeWorkers in this process (url -> worker)."""
+
+    def __init__(self, workers: dict[str, FakeWorker]) -> None:
+        self.workers = workers
+
+    def _w(self, url: str) -> FakeWorker:
+        worker = self.workers.get(url)
+        if worker is None:
+            raise WorkerUnreachable(f"{url}: no such worker")
+        return worker
+
+    def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        return self._w(url).generate_stream(req)
+
+    async def generate(self, url: str, req: GenerateRequest) -> GenerateChunk:
+        return await self._w(url).generate(req)
+
+    async def abort(self, url: str, request_id: str) -> AbortResponse:
+        return self._w(url).abort(request_id)
+
+    async def migrate(self, url: str, req: MigrateRequest) -> MigrateResponse:
+        return self._w(url).migrate(req)
+
+    async def phase(self, url: str) -> PhaseStatus:
+        return self._w(url).phase_status()
+
+    async def change_phase(self, url: str, req: PhaseChangeRequest, *, timeout_s: float) -> PhaseChangeResult:
+        return await asyncio.wait_for(self._w(url).change_phase(req), timeout_s)
+
+    async def stats(self, url: str, since: int = 0) -> WorkerStats:
+        return self._w(url).stats(since)
+
+    async def ready(self, url: str) -> bool:
+        return url in self.workers and not self.workers[url].dead
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,116 @@
+"""HTTP face of `testing.fake_worker.FakeWorker`, plus an OpenAI upstream.
+
+`create_fake_worker_app(worker)` serves the worker protocol (NDJSON
+streams) over a FakeWorker. With `openai_model` set, the same app also
+answers `POST /v1/chat/completions` (SSE) with `max_tokens` chunks at the
+same cadence — the "direct" and LiteLLM upstream of `bench gateway`, so all
+paths measured there share one upstream implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from testing.fake_worker import FakeWorker
+from gateway.worker_client import WorkerRejected, WorkerUnreachable
+from workers.protocol import ErrorBody, ErrorResponse, GenerateRequest, MigrateRequest, PhaseChangeRequest
+
+
+def _error(exc: WorkerRejected) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(type="rejected", message=exc.message, retryable=exc.retryable))
+    return JSONResponse(body.model_dump(), status_code=exc.status_code)
+
+
+def create_fake_worker_app(worker: FakeWorker, *, openai_model: str | None = None) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/internal/generate")
+    async def generate(request: Request) -> Response:
+        req = GenerateRequest.model_validate_json(await request.body())
+        if not req.stream:
+            try:
+                return Response((await worker.generate(req)).model_dump_json(), media_type="application/json")
+            except WorkerRejected as exc:
+                return _error(exc)
+        stream = worker.generate_stream(req)
+        try:
+            first = await stream.__anext__()
+        except WorkerRejected as exc:
+            return _error(exc)
+
+        async def body() -> AsyncIterator[bytes]:
+            yield first.model_dump_json().encode() + b"\n"
+            async for chunk in stream:
+                yield chunk.model_dump_json().encode() + b"\n"
+
+        return StreamingResponse(body(), media_type="application/x-ndjson")
+
+    @app.post("/internal/abort")
+    async def abort(request: Request) -> Response:
+        rid = json.loads(await request.body())["request_id"]
+        return Response(worker.abort(rid).model_dump_json(), media_type="application/json")
+
+    @app.post("/internal/migrate")
+    async def migrate(request: Request) -> Response:
+        req = MigrateRequest.model_validate_json(await request.body())
+        return Response(worker.migrate(req).model_dump_json(), media_type="application/json")
+
+    @app.get("/internal/phase")
+    async def phase() -> Response:
+        return Response(worker.phase_status().model_dump_json(), media_type="application/json")
+
+    @app.post("/internal/phase")
+    async def change_phase(request: Request) -> Response:
+        req = PhaseChangeRequest.model_validate_json(await request.body())
+        return Response((await worker.change_phase(req)).model_dump_json(), media_type="application/json")
+
+    @app.get("/internal/stats")
+    async def stats(since: int = 0) -> Response:
+        try:
+            return Response(worker.stats(since).model_dump_json(), media_type="application/json")
+        except WorkerUnreachable:
+            return JSONResponse({"error": {"type": "dead", "message": "dead", "retryable": True}}, 503)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> dict[str, str]:
+        return {"status": "ready"}
+
+    if openai_model is not None:
+        _add_openai_upstream(app, worker, openai_model)
+    return app
+
+
+def _add_openai_upstream(app: FastAPI, worker: FakeWorker, model: str) -> None:
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        body = json.loads(await request.body())
+        n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        rid, created = f"chatcmpl-up{time.monotonic_ns()}", int(time.time())
+        head = json.dumps({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model})[:-1]
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield f'data: {head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},' \
+                  f'"finish_reason":null}}]}}\n\n'.encode()
+            for i in range(n):
+                await asyncio.sleep(worker.token_delay_s)
+                reason = '"length"' if i == n - 1 else "null"
+                yield f'data: {head},"choices":[{{"index":0,"delta":{{"content":" tok"}},' \
+                      f'"finish_reason":{reason}}}]}}\n\n'.encode()
+            yield b"data: [DONE]\n\n"
+
+        if body.get("stream"):
+            return StreamingResponse(stream(), media_type="text/event-stream")
+        return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": model,
+                             "choices": [{"index": 0, "finish_reason": "length",
+                                          "message": {"role": "assistant", "content": " tok" * n}}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
