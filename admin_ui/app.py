@@ -60,13 +60,15 @@ def main() -> None:
         page = st.navigation([st.Page(login_page, title="Log in", icon=":material/login:")])
     else:
         sidebar()
-        page = st.navigation([
-            st.Page("views/cluster.py", title="Cluster", icon=":material/hub:", default=True),
-            st.Page("views/planner.py", title="Planner", icon=":material/tune:"),
-            st.Page("views/history.py", title="History", icon=":material/history:"),
-            st.Page("views/tenants.py", title="Tenants", icon=":material/group:"),
-            st.Page("views/cache.py", title="Cache", icon=":material/memory:"),
-        ])
+        page = st.navigation(
+            [
+                st.Page("views/cluster.py", title="Cluster", icon=":material/hub:", default=True),
+                st.Page("views/planner.py", title="Planner", icon=":material/tune:"),
+                st.Page("views/history.py", title="History", icon=":material/history:"),
+                st.Page("views/tenants.py", title="Tenants", icon=":material/group:"),
+                st.Page("views/cache.py", title="Cache", icon=":material/memory:"),
+            ]
+        )
     page.run()
 
 

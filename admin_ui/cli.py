@@ -22,29 +22,45 @@ APP_PATH = pathlib.Path(__file__).with_name("app.py")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evolving-infra console",
-                                     description="Operator console (Streamlit) for the gateway's admin API.")
-    parser.add_argument("--admin-url", default=os.environ.get(ADMIN_URL_ENV) or DEFAULT_ADMIN_URL,
-                        help=f"gateway base URL serving /admin (default: ${ADMIN_URL_ENV} or {DEFAULT_ADMIN_URL})")
+    parser = argparse.ArgumentParser(
+        prog="evolving-infra console", description="Operator console (Streamlit) for the gateway's admin API."
+    )
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get(ADMIN_URL_ENV) or DEFAULT_ADMIN_URL,
+        help=f"gateway base URL serving /admin (default: ${ADMIN_URL_ENV} or {DEFAULT_ADMIN_URL})",
+    )
     parser.add_argument("--port", type=int, default=8501, help="console port (default 8501)")
-    parser.add_argument("--address", default="127.0.0.1",
-                        help="listen address (default 127.0.0.1; 0.0.0.0 in a container)")
+    parser.add_argument(
+        "--address", default="127.0.0.1", help="listen address (default 127.0.0.1; 0.0.0.0 in a container)"
+    )
     return parser
 
 
-def console_command(*, admin_url: str, port: int, address: str = "127.0.0.1",
-                    environ: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+def console_command(
+    *, admin_url: str, port: int, address: str = "127.0.0.1", environ: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """argv and environment for the Streamlit child process (pure; used by `up` too)."""
     if not 1 <= port <= 65535:
         raise ValueError(f"port must be in 1..65535, got {port}")
     if not admin_url.startswith(("http://", "https://")):
         raise ValueError(f"--admin-url must be an http(s) URL, got {admin_url!r}")
-    argv = [sys.executable, "-m", "streamlit", "run", str(APP_PATH),
-            "--server.headless=true", f"--server.port={port}", f"--server.address={address}",
-            "--browser.gatherUsageStats=false", "--server.fileWatcherType=none",
-            # Defence in depth: pages catch API errors themselves; anything
-            # unexpected still must not show a traceback to an operator.
-            "--client.showErrorDetails=none", "--client.toolbarMode=minimal"]
+    argv = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP_PATH),
+        "--server.headless=true",
+        f"--server.port={port}",
+        f"--server.address={address}",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+        # Defence in depth: pages catch API errors themselves; anything
+        # unexpected still must not show a traceback to an operator.
+        "--client.showErrorDetails=none",
+        "--client.toolbarMode=minimal",
+    ]
     env = dict(os.environ if environ is None else environ)
     env[ADMIN_URL_ENV] = admin_url.rstrip("/")
     return argv, env

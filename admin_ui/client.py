@@ -40,8 +40,15 @@ class AdminApiError(Exception):
     error body when the server sent one.
     """
 
-    def __init__(self, message: str, *, status: int = 0, type: str | None = None,
-                 code: str | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 0,
+        type: str | None = None,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -64,8 +71,9 @@ def _error_from_response(response: httpx.Response) -> AdminApiError:
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict):
         message = str(err.get("message") or hint)
-        return AdminApiError(message, status=response.status_code, type=err.get("type"),
-                             code=err.get("code"), param=err.get("param"))
+        return AdminApiError(
+            message, status=response.status_code, type=err.get("type"), code=err.get("code"), param=err.get("param")
+        )
     detail = body.get("detail") if isinstance(body, dict) else None
     if isinstance(detail, list):  # FastAPI validation errors, should the API ever leak one
         parts = [f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail]
@@ -101,19 +109,22 @@ class AdminClient:
     in `httpx.MockTransport`.
     """
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self, base_url: str, token: str, *, timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
         # Accept both the gateway's base URL and its /admin mount point.
         self.base_url = base_url.rstrip("/").removesuffix("/admin")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport,
-                                  headers={"Authorization": f"Bearer {token}"})
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout_s, transport=transport, headers={"Authorization": f"Bearer {token}"}
+        )
 
     def close(self) -> None:
         self._http.close()
 
     # -- plumbing -----------------------------------------------------------
-    def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                 body: Any = None) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None
+    ) -> httpx.Response:
         try:
             response = self._http.request(method, "/admin" + path, params=params, json=body)
         except httpx.TimeoutException:
@@ -124,8 +135,7 @@ class AdminClient:
             raise _error_from_response(response)
         return response
 
-    def _json(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-              body: Any = None) -> Any:
+    def _json(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None) -> Any:
         response = self._request(method, path, params=params, body=body)
         if response.status_code == 204 or not response.content:
             return {}
@@ -186,19 +196,35 @@ class AdminClient:
         return self._json("POST", "/switch", body={"node_id": node_id, "to_phase": to_phase, "reason": reason})
 
     # -- history ----------------------------------------------------------------
-    def switches(self, *, since: str | None = None, until: str | None = None, node: str | None = None,
-                 reason: str | None = None, outcome: str | None = None, limit: int = 500,
-                 offset: int = 0) -> tuple[list[JSON], int]:
-        return self._page("/switches", _params(since=since, until=until, node=node, reason=reason,
-                                               outcome=outcome, limit=limit, offset=offset))
+    def switches(
+        self,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        node: str | None = None,
+        reason: str | None = None,
+        outcome: str | None = None,
+        limit: int = 500,
+        offset: int = 0,
+    ) -> tuple[list[JSON], int]:
+        return self._page(
+            "/switches",
+            _params(since=since, until=until, node=node, reason=reason, outcome=outcome, limit=limit, offset=offset),
+        )
 
     def switches_csv(self, **filters: Any) -> bytes:
         return self._csv("/switches", _params(**filters))
 
-    def decisions(self, *, since: str | None = None, until: str | None = None, acted: bool | None = None,
-                  limit: int = 500, offset: int = 0) -> tuple[list[JSON], int]:
-        return self._page("/decisions", _params(since=since, until=until, acted=acted, limit=limit,
-                                                offset=offset))
+    def decisions(
+        self,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        acted: bool | None = None,
+        limit: int = 500,
+        offset: int = 0,
+    ) -> tuple[list[JSON], int]:
+        return self._page("/decisions", _params(since=since, until=until, acted=acted, limit=limit, offset=offset))
 
     def decisions_csv(self, **filters: Any) -> bytes:
         return self._csv("/decisions", _params(**filters))

@@ -45,8 +45,12 @@ def validate_policy(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]
         else:
             policy[name] = int(value)
     priority = raw.get("priority")
-    if isinstance(priority, bool) or not isinstance(priority, (int, float)) or int(priority) != priority \
-            or not 0 <= priority <= MAX_PRIORITY:
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, (int, float))
+        or int(priority) != priority
+        or not 0 <= priority <= MAX_PRIORITY
+    ):
         errors["priority"] = f"must be a whole number from 0 (highest) to {MAX_PRIORITY}"
     else:
         policy["priority"] = int(priority)

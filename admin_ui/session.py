@@ -40,8 +40,7 @@ class ConsoleSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ConsoleSettings:
         env = os.environ if environ is None else environ
-        return cls(admin_url=env.get(ADMIN_URL_ENV) or DEFAULT_ADMIN_URL,
-                   refresh_s=float(env.get(REFRESH_ENV) or 5.0))
+        return cls(admin_url=env.get(ADMIN_URL_ENV) or DEFAULT_ADMIN_URL, refresh_s=float(env.get(REFRESH_ENV) or 5.0))
 
 
 def settings() -> ConsoleSettings:

@@ -22,8 +22,10 @@ def phase_colour(phase: str) -> str:
 
 def _bar(fraction: float, colour: str) -> str:
     pct = max(0.0, min(1.0, fraction)) * 100
-    return (f'<div style="background:#e5e7eb;border-radius:3px;height:8px;width:100%;">'
-            f'<div style="background:{colour};width:{pct:.0f}%;height:8px;border-radius:3px;"></div></div>')
+    return (
+        f'<div style="background:#e5e7eb;border-radius:3px;height:8px;width:100%;">'
+        f'<div style="background:{colour};width:{pct:.0f}%;height:8px;border-radius:3px;"></div></div>'
+    )
 
 
 def node_tile(node: dict[str, Any]) -> str:
@@ -36,15 +38,21 @@ def node_tile(node: dict[str, Any]) -> str:
     badges: list[str] = []
     if draining_to:
         border = f"4px dashed {DRAINING_COLOUR}"
-        badges.append(f'<span style="background:{DRAINING_COLOUR};color:white;padding:1px 6px;'
-                      f'border-radius:8px;">draining → {escape(str(draining_to))}</span>')
+        badges.append(
+            f'<span style="background:{DRAINING_COLOUR};color:white;padding:1px 6px;'
+            f'border-radius:8px;">draining → {escape(str(draining_to))}</span>'
+        )
     if not healthy:
         border = f"4px solid {UNHEALTHY_COLOUR}"
-        badges.append(f'<span style="background:{UNHEALTHY_COLOUR};color:white;padding:1px 6px;'
-                      f'border-radius:8px;">unhealthy</span>')
+        badges.append(
+            f'<span style="background:{UNHEALTHY_COLOUR};color:white;padding:1px 6px;'
+            f'border-radius:8px;">unhealthy</span>'
+        )
     if node.get("pinned_phase"):
-        badges.append(f'<span title="pinned" style="border:1px solid #374151;padding:0 6px;border-radius:8px;">'
-                      f'📌 {escape(str(node["pinned_phase"]))}</span>')
+        badges.append(
+            f'<span title="pinned" style="border:1px solid #374151;padding:0 6px;border-radius:8px;">'
+            f"📌 {escape(str(node['pinned_phase']))}</span>"
+        )
     kv = float(node.get("kv_usage", 0.0) or 0.0)
     kv_colour = UNHEALTHY_COLOUR if kv >= 0.9 else DRAINING_COLOUR if kv >= 0.7 else colour
     return (
@@ -56,11 +64,11 @@ def node_tile(node: dict[str, Any]) -> str:
         f'<b style="font-size:15px;">{node_id}</b>'
         f'<span style="background:{colour};color:white;padding:1px 8px;border-radius:8px;">{escape(phase)}</span></div>'
         f'<div style="margin:4px 0;min-height:18px;display:flex;gap:4px;flex-wrap:wrap;font-size:11px;">'
-        f'{"".join(badges)}</div>'
-        f'<div>queue <b>{int(node.get("queue", 0))}</b> · running <b>{int(node.get("running", 0))}</b></div>'
+        f"{''.join(badges)}</div>"
+        f"<div>queue <b>{int(node.get('queue', 0))}</b> · running <b>{int(node.get('running', 0))}</b></div>"
         f'<div style="margin-top:4px;">KV {kv * 100:.0f}%</div>{_bar(kv, kv_colour)}'
         f'<div style="margin-top:4px;">{float(node.get("tokens_per_s", 0.0)):.1f} tok/s</div>'
-        f'</div>'
+        f"</div>"
     )
 
 
@@ -78,9 +86,9 @@ def split_bar(prefill: int, decode: int) -> str:
 
 def cluster_picture(cluster: dict[str, Any]) -> str:
     """Split bar, then prefill tiles before decode tiles (draining ones by their current phase)."""
-    nodes = sorted(cluster.get("nodes", []),
-                   key=lambda n: (0 if n.get("phase") == "prefill" else 1, str(n.get("node_id"))))
+    nodes = sorted(
+        cluster.get("nodes", []), key=lambda n: (0 if n.get("phase") == "prefill" else 1, str(n.get("node_id")))
+    )
     split = cluster.get("split") or [0, 0]
-    tiles = "".join(node_tile(n) for n in nodes) or '<i>No nodes registered.</i>'
-    return (split_bar(int(split[0]), int(split[1]))
-            + f'<div style="display:flex;flex-wrap:wrap;gap:12px;">{tiles}</div>')
+    tiles = "".join(node_tile(n) for n in nodes) or "<i>No nodes registered.</i>"
+    return split_bar(int(split[0]), int(split[1])) + f'<div style="display:flex;flex-wrap:wrap;gap:12px;">{tiles}</div>'

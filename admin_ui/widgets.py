@@ -5,7 +5,7 @@ two-step confirm-then-act pattern every write control uses.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import streamlit as st
@@ -34,8 +34,9 @@ def fetch(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
         return None
 
 
-def confirmed_action(key: str, label: str, *, prompt: str, payload: JSON,
-                     run: Callable[[JSON], Any], disabled: bool = False) -> None:
+def confirmed_action(
+    key: str, label: str, *, prompt: str, payload: JSON, run: Callable[[JSON], Any], disabled: bool = False
+) -> None:
     """A write control in two steps: `label` asks, "Confirm" acts.
 
     The payload is captured when the operator first clicks, so what is
@@ -44,8 +45,7 @@ def confirmed_action(key: str, label: str, *, prompt: str, payload: JSON,
     """
     pending_key, result_key = f"{key}__pending", f"{key}__result"
     writable = can_write() and not disabled
-    if st.button(label, key=key, disabled=not writable,
-                 help=None if can_write() else READ_ONLY_HELP):
+    if st.button(label, key=key, disabled=not writable, help=None if can_write() else READ_ONLY_HELP):
         st.session_state[pending_key] = {"prompt": prompt, "payload": payload}
         st.session_state.pop(result_key, None)
     pending = st.session_state.get(pending_key)
@@ -87,12 +87,12 @@ def to_datetime(value: Any) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        return datetime.fromtimestamp(float(value), tz=UTC)
     try:
         parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def fmt_bytes(n: float) -> str:

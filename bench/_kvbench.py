@@ -87,8 +87,9 @@ class StreamResult:
     saved_blocks: list[dict] | None = None
 
 
-def stream_generate(url: str, body: dict, on_tokens: Callable[[StreamResult], None] | None = None,
-                    timeout: float = 300) -> StreamResult:
+def stream_generate(
+    url: str, body: dict, on_tokens: Callable[[StreamResult], None] | None = None, timeout: float = 300
+) -> StreamResult:
     """Streaming generate (NDJSON); `on_tokens` sees the result after each chunk."""
     out = StreamResult()
     start = time.perf_counter()
@@ -129,9 +130,18 @@ def local_workers(specs: list[WorkerSpec], model: str, log_dir: str | None = Non
     run_dir = tempfile.mkdtemp(prefix="evolving-bench-run-")
     logs = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="evolving-bench-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
-    procs = [WorkerProcess(s.port, s.phase, model, s.node_id, threads_bind=s.cpu,
-                           log_path=str(logs / f"{s.node_id}.log"), extra=["--run-dir", run_dir, *s.extra])
-             for s in specs]
+    procs = [
+        WorkerProcess(
+            s.port,
+            s.phase,
+            model,
+            s.node_id,
+            threads_bind=s.cpu,
+            log_path=str(logs / f"{s.node_id}.log"),
+            extra=["--run-dir", run_dir, *s.extra],
+        )
+        for s in specs
+    ]
     try:
         for p in procs:
             p.start()

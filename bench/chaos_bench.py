@@ -42,10 +42,13 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
+
+from testing.stacks import control_plane_app
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
@@ -107,8 +110,7 @@ def agents(cfg: ChaosConfig) -> list[Agent]:
         task = f"Agent {s}: refactor module m{s} so its cache keys include the tenant; run the tests."
         out.append(Agent(f"agent-{s}", f"run-{s}", None, task, cfg.turns))
         if s % 4 == 0:
-            out.append(Agent(f"agent-{s}-sub", f"run-{s}", f"agent-{s}", f"Sub-agent of {s}: read file f{s}.py",
-                             2))
+            out.append(Agent(f"agent-{s}-sub", f"run-{s}", f"agent-{s}", f"Sub-agent of {s}: read file f{s}.py", 2))
     return out
 
 
@@ -116,8 +118,9 @@ def tool_result(agent: Agent, turn: int) -> str:
     return f"Tool result {turn} for {agent.branch}: exit code {turn % 3}, {10 + turn} lines of output."
 
 
-async def stream_one(client: Any, cfg: ChaosConfig, agent: Agent, messages: list[dict[str, str]],
-                     last: bool) -> Outcome:
+async def stream_one(
+    client: Any, cfg: ChaosConfig, agent: Agent, messages: list[dict[str, str]], last: bool
+) -> Outcome:
     import openai
 
     headers = {"X-Branch-ID": agent.branch, "X-Session-ID": agent.session}
@@ -128,8 +131,14 @@ async def stream_one(client: Any, cfg: ChaosConfig, agent: Agent, messages: list
     out = Outcome("lost")
     try:
         stream = await client.chat.completions.create(
-            model=client.served_model, messages=messages, max_tokens=cfg.max_tokens, temperature=0, stream=True,
-            stream_options={"include_usage": True}, extra_headers=headers)
+            model=client.served_model,
+            messages=messages,
+            max_tokens=cfg.max_tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers=headers,
+        )
         async for chunk in stream:
             if chunk.usage is not None:
                 out.usage = chunk.usage.model_dump()
@@ -149,21 +158,26 @@ async def stream_one(client: Any, cfg: ChaosConfig, agent: Agent, messages: list
     return out
 
 
-async def run_agents(client: Any, cfg: ChaosConfig, plan: list[Agent],
-                     reference: dict[tuple[str, int], Outcome] | None) -> dict[tuple[str, int], Outcome]:
+async def run_agents(
+    client: Any, cfg: ChaosConfig, plan: list[Agent], reference: dict[tuple[str, int], Outcome] | None
+) -> dict[tuple[str, int], Outcome]:
     """Every agent's turns in order, agents concurrently. With `reference`,
     assistant turns are the reference answers (so every prompt is known)."""
     results: dict[tuple[str, int], Outcome] = {}
 
     async def one(agent: Agent) -> None:
-        messages = [{"role": "system", "content": "You are a coding agent. Be terse."},
-                    {"role": "user", "content": agent.task}]
+        messages = [
+            {"role": "system", "content": "You are a coding agent. Be terse."},
+            {"role": "user", "content": agent.task},
+        ]
         for turn in range(agent.turns):
             got = await stream_one(client, cfg, agent, messages, last=turn == agent.turns - 1)
             results[(agent.branch, turn)] = got
             answer = reference[(agent.branch, turn)].text if reference is not None else got.text
-            messages = messages + [{"role": "assistant", "content": answer},
-                                   {"role": "user", "content": tool_result(agent, turn)}]
+            messages = messages + [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": tool_result(agent, turn)},
+            ]
             await asyncio.sleep(cfg.tool_time_s)
 
     await asyncio.gather(*(one(a) for a in plan))
@@ -187,23 +201,6 @@ def compare(tokenizer: Any, ref: str, got: str) -> tuple[int, int, int]:
     return dup, miss, wrong
 
 
-# -- the control plane ----------------------------------------------------------
-def control_plane_app(settings: Any, db: Any, sink: Any, gate: Any, **create_app_kwargs: Any) -> Any:
-    """The gateway as `up` serves it (`gateway.compose.compose_app`: store-backed
-    gate, admin API, event sink), over a store the caller owns (the bench
-    needs its outage window and its usage rows). No planner: the chaos is
-    the only thing that switches. The app's lifespan starts and stops the
-    sink and the gate.
-    """
-    from gateway.admin.auth import AdminAuthenticator
-    from gateway.compose import ControlPlane
-    from gateway.store import Overrides
-    from gateway.compose import compose_app
-
-    cp = ControlPlane(settings, db, sink, gate, AdminAuthenticator(db), Overrides())
-    return compose_app(settings, control_plane=cp, planner=None, **create_app_kwargs)
-
-
 class GatewayThread:
     """uvicorn serving `app` on its own event loop in a thread."""
 
@@ -218,11 +215,18 @@ class GatewayThread:
         import uvicorn
 
         try:
-            self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                                         log_level="warning", access_log=False,
-                                                         timeout_graceful_shutdown=3))
+            self._server = uvicorn.Server(
+                uvicorn.Config(
+                    self.app,
+                    host="127.0.0.1",
+                    port=self.port,
+                    log_level="warning",
+                    access_log=False,
+                    timeout_graceful_shutdown=3,
+                )
+            )
             await self._server.serve()
-        except BaseException as exc:  # reported by start()
+        except BaseException as exc:  # noqa: BLE001 - any failure (SystemExit too) is re-raised by start()
             self._error = exc
 
     def start(self, timeout_s: float = 120.0) -> None:
@@ -316,8 +320,9 @@ async def switcher(admin: httpx.AsyncClient, cfg: ChaosConfig, log: ChaosLog, st
         turn += 1
         to = "decode" if node["phase"] == "prefill" else "prefill"
         try:
-            r = await admin.post("/admin/switch", json={"node_id": node["node_id"], "to_phase": to,
-                                                        "reason": "chaos"}, timeout=180)
+            r = await admin.post(
+                "/admin/switch", json={"node_id": node["node_id"], "to_phase": to, "reason": "chaos"}, timeout=180
+            )
         except httpx.HTTPError as exc:
             log.switches_failed += 1
             log.events.append(f"switch {node['node_id']}: {exc!r}")
@@ -371,10 +376,25 @@ def start_workers(cfg: ChaosConfig, run_dir: str, log_dir: pathlib.Path) -> dict
     for i in range(cfg.workers):
         node = f"c{i}"
         workers[node] = WorkerProcess(
-            cfg.first_port + i, "prefill" if i == 0 else "decode", cfg.model, node, threads_bind=str(i % cores),
+            cfg.first_port + i,
+            "prefill" if i == 0 else "decode",
+            cfg.model,
+            node,
+            threads_bind=str(i % cores),
             log_path=str(log_dir / f"worker-{node}.log"),
-            extra=["--run-dir", run_dir, "--kvcache-gib", "1", "--kv-store-gib", "0.05", "--max-num-seqs", "32",
-                   "--max-model-len", "2048"])
+            extra=[
+                "--run-dir",
+                run_dir,
+                "--kvcache-gib",
+                "1",
+                "--kv-store-gib",
+                "0.05",
+                "--max-num-seqs",
+                "32",
+                "--max-model-len",
+                "2048",
+            ],
+        )
     return workers
 
 
@@ -394,8 +414,15 @@ def seed_store(db: Any) -> dict[str, str]:
     return keys
 
 
-async def drive(cfg: ChaosConfig, gw: GatewayThread, keys: dict[str, str], workers: dict[str, Any],
-                pg_name: str | None, tokenizer: Any, served_model: str) -> dict[str, Any]:
+async def drive(
+    cfg: ChaosConfig,
+    gw: GatewayThread,
+    keys: dict[str, str],
+    workers: dict[str, Any],
+    pg_name: str | None,
+    tokenizer: Any,
+    served_model: str,
+) -> dict[str, Any]:
     import openai
 
     def client(key: str) -> Any:
@@ -414,9 +441,11 @@ async def drive(cfg: ChaosConfig, gw: GatewayThread, keys: dict[str, str], worke
     log = ChaosLog()
     stop = asyncio.Event()
     admin = httpx.AsyncClient(base_url=gw.url, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=30)
-    chaos = [asyncio.create_task(switcher(admin, cfg, log, stop)),
-             asyncio.create_task(killer(admin, workers, cfg, log)),
-             asyncio.create_task(db_outage(pg_name, cfg, log))]
+    chaos = [
+        asyncio.create_task(switcher(admin, cfg, log, stop)),
+        asyncio.create_task(killer(admin, workers, cfg, log)),
+        asyncio.create_task(db_outage(pg_name, cfg, log)),
+    ]
     t1 = time.monotonic()
     results = await run_agents(client(keys["chaos"]), cfg, plan, reference)
     load_s = time.monotonic() - t1
@@ -428,15 +457,25 @@ async def drive(cfg: ChaosConfig, gw: GatewayThread, keys: dict[str, str], worke
     healed = await run_agents(client(keys["chaos"]), cfg, plan[: max(1, len(plan) // 4)], reference)
     await admin.aclose()
     report = score(tokenizer, reference, {**results, **{("healed/" + b, t): o for (b, t), o in healed.items()}})
-    report.update(switches=log.switches, switches_failed=log.switches_failed, switches_refused=log.switches_refused,
-                  worker_kills=log.worker_kills, worker_restarts=log.worker_restarts, killed_node=log.killed_node,
-                  restart_s=round(log.restart_s, 1), db_outage_s=log.db_outage_s,
-                  reference_s=round(ref_s, 1), chaos_load_s=round(load_s, 1), chaos_events=log.events)
+    report.update(
+        switches=log.switches,
+        switches_failed=log.switches_failed,
+        switches_refused=log.switches_refused,
+        worker_kills=log.worker_kills,
+        worker_restarts=log.worker_restarts,
+        killed_node=log.killed_node,
+        restart_s=round(log.restart_s, 1),
+        db_outage_s=log.db_outage_s,
+        reference_s=round(ref_s, 1),
+        chaos_load_s=round(load_s, 1),
+        chaos_events=log.events,
+    )
     return report
 
 
-def score(tokenizer: Any, reference: dict[tuple[str, int], Outcome],
-          results: dict[tuple[str, int], Outcome]) -> dict[str, Any]:
+def score(
+    tokenizer: Any, reference: dict[tuple[str, int], Outcome], results: dict[tuple[str, int], Outcome]
+) -> dict[str, Any]:
     counts = Counter(o.status for o in results.values())
     dup = miss = wrong = mismatched = usage_bad = 0
     errors: Counter[str] = Counter()
@@ -454,14 +493,25 @@ def score(tokenizer: Any, reference: dict[tuple[str, int], Outcome],
         mismatched += bool(d or m or w)
         assert got.usage is not None and ref.usage is not None
         completion_tokens += got.usage["completion_tokens"]
-        usage_bad += (got.usage["completion_tokens"] != ref.usage["completion_tokens"]
-                      or got.usage["prompt_tokens"] != ref.usage["prompt_tokens"])
-    return {"sent": len(results), "completed": counts["completed"], "failed": counts["failed"],
-            "lost": counts["lost"], "duplicated_tokens": dup, "missing_tokens": miss, "mismatched_tokens": wrong,
-            "mismatched_requests": mismatched, "usage_mismatch": usage_bad, "errors": dict(errors),
-            "errors_openai_shaped": shaped, "completion_tokens": completion_tokens,
-            "lost_detail": [f"{b}#{t}: {o.error or o.finish}" for (b, t), o in results.items()
-                            if o.status == "lost"][:10]}
+        usage_bad += (
+            got.usage["completion_tokens"] != ref.usage["completion_tokens"]
+            or got.usage["prompt_tokens"] != ref.usage["prompt_tokens"]
+        )
+    return {
+        "sent": len(results),
+        "completed": counts["completed"],
+        "failed": counts["failed"],
+        "lost": counts["lost"],
+        "duplicated_tokens": dup,
+        "missing_tokens": miss,
+        "mismatched_tokens": wrong,
+        "mismatched_requests": mismatched,
+        "usage_mismatch": usage_bad,
+        "errors": dict(errors),
+        "errors_openai_shaped": shaped,
+        "completion_tokens": completion_tokens,
+        "lost_detail": [f"{b}#{t}: {o.error or o.finish}" for (b, t), o in results.items() if o.status == "lost"][:10],
+    }
 
 
 def usage_in_store(db: Any, sink: Any, tenant: str, timeout_s: float = 60.0) -> dict[str, int]:
@@ -490,16 +540,19 @@ def leftovers(gw: GatewayThread, workers: dict[str, Any]) -> dict[str, Any]:
             inflight[node] = p["inflight_prefill"] + p["inflight_decode"]
         except (httpx.HTTPError, KeyError, ValueError):
             inflight[node] = -1
-    return {"directory_active_branches_after": int(stats["branches"]),
-            "directory_referenced_blocks_after": int(stats["referenced"]), "worker_inflight_after": inflight}
+    return {
+        "directory_active_branches_after": int(stats["branches"]),
+        "directory_referenced_blocks_after": int(stats["referenced"]),
+        "worker_inflight_after": inflight,
+    }
 
 
 def run(cfg: ChaosConfig) -> dict[str, Any]:
     from gateway.serving.policy import GateConfig, StoreTenantGate
+    from gateway.serving.tokenize import PromptTokenizer
     from gateway.settings import GatewaySettings
     from gateway.store import Database, EventSink, SinkConfig
     from gateway.store.migrate import db_upgrade
-    from gateway.serving.tokenize import PromptTokenizer
 
     if not (pathlib.Path(cfg.model) / "config.json").exists():
         from workers.demo_model import init_demo
@@ -525,9 +578,15 @@ def run(cfg: ChaosConfig) -> dict[str, Any]:
                     w.wait_ready(600)
                 startup_s = time.monotonic() - t0
                 settings = GatewaySettings(
-                    model_dir=cfg.model, worker_urls=tuple(w.url for w in workers.values()),
-                    port=cfg.gateway_port, heartbeat_interval_s=0.5, local_prefill_max_tokens=cfg.local_prefill_max_tokens,
-                    connect_timeout_s=2.0, stream_idle_timeout_s=120.0, branch_ttl_s=600.0)
+                    model_dir=cfg.model,
+                    worker_urls=tuple(w.url for w in workers.values()),
+                    port=cfg.gateway_port,
+                    heartbeat_interval_s=0.5,
+                    local_prefill_max_tokens=cfg.local_prefill_max_tokens,
+                    connect_timeout_s=2.0,
+                    stream_idle_timeout_s=120.0,
+                    branch_ttl_s=600.0,
+                )
                 tokenizer = PromptTokenizer.from_dir(cfg.model)
                 app = control_plane_app(settings, db, sink, gate, tokenizer=tokenizer)
                 gw = GatewayThread(app, cfg.gateway_port)
@@ -535,14 +594,19 @@ def run(cfg: ChaosConfig) -> dict[str, Any]:
                 report = asyncio.run(drive(cfg, gw, keys, workers, pg_name, tokenizer, settings.served_model))
                 stored = usage_in_store(db, sink, "chaos")
                 report.update(leftovers(gw, workers))
-                report.update(db="postgresql" if pg_name else "sqlite (no outage window)",
-                              usage_recorded_requests=stored["requests"],
-                              usage_expected_requests=report["completed"],
-                              usage_recorded_completion_tokens=stored["completion_tokens"],
-                              usage_ok=(stored["requests"] == report["completed"]
-                                        and stored["completion_tokens"] == report["completion_tokens"]),
-                              sink_dropped=sink.stats.dropped, startup_s=round(startup_s, 1),
-                              duration_s=round(time.monotonic() - t0, 1))
+                report.update(
+                    db="postgresql" if pg_name else "sqlite (no outage window)",
+                    usage_recorded_requests=stored["requests"],
+                    usage_expected_requests=report["completed"],
+                    usage_recorded_completion_tokens=stored["completion_tokens"],
+                    usage_ok=(
+                        stored["requests"] == report["completed"]
+                        and stored["completion_tokens"] == report["completion_tokens"]
+                    ),
+                    sink_dropped=sink.stats.dropped,
+                    startup_s=round(startup_s, 1),
+                    duration_s=round(time.monotonic() - t0, 1),
+                )
             finally:
                 if gw is not None:
                     gw.stop()
@@ -575,10 +639,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    cfg = ChaosConfig(model=a.model, workers=a.workers, sessions=a.sessions, turns=a.turns, max_tokens=a.max_tokens,
-                      tool_time_s=a.tool_time, switch_every_s=a.switch_every, kill_after_s=a.kill_after,
-                      restart_after_s=a.restart_after, db=a.db, db_outage_at_s=a.db_outage_at,
-                      db_outage_s=a.db_outage, log_dir=a.log_dir)
+    cfg = ChaosConfig(
+        model=a.model,
+        workers=a.workers,
+        sessions=a.sessions,
+        turns=a.turns,
+        max_tokens=a.max_tokens,
+        tool_time_s=a.tool_time,
+        switch_every_s=a.switch_every,
+        kill_after_s=a.kill_after,
+        restart_after_s=a.restart_after,
+        db=a.db,
+        db_outage_at_s=a.db_outage_at,
+        db_outage_s=a.db_outage,
+        log_dir=a.log_dir,
+    )
     report = run(cfg)
     if a.json:
         print(json.dumps(report, default=str))

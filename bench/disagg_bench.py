@@ -44,7 +44,15 @@ import uuid
 import httpx
 
 from bench._kvbench import (
-    BenchError, StreamResult, WorkerSpec, generate, local_workers, node_id, phase_of, set_phase, stream_generate,
+    BenchError,
+    StreamResult,
+    WorkerSpec,
+    generate,
+    local_workers,
+    node_id,
+    phase_of,
+    set_phase,
+    stream_generate,
     synthetic_tokens,
 )
 
@@ -60,19 +68,35 @@ def _rid(tag: str) -> str:
 def run_disaggregation(url_a: str, url_b: str, prompt: list[int], output_tokens: int) -> dict:
     """Case 1: one worker alone vs prefill on A + decode on B (A: prefill, B: decode)."""
     sampling = {"max_tokens": output_tokens, "ignore_eos": True}
-    single = stream_generate(url_b, {"request_id": _rid("single"), "prompt_token_ids": prompt, "role": "decode",
-                                     "tenant_salt": _salt(), "sampling": sampling})
+    single = stream_generate(
+        url_b,
+        {
+            "request_id": _rid("single"),
+            "prompt_token_ids": prompt,
+            "role": "decode",
+            "tenant_salt": _salt(),
+            "sampling": sampling,
+        },
+    )
     salt = _salt()
     t0 = time.perf_counter()
-    pre = generate(url_a, {"request_id": _rid("prefill"), "prompt_token_ids": prompt, "role": "prefill",
-                           "tenant_salt": salt})
+    pre = generate(
+        url_a, {"request_id": _rid("prefill"), "prompt_token_ids": prompt, "role": "prefill", "tenant_salt": salt}
+    )
     ttft_prefill = time.perf_counter() - t0
     if not pre.get("saved_blocks"):
         raise BenchError(f"prefill on A saved no blocks: {pre}")
-    dec = stream_generate(url_b, {
-        "request_id": _rid("decode"), "prompt_token_ids": prompt, "role": "decode", "tenant_salt": salt,
-        "sampling": sampling,
-        "kv": {"load": pre["saved_blocks"], "peers": {node_id(url_a): url_a}, "mode": "async"}})
+    dec = stream_generate(
+        url_b,
+        {
+            "request_id": _rid("decode"),
+            "prompt_token_ids": prompt,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": sampling,
+            "kv": {"load": pre["saved_blocks"], "peers": {node_id(url_a): url_a}, "mode": "async"},
+        },
+    )
     computed = len(prompt) - dec.cached_tokens
     return {
         "identical_tokens": dec.tokens == single.tokens and pre["token_ids"][:1] == single.tokens[:1],
@@ -125,8 +149,15 @@ def _stream_and_migrate(url_b: str, body: dict, migrate_after: int) -> tuple[Str
     return first, migration_s
 
 
-def run_migration(url_a: str, url_b: str, prompt: list[int], output_tokens: int, migrate_after: int,
-                  attempts: int = 4, verify_after: int | None = None) -> dict:
+def run_migration(
+    url_a: str,
+    url_b: str,
+    prompt: list[int],
+    output_tokens: int,
+    migrate_after: int,
+    attempts: int = 4,
+    verify_after: int | None = None,
+) -> dict:
     """Case 2: a decode on B migrated mid-stream and continued on A (both in
     decode phase). `verify_after`: resume for only this many tokens and
     compare with a reference of the same length (greedy decoding: a shorter
@@ -134,22 +165,45 @@ def run_migration(url_a: str, url_b: str, prompt: list[int], output_tokens: int,
     sampling = {"max_tokens": output_tokens, "ignore_eos": True}
     for _ in range(attempts):  # on a loaded machine the stream can outrun the migrate call
         salt, rid = _salt(), _rid("mig")
-        got = _stream_and_migrate(url_b, {"request_id": rid, "prompt_token_ids": prompt, "role": "decode",
-                                          "tenant_salt": salt, "sampling": sampling}, migrate_after)
+        got = _stream_and_migrate(
+            url_b,
+            {
+                "request_id": rid,
+                "prompt_token_ids": prompt,
+                "role": "decode",
+                "tenant_salt": salt,
+                "sampling": sampling,
+            },
+            migrate_after,
+        )
         if got is not None:
             break
     else:
-        raise BenchError(f"decode finished before the migrate call {attempts} times; "
-                         "raise --migration-output-tokens")
+        raise BenchError(f"decode finished before the migrate call {attempts} times; raise --migration-output-tokens")
     first, migration_s = got
     before = first.tokens
     resume = output_tokens - len(before) if verify_after is None else min(verify_after, output_tokens - len(before))
-    ref = stream_generate(url_a, {"request_id": _rid("ref"), "prompt_token_ids": prompt, "role": "decode",
-                                  "tenant_salt": _salt(), "sampling": {**sampling, "max_tokens": len(before) + resume}})
-    cont = stream_generate(url_a, {
-        "request_id": rid + "-cont", "prompt_token_ids": prompt + before, "role": "decode", "tenant_salt": salt,
-        "sampling": {**sampling, "max_tokens": resume},
-        "kv": {"load": first.saved_blocks, "peers": {node_id(url_b): url_b}, "mode": "async"}})
+    ref = stream_generate(
+        url_a,
+        {
+            "request_id": _rid("ref"),
+            "prompt_token_ids": prompt,
+            "role": "decode",
+            "tenant_salt": _salt(),
+            "sampling": {**sampling, "max_tokens": len(before) + resume},
+        },
+    )
+    cont = stream_generate(
+        url_a,
+        {
+            "request_id": rid + "-cont",
+            "prompt_token_ids": prompt + before,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": {**sampling, "max_tokens": resume},
+            "kv": {"load": first.saved_blocks, "peers": {node_id(url_b): url_b}, "mode": "async"},
+        },
+    )
     resumed_context = len(prompt) + len(before)
     return {
         "migration_identical_tokens": before + cont.tokens == ref.tokens,
@@ -169,16 +223,33 @@ def _warm_up(url_a: str, url_b: str) -> None:
     NIXL connection to A) stay out of the timings. A's connection to B, used
     by the migration's continuation, is not warmed."""
     toks, salt = synthetic_tokens(100, random.Random(12345)), _salt()
-    pre = generate(url_a, {"request_id": _rid("warm"), "prompt_token_ids": toks, "role": "prefill",
-                           "tenant_salt": salt})
-    generate(url_b, {"request_id": _rid("warm"), "prompt_token_ids": toks, "role": "decode", "tenant_salt": salt,
-                     "sampling": {"max_tokens": 8, "ignore_eos": True},
-                     "kv": {"load": pre.get("saved_blocks") or [], "peers": {node_id(url_a): url_a}}})
+    pre = generate(
+        url_a, {"request_id": _rid("warm"), "prompt_token_ids": toks, "role": "prefill", "tenant_salt": salt}
+    )
+    generate(
+        url_b,
+        {
+            "request_id": _rid("warm"),
+            "prompt_token_ids": toks,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": {"max_tokens": 8, "ignore_eos": True},
+            "kv": {"load": pre.get("saved_blocks") or [], "peers": {node_id(url_a): url_a}},
+        },
+    )
 
 
-def run_bench(url_a: str, url_b: str, *, prompt_tokens: int = 500, output_tokens: int = 64,
-              migration_output_tokens: int = 256, migrate_after_tokens: int = 40, seed: int = 0,
-              verify_after: int | None = None) -> dict:
+def run_bench(
+    url_a: str,
+    url_b: str,
+    *,
+    prompt_tokens: int = 500,
+    output_tokens: int = 64,
+    migration_output_tokens: int = 256,
+    migrate_after_tokens: int = 40,
+    seed: int = 0,
+    verify_after: int | None = None,
+) -> dict:
     """Both cases on two running workers; restores their phases afterwards."""
     prompt = synthetic_tokens(prompt_tokens, random.Random(seed))
     phases = {url_a: phase_of(url_a), url_b: phase_of(url_b)}
@@ -188,13 +259,19 @@ def run_bench(url_a: str, url_b: str, *, prompt_tokens: int = 500, output_tokens
         _warm_up(url_a, url_b)
         result = {"prompt_tokens": prompt_tokens, **run_disaggregation(url_a, url_b, prompt, output_tokens)}
         set_phase(url_a, "decode")
-        result.update(run_migration(url_a, url_b, prompt, migration_output_tokens, migrate_after_tokens,
-                                    verify_after=verify_after))
+        result.update(
+            run_migration(
+                url_a, url_b, prompt, migration_output_tokens, migrate_after_tokens, verify_after=verify_after
+            )
+        )
     finally:
         for url, phase in phases.items():
             set_phase(url, phase)
-    result["targets_met"] = bool(result["identical_tokens"] and result["migration_identical_tokens"]
-                                 and result["decode_computed_fraction"] <= 0.10)
+    result["targets_met"] = bool(
+        result["identical_tokens"]
+        and result["migration_identical_tokens"]
+        and result["decode_computed_fraction"] <= 0.10
+    )
     return result
 
 
@@ -214,9 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with local_workers(specs, args.model, args.log_dir) as (url_a, url_b):
         start_s = time.perf_counter() - t0
-        result = run_bench(url_a, url_b, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
-                           migration_output_tokens=args.migration_output_tokens,
-                           migrate_after_tokens=args.migrate_after_tokens, seed=args.seed)
+        result = run_bench(
+            url_a,
+            url_b,
+            prompt_tokens=args.prompt_tokens,
+            output_tokens=args.output_tokens,
+            migration_output_tokens=args.migration_output_tokens,
+            migrate_after_tokens=args.migrate_after_tokens,
+            seed=args.seed,
+        )
     result.update(model=args.model, workers_start_s=start_s)
     print(json.dumps(result))
     return 0 if result["targets_met"] else 1

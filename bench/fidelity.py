@@ -36,16 +36,21 @@ import numpy as np
 
 from bench._kvbench import iterations_since, next_iteration_index
 from bench.fidelity_latency import (
-    EngineLatencies, engine_latencies, handoff_s, path_overhead_s, step_overhead_ms, stream_lag_s,
+    EngineLatencies,
+    engine_latencies,
+    handoff_s,
+    path_overhead_s,
+    step_overhead_ms,
+    stream_lag_s,
 )
 from bench.planner_bench import to_planner_records
+from planner.profile import Profile
+from planner.types import IterationRecord
+from routing.picker import RouterConfig
 from sim.cluster import Cluster, SimConfig
 from sim.profiles import GpuProfile
 from sim.state import NodeConfig
 from sim.workloads import Request, Workload
-from routing.picker import RouterConfig
-from planner.profile import Profile
-from planner.types import IterationRecord
 
 PORTS = (8470, 8471, 8472)  # prefill worker, decode worker, gateway
 BLOCK_TOKENS = 32  # workers' and gateway's block size
@@ -73,7 +78,7 @@ class SliceConfig:
 def _block_hashes(tokens: list[int], bt: int) -> tuple[int, ...]:
     out, h = [], 0
     for i in range(len(tokens) // bt):
-        h = hash((h, tuple(tokens[i * bt:(i + 1) * bt])))  # ints/tuples: stable across runs
+        h = hash((h, tuple(tokens[i * bt : (i + 1) * bt])))  # ints/tuples: stable across runs
         out.append(h)
     return tuple(out)
 
@@ -95,9 +100,20 @@ def build_slice(cfg: SliceConfig = SliceConfig()) -> tuple[list[Request], dict[i
             rows.append((t, f"s{s}", k, list(ctx), rng.randint(*cfg.output_tokens), k == cfg.turns - 1))
     rows.sort(key=lambda r: r[0])
     reqs, prompts = [], {}
-    for i, (t, sess, k, ids, out, last) in enumerate(rows):
-        reqs.append(Request(i, sess, f"{sess}-b", t, len(ids), out, _block_hashes(ids, BLOCK_TOKENS),
-                            last_in_branch=last, kind="coding"))
+    for i, (t, sess, _k, ids, out, last) in enumerate(rows):
+        reqs.append(
+            Request(
+                i,
+                sess,
+                f"{sess}-b",
+                t,
+                len(ids),
+                out,
+                _block_hashes(ids, BLOCK_TOKENS),
+                last_in_branch=last,
+                kind="coding",
+            )
+        )
         prompts[i] = ids
     return reqs, prompts
 
@@ -112,9 +128,13 @@ def summarize(rows: list[tuple[float, float, float]]) -> dict[str, float]:
     """rows: (send/arrival, first token, finish) in seconds on one clock."""
     a = np.array(rows, dtype=float)
     window = float(a[:, 2].max() - a[:, 0].min())
-    return {"completed": len(a), "window_s": round(window, 3), "throughput_rps": round(len(a) / window, 4),
-            "mean_e2e_s": round(float((a[:, 2] - a[:, 0]).mean()), 4),
-            "mean_ttft_s": round(float((a[:, 1] - a[:, 0]).mean()), 4)}
+    return {
+        "completed": len(a),
+        "window_s": round(window, 3),
+        "throughput_rps": round(len(a) / window, 4),
+        "mean_e2e_s": round(float((a[:, 2] - a[:, 0]).mean()), 4),
+        "mean_ttft_s": round(float((a[:, 1] - a[:, 0]).mean()), 4),
+    }
 
 
 def rel_err(sim: float, live: float) -> float:
@@ -132,24 +152,48 @@ def simulate(reqs: list[Request], gpu: GpuProfile, *, overhead_s: float = 0.0) -
     return [(arr - overhead_s, ft, fin) for arr, ft, fin, *_ in log.rows]
 
 
-def fitted_gpu(records: list[IterationRecord], overhead_ms: float, kv_capacity_tokens: int,
-               handoff_s: float = 0.0, prefill_answer_s: float = 0.0,
-               engine: EngineLatencies | None = None, stream_lag_s: float = 0.0) -> GpuProfile:
+def fitted_gpu(
+    records: list[IterationRecord],
+    overhead_ms: float,
+    kv_capacity_tokens: int,
+    handoff_s: float = 0.0,
+    prefill_answer_s: float = 0.0,
+    engine: EngineLatencies | None = None,
+    stream_lag_s: float = 0.0,
+) -> GpuProfile:
     profile = Profile.from_records(records)
     e = engine or EngineLatencies(0.0, 0.0, 0.0, 0.0, 0.0, {})
-    node = NodeConfig(chunk_tokens=CHUNK_TOKENS, max_batch=MAX_BATCH, kv_capacity_tokens=kv_capacity_tokens,
-                      kv_bytes_per_token=KV_BYTES_PER_TOKEN, pool_gbps=1.0, d2h_gbps=2.0, switch_overhead_s=0.0,
-                      handoff_s=handoff_s, prefill_answer_s=prefill_answer_s, engine_in_s=e.engine_in_s,
-                      engine_out_s=e.engine_out_s, pull_latency_s=e.pull_latency_s,
-                      prefill_pull_latency_s=e.prefill_pull_latency_s, stream_lag_s=stream_lag_s)
-    return GpuProfile.from_planner_profile(profile, name="demo-model-cpu-fitted", node=node,
-                                           step_overhead_ms=overhead_ms)
+    node = NodeConfig(
+        chunk_tokens=CHUNK_TOKENS,
+        max_batch=MAX_BATCH,
+        kv_capacity_tokens=kv_capacity_tokens,
+        kv_bytes_per_token=KV_BYTES_PER_TOKEN,
+        pool_gbps=1.0,
+        d2h_gbps=2.0,
+        switch_overhead_s=0.0,
+        handoff_s=handoff_s,
+        prefill_answer_s=prefill_answer_s,
+        engine_in_s=e.engine_in_s,
+        engine_out_s=e.engine_out_s,
+        pull_latency_s=e.pull_latency_s,
+        prefill_pull_latency_s=e.prefill_pull_latency_s,
+        stream_lag_s=stream_lag_s,
+    )
+    return GpuProfile.from_planner_profile(
+        profile, name="demo-model-cpu-fitted", node=node, step_overhead_ms=overhead_ms
+    )
 
 
 # -- live side ------------------------------------------------------------------------
 async def _send(client: httpx.AsyncClient, ids: list[int], max_tokens: int, headers: dict[str, str]) -> dict:
-    body = {"model": MODEL_NAME, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL_NAME,
+        "prompt": ids,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     t0 = time.perf_counter()
     ttft = None
     rid = None
@@ -167,13 +211,20 @@ async def _send(client: httpx.AsyncClient, ids: list[int], max_tokens: int, head
             if chunk.get("usage"):
                 usage = chunk["usage"]
     t1 = time.perf_counter()
-    return {"t0": t0, "ttft": ttft or t1, "t1": t1, "id": rid, "out": int(usage.get("completion_tokens", max_tokens)),
-            "cached": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)}
+    return {
+        "t0": t0,
+        "ttft": ttft or t1,
+        "t1": t1,
+        "id": rid,
+        "out": int(usage.get("completion_tokens", max_tokens)),
+        "cached": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+    }
 
 
 async def _replay(url: str, reqs: list[Request], prompts: dict[int, list[int]]) -> tuple[float, list[dict]]:
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(300.0, connect=10.0),
-                                 limits=httpx.Limits(max_connections=256)) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(300.0, connect=10.0), limits=httpx.Limits(max_connections=256)
+    ) as client:
         t_start = time.perf_counter()
 
         async def one(r: Request) -> dict:
@@ -203,11 +254,32 @@ def _gateway(worker_urls: list[str], port: int, data_dir: str, model: str):
     import subprocess
     import sys
 
-    env = {**os.environ, "EVOLVING_AUTH": "open", "EVOLVING_PLANNER": "none", "EVOLVING_HEARTBEAT_S": "0.2",
-           "EVOLVING_LOCAL_PREFILL_MAX": str(LOCAL_PREFILL_MAX), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "cli.main", "gateway", "--model", model, "--model-name", MODEL_NAME,
-           "--port", str(port), "--block-size", str(BLOCK_TOKENS), "--worker-urls", ",".join(worker_urls),
-           "--data-dir", data_dir]
+    env = {
+        **os.environ,
+        "EVOLVING_AUTH": "open",
+        "EVOLVING_PLANNER": "none",
+        "EVOLVING_HEARTBEAT_S": "0.2",
+        "EVOLVING_LOCAL_PREFILL_MAX": str(LOCAL_PREFILL_MAX),
+        "PYTHONUNBUFFERED": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "gateway",
+        "--model",
+        model,
+        "--model-name",
+        MODEL_NAME,
+        "--port",
+        str(port),
+        "--block-size",
+        str(BLOCK_TOKENS),
+        "--worker-urls",
+        ",".join(worker_urls),
+        "--data-dir",
+        data_dir,
+    ]
     with open(Path(data_dir, "gateway.log"), "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -237,10 +309,8 @@ def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> 
 
     tmp = tempfile.mkdtemp(prefix="fidelity-")
     extra = ["--run-dir", f"{tmp}/run", "--block-size", str(BLOCK_TOKENS)]
-    p = WorkerProcess(PORTS[0], "prefill", model, "fp-prefill", threads_bind="0", log_path=f"{tmp}/p.log",
-                      extra=extra)
-    d = WorkerProcess(PORTS[1], "decode", model, "fp-decode", threads_bind="1", log_path=f"{tmp}/d.log",
-                      extra=extra)
+    p = WorkerProcess(PORTS[0], "prefill", model, "fp-prefill", threads_bind="0", log_path=f"{tmp}/p.log", extra=extra)
+    d = WorkerProcess(PORTS[1], "decode", model, "fp-decode", threads_bind="1", log_path=f"{tmp}/d.log", extra=extra)
     try:
         p.start(), d.start()
         p.wait_ready(), d.wait_ready()
@@ -257,8 +327,14 @@ def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> 
                     timings[t["request_id"]] = {**t, "node_id": w.node_id}
     finally:
         p.stop(), d.stop()
-    return {"t_start": t_start, "results": res, "calibration": cal,
-            "records": sorted(records, key=lambda r: r.t), "timings": timings, "log_dir": tmp}
+    return {
+        "t_start": t_start,
+        "results": res,
+        "calibration": cal,
+        "records": sorted(records, key=lambda r: r.t),
+        "timings": timings,
+        "log_dir": tmp,
+    }
 
 
 def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -> dict[str, Any]:
@@ -267,7 +343,9 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
     res, t_start = live["results"], live["t_start"]
     live_rows = [(x["t0"] - t_start, x["ttft"] - t_start, x["t1"] - t_start) for x in res]
     # The sim gets the live send times and output lengths (the demo model may stop at EOS early).
-    sim_reqs = [replace(r, arrival_s=x["t0"] - t_start, output_tokens=max(1, x["out"])) for r, x in zip(reqs, res)]
+    sim_reqs = [
+        replace(r, arrival_s=x["t0"] - t_start, output_tokens=max(1, x["out"])) for r, x in zip(reqs, res, strict=False)
+    ]
     records = live["records"]
     ovh_ms = step_overhead_ms(records)
     # Streamed first tokens (prefilled on the decode node) set the path every
@@ -279,52 +357,110 @@ def fidelity(model: str = "data/demo-model", cfg: SliceConfig = SliceConfig()) -
     hop = handoff_s(res, live["timings"]) or 0.0
     eng = engine_latencies(records, live["timings"])
     # A prefill node's first token, from its iteration's end to the client, beyond a streamed one's.
-    answer = max(0.0, (path_overhead_s(res, live["timings"], "prefill") or req_ovh) + eng.prefill_out_s
-                 - req_ovh - eng.engine_out_s)
+    answer = max(
+        0.0,
+        (path_overhead_s(res, live["timings"], "prefill") or req_ovh) + eng.prefill_out_s - req_ovh - eng.engine_out_s,
+    )
     # The simulated iteration already ends `ovh_ms` after the record's end (the step overhead is in its time).
     eng = replace(eng, engine_out_s=max(0.0, eng.engine_out_s - ovh_ms / 1000.0))
     lag = max(0.0, stream_lag_s(res, live["timings"]) or 0.0)
-    gpu = fitted_gpu(records, ovh_ms, kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN, handoff_s=hop,
-                     prefill_answer_s=answer, engine=eng, stream_lag_s=lag)
+    gpu = fitted_gpu(
+        records,
+        ovh_ms,
+        kv_capacity_tokens=(1 << 30) // KV_BYTES_PER_TOKEN,
+        handoff_s=hop,
+        prefill_answer_s=answer,
+        engine=eng,
+        stream_lag_s=lag,
+    )
     live_sum = summarize(live_rows)
     sim_rows = simulate(sim_reqs, gpu, overhead_s=req_ovh)
     sim_sum = summarize(sim_rows)
-    detail = [{"req_id": r.req_id, "prompt": r.prompt_tokens, "out": r.output_tokens, "cached_live": x["cached"],
-               "first_role": (live["timings"].get(f"{x['id']}.1") or {}).get("role"),
-               "live": [round(v, 4) for v in lr], "sim": [round(v, 4) for v in sr]}
-              for r, x, lr, sr in zip(sim_reqs, res, live_rows, sorted(sim_rows))]
+    detail = [
+        {
+            "req_id": r.req_id,
+            "prompt": r.prompt_tokens,
+            "out": r.output_tokens,
+            "cached_live": x["cached"],
+            "first_role": (live["timings"].get(f"{x['id']}.1") or {}).get("role"),
+            "live": [round(v, 4) for v in lr],
+            "sim": [round(v, 4) for v in sr],
+        }
+        for r, x, lr, sr in zip(sim_reqs, res, live_rows, sorted(sim_rows), strict=False)
+    ]
     Path(live["log_dir"], "fidelity-detail.json").write_text(json.dumps(detail, indent=0))
-    Path(live["log_dir"], "requests.json").write_text(json.dumps(
-        {"results": [{k: x[k] for k in ("id", "t0", "ttft", "t1", "out", "cached")} for x in res],
-         "engine": live["timings"], "t_start": t_start}))
-    Path(live["log_dir"], "iterations.json").write_text(json.dumps(
-        [[r.node_id, r.phase.value, r.t, r.batch_size, r.uncached_prompt_tokens, r.cached_prompt_tokens,
-          r.generated_tokens, r.context_tokens, r.elapsed_ms] for r in records]))
+    Path(live["log_dir"], "requests.json").write_text(
+        json.dumps(
+            {
+                "results": [{k: x[k] for k in ("id", "t0", "ttft", "t1", "out", "cached")} for x in res],
+                "engine": live["timings"],
+                "t_start": t_start,
+            }
+        )
+    )
+    Path(live["log_dir"], "iterations.json").write_text(
+        json.dumps(
+            [
+                [
+                    r.node_id,
+                    r.phase.value,
+                    r.t,
+                    r.batch_size,
+                    r.uncached_prompt_tokens,
+                    r.cached_prompt_tokens,
+                    r.generated_tokens,
+                    r.context_tokens,
+                    r.elapsed_ms,
+                ]
+                for r in records
+            ]
+        )
+    )
     sim_raw = summarize(simulate(sim_reqs, gpu))
-    err = {"throughput": rel_err(sim_sum["throughput_rps"], live_sum["throughput_rps"]),
-           "mean_e2e": rel_err(sim_sum["mean_e2e_s"], live_sum["mean_e2e_s"]),
-           "mean_ttft": rel_err(sim_sum["mean_ttft_s"], live_sum["mean_ttft_s"])}
+    err = {
+        "throughput": rel_err(sim_sum["throughput_rps"], live_sum["throughput_rps"]),
+        "mean_e2e": rel_err(sim_sum["mean_e2e_s"], live_sum["mean_e2e_s"]),
+        "mean_ttft": rel_err(sim_sum["mean_ttft_s"], live_sum["mean_ttft_s"]),
+    }
     m = gpu.model
-    return {"fidelity_error": err, "target": 0.15, "requests": len(reqs),
-            "live": {**live_sum, "cached_tokens": sum(x["cached"] for x in res),
-                     "output_tokens": sum(x["out"] for x in res)},
-            "sim": sim_sum,
-            "sim_without_request_overhead": sim_raw,
-            "calibration": {"records": len(records), "step_overhead_ms": round(ovh_ms, 3),
-                            "request_overhead_s": round(req_ovh, 4),
-                            "request_overhead_isolated_s": round(isolated_ovh, 4) if isolated_ovh is not None else None,
-                            "handoff_s": round(hop, 4), "prefill_answer_s": round(answer, 4),
-                            "engine_in_s": round(eng.engine_in_s, 4), "engine_out_s": round(eng.engine_out_s, 4),
-                            "pull_latency_s": round(eng.pull_latency_s, 4),
-                            "prefill_pull_latency_s": round(eng.prefill_pull_latency_s, 4),
-                            "prefill_out_s": round(eng.prefill_out_s, 4),
-                            "stream_lag_s": round(lag, 4),
-                            "engine_samples": eng.samples,
-                            "detail": str(Path(live["log_dir"], "fidelity-detail.json")),
-                            "prefill_ms": [round(x, 6) for x in m.prefill], "decode_ms": [round(x, 6) for x in m.decode]},
-            "slice": {"sessions": cfg.sessions, "turns": cfg.turns, "seed": cfg.seed,
-                      "max_prompt_tokens": max(r.prompt_tokens for r in reqs),
-                      "local_prefill_max_tokens": LOCAL_PREFILL_MAX, "block_tokens": BLOCK_TOKENS}}
+    return {
+        "fidelity_error": err,
+        "target": 0.15,
+        "requests": len(reqs),
+        "live": {
+            **live_sum,
+            "cached_tokens": sum(x["cached"] for x in res),
+            "output_tokens": sum(x["out"] for x in res),
+        },
+        "sim": sim_sum,
+        "sim_without_request_overhead": sim_raw,
+        "calibration": {
+            "records": len(records),
+            "step_overhead_ms": round(ovh_ms, 3),
+            "request_overhead_s": round(req_ovh, 4),
+            "request_overhead_isolated_s": round(isolated_ovh, 4) if isolated_ovh is not None else None,
+            "handoff_s": round(hop, 4),
+            "prefill_answer_s": round(answer, 4),
+            "engine_in_s": round(eng.engine_in_s, 4),
+            "engine_out_s": round(eng.engine_out_s, 4),
+            "pull_latency_s": round(eng.pull_latency_s, 4),
+            "prefill_pull_latency_s": round(eng.prefill_pull_latency_s, 4),
+            "prefill_out_s": round(eng.prefill_out_s, 4),
+            "stream_lag_s": round(lag, 4),
+            "engine_samples": eng.samples,
+            "detail": str(Path(live["log_dir"], "fidelity-detail.json")),
+            "prefill_ms": [round(x, 6) for x in m.prefill],
+            "decode_ms": [round(x, 6) for x in m.decode],
+        },
+        "slice": {
+            "sessions": cfg.sessions,
+            "turns": cfg.turns,
+            "seed": cfg.seed,
+            "max_prompt_tokens": max(r.prompt_tokens for r in reqs),
+            "local_prefill_max_tokens": LOCAL_PREFILL_MAX,
+            "block_tokens": BLOCK_TOKENS,
+        },
+    }
 
 
 def main(model: str = "data/demo-model", seed: int = 0, as_json: bool = True) -> int:
@@ -333,8 +469,10 @@ def main(model: str = "data/demo-model", seed: int = 0, as_json: bool = True) ->
         print(json.dumps(report, indent=1))
     else:
         e = report["fidelity_error"]
-        print(f"fidelity error: throughput {e['throughput']:.3f}  mean e2e {e['mean_e2e']:.3f}  "
-              f"mean ttft {e['mean_ttft']:.3f}  (target <= {report['target']})")
+        print(
+            f"fidelity error: throughput {e['throughput']:.3f}  mean e2e {e['mean_e2e']:.3f}  "
+            f"mean ttft {e['mean_ttft']:.3f}  (target <= {report['target']})"
+        )
     return 0 if max(report["fidelity_error"].values()) <= report["target"] else 1
 
 
@@ -342,8 +480,10 @@ def cli(argv: list[str] | None = None) -> int:
     """`evolving-infra simulate --fidelity [--seed N] [--json]` (dispatched here by `cli.main`)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="evolving-infra simulate --fidelity",
-                                 description="the live demo cluster and the simulator on one agent trace slice")
+    ap = argparse.ArgumentParser(
+        prog="evolving-infra simulate --fidelity",
+        description="the live demo cluster and the simulator on one agent trace slice",
+    )
     ap.add_argument("--fidelity", action="store_true", required=True)
     ap.add_argument("--model", default="data/demo-model")
     ap.add_argument("--seed", type=int, default=0)

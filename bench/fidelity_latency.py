@@ -51,7 +51,7 @@ def step_overhead_ms(records: list[IterationRecord], max_gap_ms: float = 1000.0)
         by_node.setdefault(r.node_id, []).append(r)
     for rs in by_node.values():
         rs.sort(key=lambda r: r.t)
-        for prev, cur in zip(rs, rs[1:]):
+        for prev, cur in zip(rs, rs[1:], strict=False):
             if cur.uncached_prompt_tokens or prev.uncached_prompt_tokens or cur.batch_size != prev.batch_size:
                 continue
             idle = (cur.t - prev.t) * 1000.0 - cur.elapsed_ms
@@ -66,7 +66,9 @@ class EngineLatencies:
 
     engine_in_s: float  # reaching the engine -> its first iteration starts (alone, no KV from peers)
     engine_out_s: float  # the decode node's first-token iteration ends -> the worker has the token
-    pull_latency_s: float  # the decode node: reaching the engine -> first iteration (alone, KV from peers) - engine_in_s
+    pull_latency_s: (
+        float  # the decode node: reaching the engine -> first iteration (alone, KV from peers) - engine_in_s
+    )
     prefill_pull_latency_s: float  # the same on the prefill node
     prefill_out_s: float  # the same as engine_out_s on the prefill node
     samples: dict[str, int]
@@ -107,9 +109,20 @@ def engine_latencies(records: list[IterationRecord], timings: dict[str, dict]) -
     mean = lambda xs: max(0.0, float(np.mean(xs))) if xs else 0.0  # noqa: E731
     e_in = mean(local_in)
     pull = {role: max(0.0, mean(xs) - e_in) if xs else 0.0 for role, xs in pulled_in.items()}
-    return EngineLatencies(e_in, mean(outs["decode"]), pull["decode"], pull["prefill"], mean(outs["prefill"]),
-                           {"out": len(outs["decode"]), "prefill_out": len(outs["prefill"]), "local_in": len(local_in),
-                            "pulled_in": len(pulled_in["decode"]), "prefill_pulled_in": len(pulled_in["prefill"])})
+    return EngineLatencies(
+        e_in,
+        mean(outs["decode"]),
+        pull["decode"],
+        pull["prefill"],
+        mean(outs["prefill"]),
+        {
+            "out": len(outs["decode"]),
+            "prefill_out": len(outs["prefill"]),
+            "local_in": len(local_in),
+            "pulled_in": len(pulled_in["decode"]),
+            "prefill_pulled_in": len(pulled_in["prefill"]),
+        },
+    )
 
 
 def path_overhead_s(results: list[dict], timings: dict[str, dict], role: str | None = None) -> float | None:

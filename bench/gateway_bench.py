@@ -33,14 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 from fastapi import Request  # module level: the shim's handler annotation resolves here
 
 MODEL = "bench"
-PAYLOAD_MESSAGES = [{"role": "system", "content": "You are a benchmark."},
-                    {"role": "user", "content": "Agents call tools, read their results and continue."}]
+PAYLOAD_MESSAGES = [
+    {"role": "system", "content": "You are a benchmark."},
+    {"role": "user", "content": "Agents call tools, read their results and continue."},
+]
 
 
 def free_port() -> int:
@@ -53,9 +55,9 @@ def free_port() -> int:
 def serve_upstream(port: int, tokenizer_dir: str, delay_s: float) -> None:
     import uvicorn
 
+    from gateway.serving.tokenize import PromptTokenizer
     from testing.fake_worker import FakeWorker
     from testing.fake_worker_app import create_fake_worker_app
-    from gateway.serving.tokenize import PromptTokenizer
 
     vocab = PromptTokenizer.from_dir(tokenizer_dir).vocab_size
     worker = FakeWorker("up0", token_delay_s=delay_s, token_range=(10, vocab), block_size=32)
@@ -69,8 +71,9 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str) -> None:
     from gateway.app import create_app
     from gateway.settings import GatewaySettings
 
-    settings = GatewaySettings(model_dir=tokenizer_dir, model_name=MODEL, worker_urls=(upstream,), port=port,
-                               heartbeat_interval_s=1.0)
+    settings = GatewaySettings(
+        model_dir=tokenizer_dir, model_name=MODEL, worker_urls=(upstream,), port=port, heartbeat_interval_s=1.0
+    )
     uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="error", access_log=False)
 
 
@@ -87,8 +90,13 @@ def serve_litellm_shim(port: int, upstream: str) -> None:
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         body = await request.json()
-        kwargs = dict(model=f"openai/{body['model']}", api_base=f"{upstream}/v1", api_key="sk-bench",
-                      messages=body["messages"], max_tokens=body.get("max_tokens"))
+        kwargs = dict(
+            model=f"openai/{body['model']}",
+            api_base=f"{upstream}/v1",
+            api_key="sk-bench",
+            messages=body["messages"],
+            max_tokens=body.get("max_tokens"),
+        )
         if not body.get("stream"):
             return JSONResponse((await litellm.acompletion(**kwargs)).model_dump())
         stream = await litellm.acompletion(stream=True, **kwargs)
@@ -168,15 +176,23 @@ async def run_level(url: str, concurrency: int, requests: int, tokens: int) -> d
         await asyncio.gather(*(loop() for _ in range(concurrency)))
         elapsed = time.perf_counter() - t0
     latencies.sort()
-    return {"concurrency": concurrency, "requests": len(latencies), "rps": len(latencies) / elapsed,
-            "p50_ms": 1000 * statistics.median(latencies),
-            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "rps": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+    }
 
 
 def measure(url: str, levels: list[int], requests: int, tokens: int) -> dict[str, object]:
     by_level = [asyncio.run(run_level(url, c, requests if c > 1 else max(requests, 200), tokens)) for c in levels]
-    return {"p50_ms": by_level[0]["p50_ms"], "p99_ms": by_level[0]["p99_ms"],
-            "max_rps": max(r["rps"] for r in by_level), "levels": by_level}
+    return {
+        "p50_ms": by_level[0]["p50_ms"],
+        "p99_ms": by_level[0]["p99_ms"],
+        "max_rps": max(r["rps"] for r in by_level),
+        "levels": by_level,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,23 +232,51 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
         tok = str(write_tiny_tokenizer(tmp / "tokenizer"))
         up_port, gw_port, ll_port = free_port(), free_port(), free_port()
         upstream = f"http://127.0.0.1:{up_port}"
-        stack.enter_context(process([*me, "--serve", "upstream", "--port", str(up_port), "--tokenizer", tok,
-                                     "--token-delay-ms", str(args.token_delay_ms)], f"{upstream}/healthz",
-                                    tmp / "upstream.log"))
+        stack.enter_context(
+            process(
+                [
+                    *me,
+                    "--serve",
+                    "upstream",
+                    "--port",
+                    str(up_port),
+                    "--tokenizer",
+                    tok,
+                    "--token-delay-ms",
+                    str(args.token_delay_ms),
+                ],
+                f"{upstream}/healthz",
+                tmp / "upstream.log",
+            )
+        )
         gateway = f"http://127.0.0.1:{gw_port}"
-        stack.enter_context(process([*me, "--serve", "gateway", "--port", str(gw_port), "--tokenizer", tok,
-                                     "--upstream", upstream], f"{gateway}/readyz", tmp / "gateway.log"))
+        stack.enter_context(
+            process(
+                [*me, "--serve", "gateway", "--port", str(gw_port), "--tokenizer", tok, "--upstream", upstream],
+                f"{gateway}/readyz",
+                tmp / "gateway.log",
+            )
+        )
         paths = {"direct": f"{upstream}/v1/chat/completions", "gateway": f"{gateway}/v1/chat/completions"}
         litellm_mode = "skipped"
         if not args.skip_litellm:
             litellm = f"http://127.0.0.1:{ll_port}"
             if litellm_proxy_available():
                 cfg = tmp / "litellm.yaml"
-                cfg.write_text(f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n"
-                               f"      model: openai/{MODEL}\n      api_base: {upstream}/v1\n"
-                               f"      api_key: sk-bench\n")
-                argv = [str(pathlib.Path(sys.executable).with_name("litellm")), "--config", str(cfg),
-                        "--port", str(ll_port), "--telemetry", "False"]
+                cfg.write_text(
+                    f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n"
+                    f"      model: openai/{MODEL}\n      api_base: {upstream}/v1\n"
+                    f"      api_key: sk-bench\n"
+                )
+                argv = [
+                    str(pathlib.Path(sys.executable).with_name("litellm")),
+                    "--config",
+                    str(cfg),
+                    "--port",
+                    str(ll_port),
+                    "--telemetry",
+                    "False",
+                ]
                 litellm_mode = "proxy"
                 ready = f"{litellm}/health/liveliness"
             else:
@@ -250,9 +294,13 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
     gw = results["gateway"]
     ratio = gw["max_rps"] / results["litellm"]["max_rps"] if "litellm" in results else None
     return {
-        "tokens_per_request": args.tokens, "token_delay_ms": args.token_delay_ms, "concurrency": levels,
-        "cpus": os.cpu_count(), "litellm_mode": litellm_mode,
-        "overhead_p50_ms": round(gw["overhead_p50_ms"], 3), "overhead_p99_ms": round(gw["overhead_p99_ms"], 3),
+        "tokens_per_request": args.tokens,
+        "token_delay_ms": args.token_delay_ms,
+        "concurrency": levels,
+        "cpus": os.cpu_count(),
+        "litellm_mode": litellm_mode,
+        "overhead_p50_ms": round(gw["overhead_p50_ms"], 3),
+        "overhead_p99_ms": round(gw["overhead_p99_ms"], 3),
         "max_rps": {k: round(v["max_rps"], 1) for k, v in results.items()},
         "throughput_ratio_vs_litellm": None if ratio is None else round(ratio, 2),
         "targets": {"overhead_p50_ms": 2.0, "throughput_ratio_vs_litellm": 2.0},

@@ -44,8 +44,9 @@ def fill_store(store: HostBlockStore, prefix: str) -> list[str]:
     return hashes
 
 
-def serve_peer(conn: Connection, node_prefix: str, specs: list[tuple[int, int]],
-               pumps: Sequence[bool] | None = None) -> None:
+def serve_peer(
+    conn: Connection, node_prefix: str, specs: list[tuple[int, int]], pumps: Sequence[bool] | None = None
+) -> None:
     """Worker-like peer: one store + NIXL transport per (block_bytes, capacity).
 
     pumps[i] False: that store's transport makes no progress on its own (a
@@ -80,8 +81,9 @@ def serve_peer(conn: Connection, node_prefix: str, specs: list[tuple[int, int]],
         transport.close()
 
 
-def _rate(fn: Callable[[int], object], block_bytes: int, n_slots: int, cursor: int,
-          min_s: float, min_reps: int) -> tuple[float, int]:
+def _rate(
+    fn: Callable[[int], object], block_bytes: int, n_slots: int, cursor: int, min_s: float, min_reps: int
+) -> tuple[float, int]:
     """Bytes/s of fn(slot) over consecutive slots from cursor; returns (rate, new cursor)."""
     reps, start = 0, time.perf_counter()
     while reps < min_reps or time.perf_counter() - start < min_s:
@@ -91,7 +93,9 @@ def _rate(fn: Callable[[int], object], block_bytes: int, n_slots: int, cursor: i
 
 
 def run_kvpool_bench(
-    sizes: tuple[int, ...] = DEFAULT_SIZES, region_bytes: int = 256 * MIB, min_seconds: float = 1.0,
+    sizes: tuple[int, ...] = DEFAULT_SIZES,
+    region_bytes: int = 256 * MIB,
+    min_seconds: float = 1.0,
     rounds: int = 5,
 ) -> dict[str, Any]:
     """Measure and return {"transport": "nixl", "results": [...]} (see module doc)."""
@@ -105,7 +109,7 @@ def run_kvpool_bench(
     results = []
     try:
         served = ours.recv()
-        for (bb, cap), (peer_id, descriptor, hashes) in zip(specs, served):
+        for (bb, cap), (peer_id, descriptor, hashes) in zip(specs, served, strict=False):
             local = HostBlockStore(StoreConfig(bb, cap))
             src = HostBlockStore(StoreConfig(bb, cap))
             transport = NixlTransport("bench-reader", local)
@@ -116,21 +120,34 @@ def run_kvpool_bench(
                 pool_rates, copy_rates, cur_p, cur_m = [], [], 0, 0
                 # Interleaved rounds, median of each: the host may be shared.
                 for _ in range(rounds):
-                    rate, cur_p = _rate(lambda i: transport.read_blocks_sync(peer_id, [i], [i]),
-                                        bb, cap, cur_p, min_seconds / rounds, 4)
+                    rate, cur_p = _rate(
+                        lambda i, t=transport, p=peer_id: t.read_blocks_sync(p, [i], [i]),
+                        bb,
+                        cap,
+                        cur_p,
+                        min_seconds / rounds,
+                        4,
+                    )
                     pool_rates.append(rate)
-                    rate, cur_m = _rate(lambda i: np.copyto(dst[i], srcs[i]),
-                                        bb, cap, cur_m, min_seconds / rounds, 4)
+                    rate, cur_m = _rate(
+                        lambda i, d=dst, s=srcs: np.copyto(d[i], s[i]), bb, cap, cur_m, min_seconds / rounds, 4
+                    )
                     copy_rates.append(rate)
                 transport.read_blocks_sync(peer_id, [1], [1])
                 ok = bool(local.data[1, 0].item() == 1)
                 ok = ok and bytes(local.tags[1].numpy()) == bytes.fromhex(hashes[1])
                 pool, memcpy = statistics.median(pool_rates), statistics.median(copy_rates)
-                results.append({
-                    "block_bytes": bb, "pool_gbps": round(pool / 1e9, 3),
-                    "memcpy_gbps": round(memcpy / 1e9, 3), "ratio": round(pool / memcpy, 3),
-                    "blocks_per_read": 1, "reads": cur_p, "verified": ok,
-                })
+                results.append(
+                    {
+                        "block_bytes": bb,
+                        "pool_gbps": round(pool / 1e9, 3),
+                        "memcpy_gbps": round(memcpy / 1e9, 3),
+                        "ratio": round(pool / memcpy, 3),
+                        "blocks_per_read": 1,
+                        "reads": cur_p,
+                        "verified": ok,
+                    }
+                )
             finally:
                 transport.close()
         ours.send(("exit",))

@@ -18,19 +18,17 @@ import dataclasses
 import json
 import random
 import tempfile
-
-import httpx
-
 import time
 from collections.abc import Iterable
 
+import httpx
 import numpy as np
 
+from core import Phase
 from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.profile import Profile, fit_mape
-from testing.planner_records import synthetic_records, synthetic_samples, synthetic_view
 from planner.types import IterationRecord
-from core import Phase
+from testing.planner_records import synthetic_records, synthetic_samples, synthetic_view
 from testing.worker_process import WorkerProcess
 
 
@@ -46,8 +44,9 @@ def decide_bench(node_counts: Iterable[int] = (16, 256, 3072), repeats: int = 20
     for n in node_counts:
         planner = EvolvingPlanner(EvolvingConfig(), profile)
         # Traffic scaled to the cluster so every size runs near the same utilisation.
-        planner.observe_requests(synthetic_samples(0.0, 180.0, 0.25 * n, uncached=2000, cached=6000, output=400,
-                                                   seed=2, local_share=0.3))
+        planner.observe_requests(
+            synthetic_samples(0.0, 180.0, 0.25 * n, uncached=2000, cached=6000, output=400, seed=2, local_share=0.3)
+        )
         view = synthetic_view(n, now=180.0)
         planner.decide(view)  # warm caches
         walls, cpus = [], []
@@ -67,32 +66,56 @@ def fit_mape_from_records(records: Iterable[IterationRecord], holdout_fraction: 
     ``fit_mape_floor``: the same error of a hindsight fit on all records
     (``FitReport.floor_*``), so a reader can tell model error from noise."""
     report = fit_mape(records, holdout_fraction)
-    return {"fit_mape_prefill": report.mape_prefill, "fit_mape_decode": report.mape_decode,
-            "fit_mape_floor": {"prefill": report.floor_prefill, "decode": report.floor_decode}}
+    return {
+        "fit_mape_prefill": report.mape_prefill,
+        "fit_mape_decode": report.mape_decode,
+        "fit_mape_floor": {"prefill": report.floor_prefill, "decode": report.floor_decode},
+    }
 
 
 def to_planner_records(node_id: str, wire: list[dict]) -> list[IterationRecord]:
-    return [IterationRecord(node_id=node_id, phase=Phase(r["phase"]), t=r["t"], batch_size=r["batch_size"],
-                            uncached_prompt_tokens=r["uncached_prompt_tokens"],
-                            cached_prompt_tokens=r["cached_prompt_tokens"], generated_tokens=r["generated_tokens"],
-                            context_tokens=r["context_tokens"], elapsed_ms=r["elapsed_ms"],
-                            attention_pairs=r.get("attention_pairs")) for r in wire]
+    return [
+        IterationRecord(
+            node_id=node_id,
+            phase=Phase(r["phase"]),
+            t=r["t"],
+            batch_size=r["batch_size"],
+            uncached_prompt_tokens=r["uncached_prompt_tokens"],
+            cached_prompt_tokens=r["cached_prompt_tokens"],
+            generated_tokens=r["generated_tokens"],
+            context_tokens=r["context_tokens"],
+            elapsed_ms=r["elapsed_ms"],
+            attention_pairs=r.get("attention_pairs"),
+        )
+        for r in wire
+    ]
 
 
 async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int) -> None:
     rng = random.Random(seed)
     prefixes = [[rng.randrange(5, 4000) for _ in range(rng.choice([256, 768, 1536]))] for _ in range(4)]
     async with httpx.AsyncClient(timeout=300) as client:
+
         async def prefill(i: int) -> None:
             prefix = rng.choice(prefixes)[: rng.choice([0, 128, 512, 1024, 1536])]
             suffix = [rng.randrange(5, 4000) for _ in range(rng.choice([32, 96, 256, 640, 1200]))]
-            body = {"request_id": f"pl-p{i}", "prompt_token_ids": (prefix + suffix)[:3000], "role": "prefill",
-                    "stream": False, "tenant_salt": "bench"}
+            body = {
+                "request_id": f"pl-p{i}",
+                "prompt_token_ids": (prefix + suffix)[:3000],
+                "role": "prefill",
+                "stream": False,
+                "tenant_salt": "bench",
+            }
             (await client.post(prefill_url + "/internal/generate", json=body)).raise_for_status()
 
         async def decode(i: int, ctx: int, out: int) -> None:
-            body = {"request_id": f"pl-d{i}", "prompt_token_ids": [rng.randrange(5, 4000) for _ in range(ctx)],
-                    "role": "decode", "stream": False, "sampling": {"max_tokens": out, "ignore_eos": True}}
+            body = {
+                "request_id": f"pl-d{i}",
+                "prompt_token_ids": [rng.randrange(5, 4000) for _ in range(ctx)],
+                "role": "decode",
+                "stream": False,
+                "sampling": {"max_tokens": out, "ignore_eos": True},
+            }
             (await client.post(decode_url + "/internal/generate", json=body)).raise_for_status()
 
         async def prefills(first: int, count: int) -> None:
@@ -107,22 +130,25 @@ async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int)
             # workers share one memory system, and timing one worker's steps
             # while the other computes measures that sharing, which separate
             # nodes do not have.
-            await asyncio.gather(*[decode(n + k, rng.choice([64, 256, 1024, 2048]), rng.choice([32, 64, 128]))
-                                   for k in range(batch)])
+            await asyncio.gather(
+                *[decode(n + k, rng.choice([64, 256, 1024, 2048]), rng.choice([32, 64, 128])) for k in range(batch)]
+            )
             await prefills(n + batch, 8)
             n += batch + 8
 
 
-def live_fit(model: str, rounds: int = 24, seed: int = 0, base_port: int = 8460,
-             records_out: str | None = None) -> dict:
+def live_fit(
+    model: str, rounds: int = 24, seed: int = 0, base_port: int = 8460, records_out: str | None = None
+) -> dict:
     log = tempfile.mkdtemp(prefix="bench-planner-")
     run_dir = tempfile.mkdtemp(prefix="bench-planner-run-")
     # Each worker's HTTP side runs off its engine's core (the load below
     # keeps one worker computing at a time, so that core is free).
     extra = ["--run-dir", run_dir, "--http-cpus", "auto"]
     p = WorkerProcess(base_port, "prefill", model, "bp-prefill", threads_bind="0", log_path=f"{log}/p.log", extra=extra)
-    d = WorkerProcess(base_port + 1, "decode", model, "bp-decode", threads_bind="1", log_path=f"{log}/d.log",
-                      extra=extra)
+    d = WorkerProcess(
+        base_port + 1, "decode", model, "bp-decode", threads_bind="1", log_path=f"{log}/d.log", extra=extra
+    )
     try:
         p.start(), d.start()
         p.wait_ready(), d.wait_ready()

@@ -75,8 +75,17 @@ import httpx
 import numpy as np
 
 from bench._kvbench import (
-    BenchError, WorkerSpec, generate, iterations_since, local_workers, next_iteration_index, node_id, percentile,
-    phase_of, set_phase, synthetic_tokens,
+    BenchError,
+    WorkerSpec,
+    generate,
+    iterations_since,
+    local_workers,
+    next_iteration_index,
+    node_id,
+    percentile,
+    phase_of,
+    set_phase,
+    synthetic_tokens,
 )
 
 BLOCK = 32
@@ -111,6 +120,7 @@ class Workload:
 
 
 # -- pure metrics --------------------------------------------------------------
+
 
 def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
@@ -184,12 +194,21 @@ def summarize(requests: list[dict], iterations: list[dict], kv_wait_in_step_s: f
 
 # -- shell ---------------------------------------------------------------------
 
+
 def prepare_peer(peer_url: str, tasks: list[tuple[str, list[int]]], parallel: int = 4) -> dict[str, list[dict]]:
     """Compute each (salt, prefix) on the peer; salt -> its saved block locations."""
+
     def one(task: tuple[str, list[int]]) -> tuple[str, list[dict]]:
         salt, prefix = task
-        out = generate(peer_url, {"request_id": f"pf-prep-{uuid.uuid4().hex[:12]}", "prompt_token_ids": prefix,
-                                  "role": "prefill", "tenant_salt": salt})
+        out = generate(
+            peer_url,
+            {
+                "request_id": f"pf-prep-{uuid.uuid4().hex[:12]}",
+                "prompt_token_ids": prefix,
+                "role": "prefill",
+                "tenant_salt": salt,
+            },
+        )
         blocks = out.get("saved_blocks") or []
         if len(blocks) != len(prefix) // BLOCK:
             raise BenchError(f"peer saved {len(blocks)} blocks of {len(prefix) // BLOCK}")
@@ -199,8 +218,9 @@ def prepare_peer(peer_url: str, tasks: list[tuple[str, list[int]]], parallel: in
         return dict(pool.map(one, tasks))
 
 
-async def replay(p_url: str, peers: dict[str, str], mode: str, tag: str, contexts, schedule, salts,
-                 blocks) -> list[dict]:
+async def replay(
+    p_url: str, peers: dict[str, str], mode: str, tag: str, contexts, schedule, salts, blocks
+) -> list[dict]:
     """All sessions concurrently, each turn after the previous answer + think time."""
     records: list[dict] = []
 
@@ -208,37 +228,67 @@ async def replay(p_url: str, peers: dict[str, str], mode: str, tag: str, context
         for k in range(1, len(contexts[s])):
             await asyncio.sleep(schedule[s][k - 1])
             salt, prompt = salts[(tag, s, k)], contexts[s][k]
-            body = {"request_id": f"pf-{mode}-{s}-{k}-{uuid.uuid4().hex[:6]}", "prompt_token_ids": prompt,
-                    "role": "prefill", "stream": False, "tenant_salt": salt,
-                    "kv": {"load": blocks[salt], "peers": peers, "mode": mode}}
+            body = {
+                "request_id": f"pf-{mode}-{s}-{k}-{uuid.uuid4().hex[:6]}",
+                "prompt_token_ids": prompt,
+                "role": "prefill",
+                "stream": False,
+                "tenant_salt": salt,
+                "kv": {"load": blocks[salt], "peers": peers, "mode": mode},
+            }
             sent, t0 = time.time(), time.perf_counter()
             r = await client.post(p_url + "/internal/generate", json=body, timeout=300)
             ttft, answered = time.perf_counter() - t0, time.time()
             if r.status_code != 200:
                 raise BenchError(f"turn {s}/{k} failed: {r.status_code} {r.text}")
             out = r.json()
-            records.append({"session": s, "turn": k, "first_token": (out.get("token_ids") or [None])[0],
-                            "sent": sent, "answered": answered, "ttft_s": ttft, "prompt_tokens": len(prompt),
-                            "offered_tokens": len(blocks[salt]) * BLOCK, "cached_tokens": out.get("cached_tokens", 0)})
+            records.append(
+                {
+                    "session": s,
+                    "turn": k,
+                    "first_token": (out.get("token_ids") or [None])[0],
+                    "sent": sent,
+                    "answered": answered,
+                    "ttft_s": ttft,
+                    "prompt_tokens": len(prompt),
+                    "offered_tokens": len(blocks[salt]) * BLOCK,
+                    "cached_tokens": out.get("cached_tokens", 0),
+                }
+            )
 
     async with httpx.AsyncClient() as client:
         await asyncio.gather(*(session(client, s) for s in range(len(contexts))))
     return records
 
 
-def run_bench(prefill_url: str, peer_url: str, workload: Workload = Workload(),
-              modes: tuple[str, ...] = ("async", "layerwise"), repeats: int = 1) -> dict:
+def run_bench(
+    prefill_url: str,
+    peer_url: str,
+    workload: Workload = Workload(),
+    modes: tuple[str, ...] = ("async", "layerwise"),
+    repeats: int = 1,
+) -> dict:
     """Replay `workload` `repeats` times per mode on the prefill node, modes
     interleaved (so slow drift in the machine's load hits both alike);
     restores phases. Per-mode metrics pool all repeats."""
     contexts, schedule = workload.contexts(), workload.schedule()
     run = uuid.uuid4().hex[:10]
-    salts = {(f"{m}{r}", s, k): f"pf-{run}-{m}{r}-{s}-{k}" for m in modes for r in range(repeats)
-             for s in range(workload.sessions) for k in range(1, workload.turns + 1)}
+    salts = {
+        (f"{m}{r}", s, k): f"pf-{run}-{m}{r}-{s}-{k}"
+        for m in modes
+        for r in range(repeats)
+        for s in range(workload.sessions)
+        for k in range(1, workload.turns + 1)
+    }
     warm = {m: (f"pf-{run}-{m}-warm", synthetic_tokens(40 * BLOCK + 7, random.Random(99))) for m in modes}
     phases = {prefill_url: phase_of(prefill_url), peer_url: phase_of(peer_url)}
-    result: dict = {"repeats": repeats, "workload": {**workload.__dict__, "total_prompt_tokens_per_replay":
-                                 sum(len(c) for ctx in contexts for c in ctx[1:])}}
+    result: dict = {
+        "repeats": repeats,
+        "workload": {
+            **workload.__dict__,
+            "total_prompt_tokens_per_replay": sum(len(c) for ctx in contexts for c in ctx[1:]),
+        },
+    }
     try:
         set_phase(prefill_url, "prefill")
         set_phase(peer_url, "prefill")
@@ -250,8 +300,16 @@ def run_bench(prefill_url: str, peer_url: str, workload: Workload = Workload(),
         runs: dict[str, tuple[list[dict], list[dict]]] = {m: ([], []) for m in modes}
         for tag, m in [(f"{m}{r}", m) for r in range(repeats) for m in modes]:
             salt, toks = warm[m]  # first pull connects the NIXL peer; keep it out of the window
-            generate(prefill_url, {"request_id": f"pf-warm-{m}-{run}", "prompt_token_ids": toks, "role": "prefill",
-                                   "tenant_salt": salt, "kv": {"load": blocks[salt], "peers": peers, "mode": m}})
+            generate(
+                prefill_url,
+                {
+                    "request_id": f"pf-warm-{m}-{run}",
+                    "prompt_token_ids": toks,
+                    "role": "prefill",
+                    "tenant_salt": salt,
+                    "kv": {"load": blocks[salt], "peers": peers, "mode": m},
+                },
+            )
             since = next_iteration_index(prefill_url)
             recs = asyncio.run(replay(prefill_url, peers, m, tag, contexts, schedule, salts, blocks))
             time.sleep(0.5)  # let the last iteration records reach the stats ring
@@ -268,8 +326,12 @@ def run_bench(prefill_url: str, peer_url: str, workload: Workload = Workload(),
         wait = excess_step_s(its, coef) if (m == "layerwise" and coef is not None) else 0.0
         result[m] = summarize(recs, its, wait)
     if coef is not None:
-        result["step_model_ms"] = {"intercept": coef[0], "per_uncached_token": coef[1],
-                                   "per_uncached_x_kcontext": coef[2], "per_request": coef[3]}
+        result["step_model_ms"] = {
+            "intercept": coef[0],
+            "per_uncached_token": coef[1],
+            "per_uncached_x_kcontext": coef[2],
+            "per_request": coef[3],
+        }
     # Same context, same greedy model: every mode and repeat must give the same first token.
     firsts: dict[tuple[int, int], set] = {}
     for recs, _ in runs.values():
@@ -280,7 +342,8 @@ def run_bench(prefill_url: str, peer_url: str, workload: Workload = Workload(),
         a, lw = result["async"], result["layerwise"]
         result["idle_fraction_reduction"] = lw["idle_fraction"] - a["idle_fraction"]
         result["idle_fraction_reduction_relative"] = (
-            result["idle_fraction_reduction"] / lw["idle_fraction"] if lw["idle_fraction"] > 0 else 0.0)
+            result["idle_fraction_reduction"] / lw["idle_fraction"] if lw["idle_fraction"] > 0 else 0.0
+        )
         result["gap_idle_fraction_reduction"] = lw["gap_idle_fraction"] - a["gap_idle_fraction"]
         result["ttft_p95_ratio_layerwise_over_async"] = lw["ttft_p95_s"] / a["ttft_p95_s"]
     return result
@@ -307,11 +370,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
     args = p.parse_args(argv)
-    workload = Workload(args.sessions, args.turns, _range(args.base_tokens), _range(args.tool_tokens),
-                        _range(args.assistant_tokens), _range(args.think_s, float), args.seed)
+    workload = Workload(
+        args.sessions,
+        args.turns,
+        _range(args.base_tokens),
+        _range(args.tool_tokens),
+        _range(args.assistant_tokens),
+        _range(args.think_s, float),
+        args.seed,
+    )
     extra = ("--max-model-len", str(args.max_model_len), "--kv-store-gib", "1")
-    specs = [WorkerSpec("pfP", args.port, "prefill", "0", extra),
-             WorkerSpec("pfC", args.port + 1, "prefill", "1", extra)]
+    specs = [
+        WorkerSpec("pfP", args.port, "prefill", "0", extra),
+        WorkerSpec("pfC", args.port + 1, "prefill", "1", extra),
+    ]
     with local_workers(specs, args.model, args.log_dir) as (p_url, c_url):
         result = run_bench(p_url, c_url, workload, repeats=args.repeats)
     result["model"] = args.model

@@ -37,15 +37,22 @@ def synthetic_prompt(r: Request, block_tokens: int) -> str:
     return "\n".join(parts)
 
 
-async def _one(client: httpx.AsyncClient, r: Request, prompt: str, model: str, headers: dict[str, str]) -> dict[str, Any]:
+async def _one(
+    client: httpx.AsyncClient, r: Request, prompt: str, model: str, headers: dict[str, str]
+) -> dict[str, Any]:
     h = dict(headers)
     h.update({"X-Session-ID": r.session_id, "X-Branch-ID": r.branch_id})
     if r.parent_branch_id:
         h["X-Parent-Branch-ID"] = r.parent_branch_id
     if r.last_in_branch:
         h["X-Branch-Finished"] = "true"
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": r.output_tokens,
-            "stream": True, "temperature": 0}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": r.output_tokens,
+        "stream": True,
+        "temperature": 0,
+    }
     t0 = time.perf_counter()
     ttft, chunks, err = None, 0, None
     try:
@@ -60,12 +67,27 @@ async def _one(client: httpx.AsyncClient, r: Request, prompt: str, model: str, h
                             ttft = time.perf_counter() - t0
     except httpx.HTTPError as e:
         err = f"{type(e).__name__}: {e}"
-    return {"req_id": r.req_id, "start": t0, "ttft_s": ttft, "e2e_s": time.perf_counter() - t0, "chunks": chunks,
-            "error": err}
+    return {
+        "req_id": r.req_id,
+        "start": t0,
+        "ttft_s": ttft,
+        "e2e_s": time.perf_counter() - t0,
+        "chunks": chunks,
+        "error": err,
+    }
 
 
-async def replay(wl: Workload, prompts: dict[int, str], *, base_url: str, speed: float, concurrency: int,
-                 api_key: str | None, model: str, progress: bool = True) -> list[dict[str, Any]]:
+async def replay(
+    wl: Workload,
+    prompts: dict[int, str],
+    *,
+    base_url: str,
+    speed: float,
+    concurrency: int,
+    api_key: str | None,
+    model: str,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     sem = asyncio.Semaphore(concurrency)
     done: dict[int, asyncio.Event] = {r.req_id: asyncio.Event() for r in wl.requests}
@@ -74,6 +96,7 @@ async def replay(wl: Workload, prompts: dict[int, str], *, base_url: str, speed:
     n = len(wl.requests)
 
     async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(600.0, connect=10.0)) as client:
+
         async def run(r: Request) -> None:
             if r.after and wl.closed_loop:
                 for a in r.after:
@@ -105,11 +128,18 @@ def summarize(results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     def pct(x: np.ndarray, q: float) -> float | None:
         return round(float(np.percentile(x, q)), 4) if len(x) else None
 
-    return {"requests": len(results), "ok": len(ok), "errors": len(results) - len(ok), "wall_s": round(wall_s, 2),
-            "throughput_rps": round(len(ok) / wall_s, 4) if wall_s > 0 else 0.0,
-            "mean_e2e_s": round(float(e2e.mean()), 4) if len(e2e) else None, "p95_e2e_s": pct(e2e, 95),
-            "mean_ttft_s": round(float(ttft.mean()), 4) if len(ttft) else None, "p95_ttft_s": pct(ttft, 95),
-            "first_errors": [r["error"] for r in results if r["error"]][:5]}
+    return {
+        "requests": len(results),
+        "ok": len(ok),
+        "errors": len(results) - len(ok),
+        "wall_s": round(wall_s, 2),
+        "throughput_rps": round(len(ok) / wall_s, 4) if wall_s > 0 else 0.0,
+        "mean_e2e_s": round(float(e2e.mean()), 4) if len(e2e) else None,
+        "p95_e2e_s": pct(e2e, 95),
+        "mean_ttft_s": round(float(ttft.mean()), 4) if len(ttft) else None,
+        "p95_ttft_s": pct(ttft, 95),
+        "first_errors": [r["error"] for r in results if r["error"]][:5],
+    }
 
 
 def _plot(results: list[dict[str, Any]], path: Path) -> None:
@@ -159,10 +189,17 @@ def main(argv: list[str] | None = None) -> int:
         wl = traces.load_any(path, limit=a.limit)
         prompts = {r.req_id: synthetic_prompt(r, wl.block_tokens) for r in wl.requests}
     t0 = time.perf_counter()
-    results = asyncio.run(replay(wl, prompts, base_url=a.base_url, speed=a.speed, concurrency=a.concurrency,
-                                 api_key=a.api_key, model=a.model))
-    report = {"trace": str(path), "speed": a.speed, "concurrency": a.concurrency,
-              **summarize(results, time.perf_counter() - t0)}
+    results = asyncio.run(
+        replay(
+            wl, prompts, base_url=a.base_url, speed=a.speed, concurrency=a.concurrency, api_key=a.api_key, model=a.model
+        )
+    )
+    report = {
+        "trace": str(path),
+        "speed": a.speed,
+        "concurrency": a.concurrency,
+        **summarize(results, time.perf_counter() - t0),
+    }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps({**report, "requests_detail": results}, indent=1))

@@ -37,8 +37,13 @@ class LightLoad:
 
     async def _one(self, client: httpx.AsyncClient, n: int) -> None:
         role = self.role
-        body = {"request_id": f"sw-{n}", "prompt_token_ids": list(range(10, 74)), "role": role, "stream": False,
-                "sampling": {"max_tokens": self.max_tokens, "ignore_eos": True}}
+        body = {
+            "request_id": f"sw-{n}",
+            "prompt_token_ids": list(range(10, 74)),
+            "role": role,
+            "stream": False,
+            "sampling": {"max_tokens": self.max_tokens, "ignore_eos": True},
+        }
         deadline = time.monotonic() + 600
         attempt = 0
         while time.monotonic() < deadline:
@@ -83,10 +88,13 @@ async def _inplace(url: str, load: LightLoad, to: str) -> float:
         return time.monotonic() - start
 
 
-async def run_bench(model: str, switches: int = 6, relaunches: int = 2, port: int = 8190,
-                    extra: list[str] | None = None) -> dict:
+async def run_bench(
+    model: str, switches: int = 6, relaunches: int = 2, port: int = 8190, extra: list[str] | None = None
+) -> dict:
     log = tempfile.NamedTemporaryFile(prefix="bench-switch-", suffix=".log", delete=False).name
-    worker = WorkerProcess(port=port, phase="prefill", model=model, node_id="bench-switch", log_path=log, extra=extra or [])
+    worker = WorkerProcess(
+        port=port, phase="prefill", model=model, node_id="bench-switch", log_path=log, extra=extra or []
+    )
     await asyncio.to_thread(lambda: worker.start().wait_ready())
     load = LightLoad(worker.url)
     runner = asyncio.create_task(load.run())
@@ -100,8 +108,10 @@ async def run_bench(model: str, switches: int = 6, relaunches: int = 2, port: in
         phase = "decode" if phase == "prefill" else "prefill"
         start = time.monotonic()
         await asyncio.to_thread(worker.stop)
-        worker = WorkerProcess(port=port, phase=phase, model=model, node_id="bench-switch", log_path=log, extra=extra or [])
-        await asyncio.to_thread(lambda: worker.start().wait_ready())
+        worker = WorkerProcess(
+            port=port, phase=phase, model=model, node_id="bench-switch", log_path=log, extra=extra or []
+        )
+        await asyncio.to_thread(lambda w=worker: w.start().wait_ready())
         relaunch.append(time.monotonic() - start)
         load.role = phase
         await asyncio.sleep(1.0)

@@ -56,8 +56,9 @@ def _section(path: str, method: str, op: dict[str, Any]) -> list[str]:
     params = op.get("parameters", [])
     if params:
         lines += ["| parameter | in | type | required |", "|---|---|---|---|"]
-        lines += [f"| `{p['name']}` | {p['in']} | {_ref_name(p.get('schema'))} | {p.get('required', False)} |"
-                  for p in params]
+        lines += [
+            f"| `{p['name']}` | {p['in']} | {_ref_name(p.get('schema'))} | {p.get('required', False)} |" for p in params
+        ]
         lines.append("")
     body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if body:
@@ -96,8 +97,8 @@ def _default_tag(path: str) -> str:
 def build_schema() -> dict[str, Any]:
     import tempfile
 
-    from gateway.settings import GatewaySettings
     from gateway.compose import compose_app
+    from gateway.settings import GatewaySettings
 
     with tempfile.TemporaryDirectory() as tmp:
         from workers.demo_model import init_demo  # the tokenizer only; no engine starts

@@ -29,12 +29,21 @@ def demo_api_key(cp: ControlPlane, data_dir: str | pathlib.Path) -> str | None:
         tenant = repository.get_tenant(session, tenant_id=DEMO_TENANT)
         if tenant is None:
             tenant = repository.create_tenant(session, name=DEMO_TENANT, tenant_id=DEMO_TENANT)
-            repository.add_audit(session, actor="system", action="tenant.create", target=f"tenant:{tenant.id}",
-                                 after={"name": tenant.name})
-        key, secret = repository.create_api_key(session, tenant_id=tenant.id, name="demo",
-                                                pepper=cp.db.pepper)
-        repository.add_audit(session, actor="system", action="api_key.create", target=f"api_key:{key.id}",
-                             after={"tenant_id": tenant.id, "name": key.name, "prefix": key.prefix})
+            repository.add_audit(
+                session,
+                actor="system",
+                action="tenant.create",
+                target=f"tenant:{tenant.id}",
+                after={"name": tenant.name},
+            )
+        key, secret = repository.create_api_key(session, tenant_id=tenant.id, name="demo", pepper=cp.db.pepper)
+        repository.add_audit(
+            session,
+            actor="system",
+            action="api_key.create",
+            target=f"api_key:{key.id}",
+            after={"tenant_id": tenant.id, "name": key.name, "prefix": key.prefix},
+        )
         return secret
 
     secret = cp.db.run(create)

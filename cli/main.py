@@ -86,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("dir")
     db = sub.add_parser("db", help="control-plane database")
     db.add_argument("action", choices=["upgrade"])
-    db.add_argument("--url", default=None,
-                    help="SQLAlchemy URL (default: EVOLVING_DB_URL, else data/evolving.db as `up` uses)")
+    db.add_argument(
+        "--url", default=None, help="SQLAlchemy URL (default: EVOLVING_DB_URL, else data/evolving.db as `up` uses)"
+    )
     bench = sub.add_parser("bench", help="benchmarks")
     bench.add_argument("name", choices=sorted(BENCHES))
     for name in PASSTHROUGH:

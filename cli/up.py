@@ -33,7 +33,6 @@ import httpx
 from gateway.settings import GatewaySettings
 
 if TYPE_CHECKING:
-
     from gateway.compose import ControlPlane
 
 SNIPPET = """\
@@ -45,16 +44,22 @@ print(r.choices[0].message.content, r.usage)"""
 
 
 def add_gateway_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=os.environ.get("EVOLVING_MODEL_DIR", "data/demo-model"),
-                   help="model folder (tokenizer and chat template)")
+    p.add_argument(
+        "--model",
+        default=os.environ.get("EVOLVING_MODEL_DIR", "data/demo-model"),
+        help="model folder (tokenizer and chat template)",
+    )
     p.add_argument("--model-name", default=None, help="id served on /v1/models (default: folder name)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--block-size", type=int, default=32, help="KV block size, same as the workers'")
     p.add_argument("--worker-urls", default="", help="comma-separated worker base URLs (gateway only)")
     p.add_argument("--log-level", default="warning")
-    p.add_argument("--data-dir", default=os.environ.get("EVOLVING_DATA_DIR", "data"),
-                   help="SQLite store, demo key and logs (EVOLVING_DATA_DIR)")
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("EVOLVING_DATA_DIR", "data"),
+        help="SQLite store, demo key and logs (EVOLVING_DATA_DIR)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,22 +75,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -> GatewaySettings:
-    overrides: dict[str, object] = {"model_dir": args.model, "host": args.host, "port": args.port,
-                                    "block_size": args.block_size, "worker_urls": worker_urls,
-                                    "data_dir": args.data_dir}
+    overrides: dict[str, object] = {
+        "model_dir": args.model,
+        "host": args.host,
+        "port": args.port,
+        "block_size": args.block_size,
+        "worker_urls": worker_urls,
+        "data_dir": args.data_dir,
+    }
     if args.model_name:
         overrides["model_name"] = args.model_name
     return GatewaySettings.from_env(**overrides)
 
 
-def serve(settings: GatewaySettings, log_level: str, control_plane: "ControlPlane | None" = None) -> None:
+def serve(settings: GatewaySettings, log_level: str, control_plane: ControlPlane | None = None) -> None:
     import uvicorn
 
     from gateway.compose import compose_app
 
     # uvicorn picks uvloop and httptools when installed; no access log on the hot path.
-    uvicorn.run(compose_app(settings, control_plane=control_plane), host=settings.host, port=settings.port,
-                log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
+    uvicorn.run(
+        compose_app(settings, control_plane=control_plane),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
 
 
 def run_gateway(args: argparse.Namespace) -> int:
@@ -94,8 +110,11 @@ def run_gateway(args: argparse.Namespace) -> int:
     urls = tuple(u.strip().rstrip("/") for u in args.worker_urls.split(",") if u.strip())
     settings = settings_from_args(args, urls or GatewaySettings.from_env().worker_urls)
     cp = ControlPlane.build(settings)
-    print(f"gateway:  http://{settings.host}:{settings.port}/v1   auth: {settings.auth}   "
-          f"store: {cp.db.url.render_as_string(hide_password=True)}", flush=True)
+    print(
+        f"gateway:  http://{settings.host}:{settings.port}/v1   auth: {settings.auth}   "
+        f"store: {cp.db.url.render_as_string(hide_password=True)}",
+        flush=True,
+    )
     print(admin_token_notice(cp), flush=True)
     serve(settings, args.log_level, cp)
     return 0
@@ -174,19 +193,47 @@ def run_up(args: argparse.Namespace) -> int:
         for i in range(args.workers):
             port = args.worker_port + i
             phase = "prefill" if i < n_prefill else "decode"
-            cores = f"{(i * cpus) // args.workers}-{max((i * cpus) // args.workers, ((i + 1) * cpus) // args.workers - 1)}"
-            children.start(f"w{i}", [*exe, "worker", "--model", args.model, "--port", str(port), "--phase", phase,
-                                     "--node-id", f"w{i}", "--block-size", str(args.block_size),
-                                     "--kvcache-gib", str(args.kvcache_gib), "--kv-store-gib", str(args.kv_store_gib),
-                                     "--threads-bind", cores, "--run-dir", str(data / "run")],
-                           data / "logs" / f"worker-w{i}.log", env)
+            cores = (
+                f"{(i * cpus) // args.workers}-{max((i * cpus) // args.workers, ((i + 1) * cpus) // args.workers - 1)}"
+            )
+            children.start(
+                f"w{i}",
+                [
+                    *exe,
+                    "worker",
+                    "--model",
+                    args.model,
+                    "--port",
+                    str(port),
+                    "--phase",
+                    phase,
+                    "--node-id",
+                    f"w{i}",
+                    "--block-size",
+                    str(args.block_size),
+                    "--kvcache-gib",
+                    str(args.kvcache_gib),
+                    "--kv-store-gib",
+                    str(args.kv_store_gib),
+                    "--threads-bind",
+                    cores,
+                    "--run-dir",
+                    str(data / "run"),
+                ],
+                data / "logs" / f"worker-w{i}.log",
+                env,
+            )
         print(f"starting {args.workers} workers ({n_prefill} prefill); logs in {data / 'logs'}", flush=True)
         wait_ready(urls, children, args.ready_timeout)
         gateway_url = f"http://{args.host}:{args.port}"
         console = pathlib.Path(__file__).resolve().parent.parent / "admin_ui" / "app.py"
         if console.exists() and not args.no_console:
-            children.start("console", [*exe, "console", "--admin-url", f"{gateway_url}/admin",
-                                       "--port", str(args.console_port)], data / "logs" / "console.log", env)
+            children.start(
+                "console",
+                [*exe, "console", "--admin-url", f"{gateway_url}/admin", "--port", str(args.console_port)],
+                data / "logs" / "console.log",
+                env,
+            )
             print(f"console:  http://127.0.0.1:{args.console_port}")
         print(f"gateway:  {gateway_url}/v1   (metrics {gateway_url}/metrics, admin API {gateway_url}/admin)")
         print(f"store:    {control_plane.db.url.render_as_string(hide_password=True)}   auth: {settings.auth}")

@@ -20,7 +20,7 @@ class Phase(str, enum.Enum):
     DECODE = "decode"
 
     @property
-    def other(self) -> "Phase":
+    def other(self) -> Phase:
         return Phase.DECODE if self is Phase.PREFILL else Phase.PREFILL
 
 

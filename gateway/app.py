@@ -27,27 +27,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.directory import GatewayDirectory, Directory
+from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
+from gateway.control.registry import WorkerRegistry
 from gateway.control.runtime import ClusterRuntime, PlannerTick
 from gateway.control.workload_feed import WorkloadFeed
+from gateway.directory import Directory, GatewayDirectory
 from gateway.http_errors import install_error_handlers
 from gateway.metrics import GatewayMetrics
 from gateway.serving.openai.routes import openai_router
 from gateway.serving.openai.service import OpenAIService
 from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
-from gateway.control.registry import WorkerRegistry
-from routing import RouterConfig
-from gateway.settings import GatewaySettings
-from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.tokenize import PromptTokenizer
+from gateway.settings import GatewaySettings
 from gateway.worker_client import HttpWorkerClient, WorkerAPI
+from routing import RouterConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,38 +74,66 @@ StartupHook = Callable[[GatewayRuntime], Awaitable[None]]
 ShutdownHook = Callable[[], Awaitable[None]]
 
 
-def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None = None,
-               worker_client: WorkerAPI | None = None, directory: Directory | None = None,
-               tenant_gate: TenantGate | None = None, admin_router: AdminRouterFactory | None = None,
-               switch_sinks: list[SwitchSink] | None = None, planner_tick: PlannerTick | None = None,
-               planner_name: str = "none", planner_interval_s: float = 1.0, workload: WorkloadFeed | None = None,
-               on_startup: Sequence[StartupHook] = (),
-               on_shutdown: Sequence[ShutdownHook] = ()) -> FastAPI:
+def create_app(
+    settings: GatewaySettings,
+    *,
+    tokenizer: PromptTokenizer | None = None,
+    worker_client: WorkerAPI | None = None,
+    directory: Directory | None = None,
+    tenant_gate: TenantGate | None = None,
+    admin_router: AdminRouterFactory | None = None,
+    switch_sinks: list[SwitchSink] | None = None,
+    planner_tick: PlannerTick | None = None,
+    planner_name: str = "none",
+    planner_interval_s: float = 1.0,
+    workload: WorkloadFeed | None = None,
+    on_startup: Sequence[StartupHook] = (),
+    on_shutdown: Sequence[ShutdownHook] = (),
+) -> FastAPI:
     if tokenizer is None:
         if not settings.model_dir:
             raise ValueError("settings.model_dir (or a tokenizer) is required")
         tokenizer = PromptTokenizer.from_dir(settings.model_dir)
-    client = worker_client or HttpWorkerClient(cluster_token=settings.cluster_token,
-                                               connect_timeout_s=settings.connect_timeout_s,
-                                               read_timeout_s=settings.stream_idle_timeout_s,
-                                               max_connections=settings.max_connections)
+    client = worker_client or HttpWorkerClient(
+        cluster_token=settings.cluster_token,
+        connect_timeout_s=settings.connect_timeout_s,
+        read_timeout_s=settings.stream_idle_timeout_s,
+        max_connections=settings.max_connections,
+    )
     if directory is None:
         from kvpool.directory import create_directory
 
-        backend = (create_directory("redis", url=settings.directory_url) if settings.directory_url
-                   else create_directory("memory"))
+        backend = (
+            create_directory("redis", url=settings.directory_url)
+            if settings.directory_url
+            else create_directory("memory")
+        )
         directory = GatewayDirectory(backend, block_size=settings.block_size, branch_ttl_s=settings.branch_ttl_s)
     metrics = GatewayMetrics()
     registry = WorkerRegistry(client, directory, failures_to_unhealthy=settings.heartbeat_failures)
-    orchestrator = Orchestrator(registry, client, directory, OrchestratorConfig(
-        router=RouterConfig(local_prefill_max_tokens=settings.local_prefill_max_tokens),
-        max_node_attempts=settings.max_node_attempts))
-    switcher = PhaseSwitcher(registry, client, deadline_s=settings.switch_deadline_s,
-                             sinks=[metrics.observe_switch, *(switch_sinks or [])])
+    orchestrator = Orchestrator(
+        registry,
+        client,
+        directory,
+        OrchestratorConfig(
+            router=RouterConfig(local_prefill_max_tokens=settings.local_prefill_max_tokens),
+            max_node_attempts=settings.max_node_attempts,
+        ),
+    )
+    switcher = PhaseSwitcher(
+        registry, client, deadline_s=settings.switch_deadline_s, sinks=[metrics.observe_switch, *(switch_sinks or [])]
+    )
     cluster = ClusterRuntime(registry, switcher, directory, planner_tick=planner_tick, planner_name=planner_name)
-    service = OpenAIService(model_name=settings.served_model, tokenizer=tokenizer, orchestrator=orchestrator,
-                            gate=tenant_gate or OpenTenantGate(), directory=directory, metrics=metrics,
-                            default_max_tokens=settings.default_max_tokens, workload=workload)
+    service = OpenAIService(
+        model_name=settings.served_model,
+        tokenizer=tokenizer,
+        orchestrator=orchestrator,
+        gate=tenant_gate or OpenTenantGate(),
+        directory=directory,
+        metrics=metrics,
+        default_max_tokens=settings.default_max_tokens,
+        workload=workload,
+    )
     runtime = GatewayRuntime(settings, client, directory, registry, orchestrator, switcher, cluster, metrics, service)
 
     @contextlib.asynccontextmanager
@@ -113,9 +141,11 @@ def create_app(settings: GatewaySettings, *, tokenizer: PromptTokenizer | None =
         await asyncio.gather(*(registry.add(url) for url in settings.worker_urls))
         for hook in on_startup:
             await hook(runtime)
-        tasks = [asyncio.create_task(registry.run(settings.heartbeat_interval_s), name="heartbeat"),
-                 asyncio.create_task(cluster.run(planner_interval_s), name="cluster"),
-                 asyncio.create_task(_expire_branches(directory, settings.branch_ttl_s), name="branch-expiry")]
+        tasks = [
+            asyncio.create_task(registry.run(settings.heartbeat_interval_s), name="heartbeat"),
+            asyncio.create_task(cluster.run(planner_interval_s), name="cluster"),
+            asyncio.create_task(_expire_branches(directory, settings.branch_ttl_s), name="branch-expiry"),
+        ]
         try:
             yield
         finally:

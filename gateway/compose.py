@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 
 from gateway.admin import bootstrap_admin_token, build_admin_router
-from gateway.admin.auth import AdminAuthenticator
-from gateway.control.planner_loop import PlannerLoop
-from gateway.control.workload_feed import LocalWorkloadFeed
 from gateway.admin._deps import AdminControl
+from gateway.admin.auth import AdminAuthenticator
 from gateway.control.overrides import OverridesService
+from gateway.control.planner_loop import PlannerLoop
 from gateway.control.runtime import ClusterRuntime
+from gateway.control.workload_feed import LocalWorkloadFeed
 from gateway.serving.policy import GateConfig, StoreTenantGate
+from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Overrides, SinkConfig, repository
-from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from planner.types import Planner
 
 log = logging.getLogger(__name__)
@@ -59,21 +59,23 @@ class ControlPlane:
     first_admin_token: str | None = None
 
     @classmethod
-    def build(cls, settings: GatewaySettings, *, sink_config: SinkConfig | None = None,
-              gate_config: GateConfig | None = None) -> "ControlPlane":
+    def build(
+        cls, settings: GatewaySettings, *, sink_config: SinkConfig | None = None, gate_config: GateConfig | None = None
+    ) -> ControlPlane:
         """Open and migrate the store, bootstrap the admin token, read overrides (blocking)."""
         from gateway.store.migrate import db_upgrade
 
         url = settings.store_url
         if url.startswith("sqlite:///"):
-            pathlib.Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            pathlib.Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         db_upgrade(url)
         db = Database(url, pepper=settings.secret_pepper)
         first = bootstrap_admin_token(db, settings.admin_token)
         overrides = db.run(lambda s: repository.get_overrides(s))
         sink = EventSink(db, config=sink_config)
-        gate: TenantGate = (StoreTenantGate(db, sink, config=gate_config) if settings.auth == "keys"
-                            else OpenTenantGate())
+        gate: TenantGate = (
+            StoreTenantGate(db, sink, config=gate_config) if settings.auth == "keys" else OpenTenantGate()
+        )
         return cls(settings, db, sink, gate, AdminAuthenticator(db), overrides, first)
 
     def admin_router(self, control: AdminControl) -> APIRouter:
@@ -106,14 +108,18 @@ def admin_token_notice(cp: ControlPlane) -> str:
     """What `up`/`gateway` print about the admin token: the secret only on the
     start that created it; afterwards, how to get one."""
     if cp.first_admin_token is not None:
-        return ("admin token (operator; shown only this once, store it now):\n"
-                f"  {cp.first_admin_token}\n"
-                "  use it as `Authorization: Bearer <token>` on /admin and in the console")
+        return (
+            "admin token (operator; shown only this once, store it now):\n"
+            f"  {cp.first_admin_token}\n"
+            "  use it as `Authorization: Bearer <token>` on /admin and in the console"
+        )
     if cp.settings.admin_token is not None:
         return "admin token: the one in EVOLVING_ADMIN_TOKEN"
-    return ("admin token: use the token printed at first start, or set EVOLVING_ADMIN_TOKEN to a new "
-            "secret of 16+ characters\n  and restart: it is added as an operator token "
-            "(e.g. EVOLVING_ADMIN_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))'))")
+    return (
+        "admin token: use the token printed at first start, or set EVOLVING_ADMIN_TOKEN to a new "
+        "secret of 16+ characters\n  and restart: it is added as an operator token "
+        "(e.g. EVOLVING_ADMIN_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))'))"
+    )
 
 
 def build_planner(settings: GatewaySettings) -> Planner | None:
@@ -127,8 +133,13 @@ def build_planner(settings: GatewaySettings) -> Planner | None:
     return make_planner(settings.planner)
 
 
-def compose_app(settings: GatewaySettings, *, control_plane: ControlPlane | None = None,
-                planner: Planner | None | str = "settings", **create_app_kwargs: Any) -> FastAPI:
+def compose_app(
+    settings: GatewaySettings,
+    *,
+    control_plane: ControlPlane | None = None,
+    planner: Planner | None | str = "settings",
+    **create_app_kwargs: Any,
+) -> FastAPI:
     """The app `up`/`gateway` serve: control plane + planner loop + gateway.
 
     `control_plane` defaults to `ControlPlane.build(settings)` (blocking:
@@ -143,11 +154,19 @@ def compose_app(settings: GatewaySettings, *, control_plane: ControlPlane | None
     chosen = build_planner(settings) if planner == "settings" else planner
     workload = LocalWorkloadFeed()
     loop = PlannerLoop(chosen, workload=workload, sink=cp.sink.record_decision) if chosen is not None else None
-    app = create_app(settings, tenant_gate=cp.gate, admin_router=cp.admin_router,
-                     switch_sinks=[cp.sink.record_switch], planner_tick=loop.tick if loop else None,
-                     planner_name=loop.planner.name if loop else "none", workload=workload,
-                     planner_interval_s=settings.planner_interval_s, on_startup=[cp.start],
-                     on_shutdown=[cp.stop], **create_app_kwargs)
+    app = create_app(
+        settings,
+        tenant_gate=cp.gate,
+        admin_router=cp.admin_router,
+        switch_sinks=[cp.sink.record_switch],
+        planner_tick=loop.tick if loop else None,
+        planner_name=loop.planner.name if loop else "none",
+        workload=workload,
+        planner_interval_s=settings.planner_interval_s,
+        on_startup=[cp.start],
+        on_shutdown=[cp.stop],
+        **create_app_kwargs,
+    )
     app.state.control_plane = cp
     app.state.planner_loop = loop
     return app

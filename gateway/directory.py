@@ -27,8 +27,9 @@ All methods are synchronous and O(blocks in the call) (Redis: one round trip).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from kvpool.directory import BlockDirectory, BranchStateError
 from kvpool.hashing import block_hashes as kv_block_hashes
@@ -73,13 +74,21 @@ class Directory(Protocol):
     block_size: int
 
     def block_hashes(self, token_ids: Sequence[int], salt: str) -> list[str]: ...
-    def lookup(self, token_ids: Sequence[int], salt: str, *, exclude: Sequence[str] = (),
-               record: bool = True) -> PrefixHit: ...
+    def lookup(
+        self, token_ids: Sequence[int], salt: str, *, exclude: Sequence[str] = (), record: bool = True
+    ) -> PrefixHit: ...
     def publish(self, node_id: str, blocks: Sequence[BlockLocation], block_bytes: int = 0) -> None: ...
     def unpublish(self, node_id: str, hashes: Sequence[str]) -> None: ...
     def drop_node(self, node_id: str) -> None: ...
-    def open_branch(self, branch_id: str, *, tenant_id: str, parent_id: str | None = None,
-                    session_id: str | None = None, kv_retention_blocks: int | None = None) -> None: ...
+    def open_branch(
+        self,
+        branch_id: str,
+        *,
+        tenant_id: str,
+        parent_id: str | None = None,
+        session_id: str | None = None,
+        kv_retention_blocks: int | None = None,
+    ) -> None: ...
     def is_branch_active(self, branch_id: str) -> bool: ...
     def active_branch_count(self, tenant_id: str) -> int: ...
     def reference(self, branch_id: str, hashes: Sequence[str]) -> None: ...
@@ -92,8 +101,15 @@ class Directory(Protocol):
 class GatewayDirectory:
     """`Directory` over a `BlockDirectory`."""
 
-    def __init__(self, directory: BlockDirectory, *, block_size: int = 16, branch_ttl_s: float = 1800.0,
-                 hasher: BlockHasher = kv_block_hashes, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        directory: BlockDirectory,
+        *,
+        block_size: int = 16,
+        branch_ttl_s: float = 1800.0,
+        hasher: BlockHasher = kv_block_hashes,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.backend = directory
         self.block_size = block_size
         self._ttl = branch_ttl_s
@@ -106,8 +122,9 @@ class GatewayDirectory:
     def block_hashes(self, token_ids: Sequence[int], salt: str) -> list[str]:
         return self._hasher(token_ids, self.block_size, salt)
 
-    def lookup(self, token_ids: Sequence[int], salt: str, *, exclude: Sequence[str] = (),
-               record: bool = True) -> PrefixHit:
+    def lookup(
+        self, token_ids: Sequence[int], salt: str, *, exclude: Sequence[str] = (), record: bool = True
+    ) -> PrefixHit:
         hashes = self.block_hashes(token_ids, salt)
         hit = self.backend.longest_prefix(hashes, exclude=exclude, record=record)
         return PrefixHit(self.block_size, hashes, hit.holders, hit.per_node_blocks)
@@ -115,8 +132,9 @@ class GatewayDirectory:
     def publish(self, node_id: str, blocks: Sequence[BlockLocation], block_bytes: int = 0) -> None:
         if block_bytes:
             self._block_bytes[node_id] = block_bytes
-        self.backend.publish(node_id, [(b.block_hash, b.slot) for b in blocks],
-                               self._block_bytes.get(node_id, 0), self._clock())
+        self.backend.publish(
+            node_id, [(b.block_hash, b.slot) for b in blocks], self._block_bytes.get(node_id, 0), self._clock()
+        )
 
     def unpublish(self, node_id: str, hashes: Sequence[str]) -> None:
         self.backend.unpublish(node_id, hashes)
@@ -124,8 +142,15 @@ class GatewayDirectory:
     def drop_node(self, node_id: str) -> None:
         self.backend.drop_node(node_id)
 
-    def open_branch(self, branch_id: str, *, tenant_id: str, parent_id: str | None = None,
-                    session_id: str | None = None, kv_retention_blocks: int | None = None) -> None:
+    def open_branch(
+        self,
+        branch_id: str,
+        *,
+        tenant_id: str,
+        parent_id: str | None = None,
+        session_id: str | None = None,
+        kv_retention_blocks: int | None = None,
+    ) -> None:
         if kv_retention_blocks is None:
             self._retention.pop(tenant_id, None)
         else:
@@ -176,9 +201,16 @@ class GatewayDirectory:
 
     def stats(self) -> dict[str, float]:
         s = self.backend.stats()
-        return {"blocks": float(s.blocks), "bytes": float(s.bytes), "referenced": float(s.referenced_blocks),
-                "branches": float(s.active_branches), "hit_rate": s.hit_rate}
+        return {
+            "blocks": float(s.blocks),
+            "bytes": float(s.bytes),
+            "referenced": float(s.referenced_blocks),
+            "branches": float(s.active_branches),
+            "hit_rate": s.hit_rate,
+        }
 
     def top_branches(self, limit: int = 10) -> list[dict[str, object]]:
-        return [{"branch_id": b.branch_id, "tenant_id": b.tenant_id, "blocks": b.num_blocks}
-                for b in self.backend.top_branches(limit)]
+        return [
+            {"branch_id": b.branch_id, "tenant_id": b.tenant_id, "blocks": b.num_blocks}
+            for b in self.backend.top_branches(limit)
+        ]

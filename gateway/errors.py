@@ -12,8 +12,9 @@ class GatewayError(Exception):
     type = "server_error"
     code: str | None = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param

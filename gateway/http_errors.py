@@ -11,7 +11,7 @@ shape; anything else is logged and answered 500 `server_error`.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,8 +35,9 @@ def _param(loc: tuple[object, ...] | list[object]) -> str | None:
     return ".".join(parts) or None
 
 
-def install_error_handlers(app: FastAPI, *, validation_status: int = 400,
-                           on_error: ErrorObserver | None = None) -> None:
+def install_error_handlers(
+    app: FastAPI, *, validation_status: int = 400, on_error: ErrorObserver | None = None
+) -> None:
     """Register the handlers; `validation_status` 400 (OpenAI) or 422 (FastAPI's default)."""
 
     def answer(request: Request, response: JSONResponse) -> JSONResponse:
@@ -61,8 +62,7 @@ def install_error_handlers(app: FastAPI, *, validation_status: int = 400,
         err = errors.GatewayError(str(exc.detail), code="not_found" if exc.status_code == 404 else None)
         body = err.body()
         body["error"]["type"] = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return answer(request, JSONResponse(body, status_code=exc.status_code,
-                                            headers=getattr(exc, "headers", None)))
+        return answer(request, JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None)))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)

@@ -23,10 +23,10 @@ Exported names (all prefixed `evolving_`):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
     from gateway.control.registry import WorkerRegistry
@@ -42,29 +42,33 @@ _SWITCH_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
 class GatewayMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("evolving_requests", "OpenAI API requests", ["tenant", "endpoint", "status"],
-                                registry=r)
-        self.ttft = Histogram("evolving_ttft_seconds", "Time to first token", ["tenant", "phase"],
-                              buckets=_LATENCY_BUCKETS, registry=r)
-        self.tpot = Histogram("evolving_tpot_seconds", "Time per output token", ["tenant", "phase"],
-                              buckets=_TPOT_BUCKETS, registry=r)
-        self.e2e = Histogram("evolving_e2e_seconds", "End-to-end latency", ["tenant", "phase"],
-                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.requests = Counter(
+            "evolving_requests", "OpenAI API requests", ["tenant", "endpoint", "status"], registry=r
+        )
+        self.ttft = Histogram(
+            "evolving_ttft_seconds", "Time to first token", ["tenant", "phase"], buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.tpot = Histogram(
+            "evolving_tpot_seconds", "Time per output token", ["tenant", "phase"], buckets=_TPOT_BUCKETS, registry=r
+        )
+        self.e2e = Histogram(
+            "evolving_e2e_seconds", "End-to-end latency", ["tenant", "phase"], buckets=_LATENCY_BUCKETS, registry=r
+        )
         self.tokens = Counter("evolving_tokens", "Tokens by kind", ["tenant", "kind"], registry=r)
-        self.resumes = Counter("evolving_stream_resumes", "Streams resumed on another node", ["tenant"],
-                               registry=r)
+        self.resumes = Counter("evolving_stream_resumes", "Streams resumed on another node", ["tenant"], registry=r)
         self.queue = Gauge("evolving_node_queue_depth", "Waiting requests per worker", ["node"], registry=r)
         self.running = Gauge("evolving_node_running", "Running requests per worker", ["node"], registry=r)
         self.phase = Gauge("evolving_node_phase", "Worker phase (1 = current)", ["node", "phase"], registry=r)
         self.healthy = Gauge("evolving_node_healthy", "Worker health", ["node"], registry=r)
         self.switches = Counter("evolving_switches", "Phase switches", ["to_phase", "outcome"], registry=r)
-        self.switch_seconds = Histogram("evolving_switch_duration_seconds", "Phase switch durations", ["stage"],
-                                        buckets=_SWITCH_BUCKETS, registry=r)
-        self.pool_hit_rate = Gauge("evolving_pool_hit_rate", "Cached prompt tokens / looked-up tokens",
-                                   registry=r)
+        self.switch_seconds = Histogram(
+            "evolving_switch_duration_seconds", "Phase switch durations", ["stage"], buckets=_SWITCH_BUCKETS, registry=r
+        )
+        self.pool_hit_rate = Gauge("evolving_pool_hit_rate", "Cached prompt tokens / looked-up tokens", registry=r)
         self.directory_blocks = Gauge("evolving_directory_blocks", "Blocks in the KV directory", registry=r)
-        self.directory_referenced = Gauge("evolving_directory_referenced_blocks",
-                                          "Blocks referenced by active branches", registry=r)
+        self.directory_referenced = Gauge(
+            "evolving_directory_referenced_blocks", "Blocks referenced by active branches", registry=r
+        )
         self.directory_branches = Gauge("evolving_directory_branches", "Active branches", registry=r)
 
     def observe_request(self, tenant: str, endpoint: str, status: int) -> None:

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 AUTH_MODES = ("keys", "open")
 PLANNERS = ("evolving", "dynamo", "static", "none")
@@ -128,7 +128,7 @@ class GatewaySettings:
         return f"sqlite:///{(pathlib.Path(self.data_dir) / 'evolving.db').resolve()}"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> "GatewaySettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> GatewaySettings:
         env = os.environ if environ is None else environ
 
         def get(name: str) -> str | None:
@@ -137,17 +137,27 @@ class GatewaySettings:
 
         values: dict[str, object] = {}
         casts: dict[str, tuple[str, type]] = {
-            "MODEL_DIR": ("model_dir", str), "MODEL_NAME": ("model_name", str),
-            "HOST": ("host", str), "PORT": ("port", int), "MAX_BODY_BYTES": ("max_body_bytes", int),
-            "BLOCK_SIZE": ("block_size", int), "BRANCH_TTL_S": ("branch_ttl_s", float),
+            "MODEL_DIR": ("model_dir", str),
+            "MODEL_NAME": ("model_name", str),
+            "HOST": ("host", str),
+            "PORT": ("port", int),
+            "MAX_BODY_BYTES": ("max_body_bytes", int),
+            "BLOCK_SIZE": ("block_size", int),
+            "BRANCH_TTL_S": ("branch_ttl_s", float),
             "HEARTBEAT_S": ("heartbeat_interval_s", float),
             "LOCAL_PREFILL_MAX": ("local_prefill_max_tokens", int),
-            "SWITCH_DEADLINE_S": ("switch_deadline_s", float), "DB_URL": ("db_url", str), "DIRECTORY_URL": ("directory_url", str),
+            "SWITCH_DEADLINE_S": ("switch_deadline_s", float),
+            "DB_URL": ("db_url", str),
+            "DIRECTORY_URL": ("directory_url", str),
             "CLUSTER_TOKEN": ("cluster_token", str),
             "DEFAULT_MAX_TOKENS": ("default_max_tokens", int),
-            "DATA_DIR": ("data_dir", str), "AUTH": ("auth", str), "ADMIN_TOKEN": ("admin_token", str),
-            "SECRET_PEPPER": ("secret_pepper", str), "PLANNER": ("planner", str),
-            "PLANNER_MODE": ("planner_mode", str), "PLANNER_INTERVAL_S": ("planner_interval_s", float),
+            "DATA_DIR": ("data_dir", str),
+            "AUTH": ("auth", str),
+            "ADMIN_TOKEN": ("admin_token", str),
+            "SECRET_PEPPER": ("secret_pepper", str),
+            "PLANNER": ("planner", str),
+            "PLANNER_MODE": ("planner_mode", str),
+            "PLANNER_INTERVAL_S": ("planner_interval_s", float),
         }
         for env_name, (attr, cast) in casts.items():
             raw = get(env_name)

@@ -14,15 +14,26 @@ Failure contract:
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Protocol
+from collections.abc import AsyncIterator
+from typing import Protocol
 
 import httpx
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamFailed
-from workers.protocol import (AbortRequest, AbortResponse, ErrorResponse, GenerateChunk, GenerateRequest,
-                              MigrateRequest, MigrateResponse, PhaseChangeRequest, PhaseChangeResult,
-                              PhaseStatus, WorkerStats)
+from workers.protocol import (
+    AbortRequest,
+    AbortResponse,
+    ErrorResponse,
+    GenerateChunk,
+    GenerateRequest,
+    MigrateRequest,
+    MigrateResponse,
+    PhaseChangeRequest,
+    PhaseChangeResult,
+    PhaseStatus,
+    WorkerStats,
+)
 
 
 class WorkerError(UpstreamFailed):
@@ -77,8 +88,15 @@ def _rejected(status: int, body: bytes) -> WorkerRejected:
 class HttpWorkerClient:
     """`WorkerAPI` over HTTP/1.1 with one keep-alive connection pool."""
 
-    def __init__(self, *, cluster_token: str | None = None, connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
-                 max_connections: int = 1024, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        cluster_token: str | None = None,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 300.0,
+        max_connections: int = 1024,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
@@ -110,8 +128,9 @@ class HttpWorkerClient:
 
     async def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         body = req.model_copy(update={"stream": True}).model_dump_json(exclude_defaults=True)
-        request = self._http.build_request("POST", f"{url}/internal/generate", content=body,
-                                           headers={"content-type": "application/json"})
+        request = self._http.build_request(
+            "POST", f"{url}/internal/generate", content=body, headers={"content-type": "application/json"}
+        )
         try:
             resp = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -151,13 +170,13 @@ class HttpWorkerClient:
         return _parse_chunk(await self._post(f"{url}/internal/generate", body))
 
     async def abort(self, url: str, request_id: str) -> AbortResponse:
-        raw = await self._post(f"{url}/internal/abort", AbortRequest(request_id=request_id).model_dump_json(),
-                               timeout_s=5.0)
+        raw = await self._post(
+            f"{url}/internal/abort", AbortRequest(request_id=request_id).model_dump_json(), timeout_s=5.0
+        )
         return AbortResponse.model_validate_json(raw)
 
     async def migrate(self, url: str, req: MigrateRequest) -> MigrateResponse:
-        return MigrateResponse.model_validate_json(await self._post(f"{url}/internal/migrate",
-                                                                    req.model_dump_json()))
+        return MigrateResponse.model_validate_json(await self._post(f"{url}/internal/migrate", req.model_dump_json()))
 
     async def phase(self, url: str) -> PhaseStatus:
         return PhaseStatus.model_validate_json(await self._get(f"{url}/internal/phase"))
@@ -183,8 +202,13 @@ def _coalesce(chunks: list[GenerateChunk]) -> list[GenerateChunk]:
     out: list[GenerateChunk] = []
     for c in chunks:
         prev = out[-1] if out else None
-        if (prev is not None and prev.finish_reason is None and not prev.saved_blocks and not prev.error
-                and c.request_id == prev.request_id):
+        if (
+            prev is not None
+            and prev.finish_reason is None
+            and not prev.saved_blocks
+            and not prev.error
+            and c.request_id == prev.request_id
+        ):
             prev.token_ids = prev.token_ids + c.token_ids
             prev.text += c.text
             prev.finish_reason, prev.saved_blocks, prev.error = c.finish_reason, c.saved_blocks, c.error

@@ -32,7 +32,7 @@ class AgentInfo:
         tmp.rename(run_dir / FILE_NAME)
 
     @classmethod
-    def read(cls, run_dir: pathlib.Path) -> "AgentInfo | None":
+    def read(cls, run_dir: pathlib.Path) -> AgentInfo | None:
         """The node's info, or None before the connector has written it."""
         path = run_dir / FILE_NAME
         if not path.exists():

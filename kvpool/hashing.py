@@ -51,9 +51,7 @@ def block_hashes(token_ids: Sequence[int], block_size: int, salt: str) -> list[s
     return extend_block_hashes([], token_ids, block_size, salt)
 
 
-def extend_block_hashes(
-    known: Sequence[str], token_ids: Sequence[int], block_size: int, salt: str
-) -> list[str]:
+def extend_block_hashes(known: Sequence[str], token_ids: Sequence[int], block_size: int, salt: str) -> list[str]:
     """`block_hashes(token_ids, ...)`, reusing `known` (a prefix of the answer).
 
     For decode: hash only the blocks completed since the last call. `known`

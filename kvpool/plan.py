@@ -15,7 +15,9 @@ caught by the store's tags on the reading side.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class StepPlan:
     shape: dict[str, int] | None = None  # this step's work, for the iteration record
 
 
-def step_shape(scheduler_output) -> dict[str, int]:
+def step_shape(scheduler_output: Any) -> dict[str, int]:  # vLLM's SchedulerOutput (duck-typed)
     """What one engine step computes, from vLLM's SchedulerOutput.
 
     A request still producing no output is in prefill: its scheduled tokens
@@ -64,8 +66,15 @@ def step_shape(scheduler_output) -> dict[str, int]:
     `attention_pairs` sums, over the prefills, scheduled tokens x (scheduled
     + already computed): each prompt's new tokens attend to its own context.
     """
-    shape = dict(prefill_requests=0, uncached_prompt_tokens=0, cached_prompt_tokens=0, attention_pairs=0,
-                 decode_requests=0, generated_tokens=0, context_tokens=0)
+    shape = dict(
+        prefill_requests=0,
+        uncached_prompt_tokens=0,
+        cached_prompt_tokens=0,
+        attention_pairs=0,
+        decode_requests=0,
+        generated_tokens=0,
+        context_tokens=0,
+    )
     counts = scheduler_output.num_scheduled_tokens
     for r in scheduler_output.scheduled_new_reqs:
         n = counts.get(r.req_id, 0)
@@ -108,11 +117,11 @@ class SlotIndex:
             self._ready.move_to_end(block_hash)
         return slot
 
-    def pin(self, slots) -> None:
+    def pin(self, slots: Iterable[int]) -> None:
         for s in slots:
             self._pins[s] = self._pins.get(s, 0) + 1
 
-    def unpin(self, slots) -> None:
+    def unpin(self, slots: Iterable[int]) -> None:
         for s in slots:
             n = self._pins.get(s, 0) - 1
             if n <= 0:
@@ -156,15 +165,16 @@ class SlotIndex:
             self._free.append(slot)
 
 
-def plan_prefix_sources(hashes: list[str], start_block: int, max_blocks: int, index: SlotIndex,
-                        remote: dict[int, tuple[str, str, int]]) -> list[tuple[int, str, str | None, int]]:
+def plan_prefix_sources(
+    hashes: list[str], start_block: int, max_blocks: int, index: SlotIndex, remote: dict[int, tuple[str, str, int]]
+) -> list[tuple[int, str, str | None, int]]:
     """Walk blocks from `start_block` while each is local or offered remotely.
 
     `remote[i] = (hash, node_id, slot)` as resolved by the gateway. Returns
     [(block_index, hash, node_id or None for local, slot)], stopping at the
     first block found nowhere (a prefix must be contiguous).
     """
-    out = []
+    out: list[tuple[int, str, str | None, int]] = []
     for i in range(start_block, min(max_blocks, len(hashes))):
         slot = index.lookup(hashes[i])
         if slot is not None:

@@ -261,8 +261,15 @@ class HostBlockStore:
     def stats(self) -> StoreStats:
         with self._lock:
             filling = len(self._slot_of) - len(self._lru)
-            return StoreStats(self.capacity_blocks, self.block_bytes, len(self._lru), filling,
-                              len(self._pins), self._saved_total, self._dropped_total)
+            return StoreStats(
+                self.capacity_blocks,
+                self.block_bytes,
+                len(self._lru),
+                filling,
+                len(self._pins),
+                self._saved_total,
+                self._dropped_total,
+            )
 
     # -- internals (lock held) -------------------------------------------
     def _make_room(self, n: int) -> None:

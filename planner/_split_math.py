@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.estimator_config import EstimatorConfig
 from planner.types import SLO
 from planner.workload import WorkloadEstimate
-
-from planner.estimator_config import EstimatorConfig
 
 if TYPE_CHECKING:
     from planner.profile import Profile
@@ -31,8 +30,20 @@ _W_COLS = ("u", "c", "o", "f", "rate", "cs2", "ul", "cl", "u95")
 def workload_row(w: WorkloadEstimate) -> np.ndarray:
     cs2 = (w.remote_uncached_std / max(w.remote_uncached_mean, 1.0)) ** 2
     u95 = w.remote_uncached_mean + 1.645 * w.remote_uncached_std
-    return np.array([w.remote_uncached_mean, w.remote_cached_mean, w.output_mean, w.local_fraction, w.rate_rps,
-                     cs2, w.local_uncached_mean, w.local_cached_mean, u95], dtype=float)
+    return np.array(
+        [
+            w.remote_uncached_mean,
+            w.remote_cached_mean,
+            w.output_mean,
+            w.local_fraction,
+            w.rate_rps,
+            cs2,
+            w.local_uncached_mean,
+            w.local_cached_mean,
+            u95,
+        ],
+        dtype=float,
+    )
 
 
 def scenarios(profile: Profile, workloads: list[WorkloadEstimate], with_uncertainty: bool) -> dict[str, np.ndarray]:
@@ -44,8 +55,12 @@ def scenarios(profile: Profile, workloads: list[WorkloadEstimate], with_uncertai
     if with_uncertainty:
         w = workloads[0]
         n, nr, f = max(w.n, 1), max(w.n_remote, 1), w.local_fraction
-        w_se = [w.remote_uncached_std / math.sqrt(nr), w.remote_cached_std / math.sqrt(nr),
-                w.output_std / math.sqrt(n), math.sqrt(f * (1 - f) / n)]
+        w_se = [
+            w.remote_uncached_std / math.sqrt(nr),
+            w.remote_cached_std / math.sqrt(nr),
+            w.output_std / math.sqrt(n),
+            math.sqrt(f * (1 - f) / n),
+        ]
         deltas: list[tuple[int, np.ndarray]] = []
         for key, model in enumerate((profile.prefill.rls, profile.decode.rls)):
             vals, vecs = np.linalg.eigh(model.param_cov)
@@ -61,9 +76,12 @@ def scenarios(profile: Profile, workloads: list[WorkloadEstimate], with_uncertai
     return {"p": np.stack(rows_p), "d": np.stack(rows_d), "w": wcols}
 
 
-def evaluate(sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_tokens: float,
-              cfg: EstimatorConfig, slo: SLO) -> dict[str, np.ndarray]:
-    col = lambda a, i: a[:, i : i + 1]  # noqa: E731  (J × 1 column)
+def evaluate(
+    sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_tokens: float, cfg: EstimatorConfig, slo: SLO
+) -> dict[str, np.ndarray]:
+    def col(a: np.ndarray, i: int) -> np.ndarray:  # one column, kept 2-D (J × 1)
+        return a[:, i : i + 1]
+
     ap, bp, cp, dp = (col(sc["p"], i) for i in range(4))
     ad, bd, cd = (col(sc["d"], i) for i in range(3))
     u, c, out_tokens, f, lam, cs2, ul, cl, u95 = (col(sc["w"], i) for i in range(len(_W_COLS)))
@@ -108,8 +126,17 @@ def evaluate(sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_to
         e2e = np.minimum(ttft_mean + o * tpot, UNSTABLE_S)
     kv_ok = (kv_tokens <= 0) | (kv_tokens * cfg.kv_usable_fraction >= ctx + o / 2.0)
     feasible = (lam <= cap) & (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s) & kv_ok & (D > 0)
-    return {"cap": cap, "pre_cap": pre_cap, "dec_cap": dec_cap, "ttft": ttft, "tpot": tpot, "e2e": e2e,
-            "batch": batch, "feasible": feasible, "tokens": cap * out_tokens}
+    return {
+        "cap": cap,
+        "pre_cap": pre_cap,
+        "dec_cap": dec_cap,
+        "ttft": ttft,
+        "tpot": tpot,
+        "e2e": e2e,
+        "batch": batch,
+        "feasible": feasible,
+        "tokens": cap * out_tokens,
+    }
 
 
 def sd(x: np.ndarray) -> np.ndarray:

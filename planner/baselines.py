@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner import decision as rule
-from planner.types import ClusterView, Decision, IterationRecord, PlannerMode, RequestSample
 from core import Phase
+from planner import decision as rule
+from planner.types import ClusterView, Decision, IterationRecord, PlannerMode, RequestSample, SwitchAction
 
 
 class _Blind:
@@ -62,8 +62,16 @@ class StaticPlanner(_Blind):
 
     def decide(self, view: ClusterView) -> Decision:
         split = _split(view)
-        return Decision(t=view.now, planner=self.name, current_split=split, chosen_split=split, actions=(),
-                        acted=False, reason=f"static: fixed at {self.prefill_nodes} prefill nodes", confidence=1.0)
+        return Decision(
+            t=view.now,
+            planner=self.name,
+            current_split=split,
+            chosen_split=split,
+            actions=(),
+            acted=False,
+            reason=f"static: fixed at {self.prefill_nodes} prefill nodes",
+            confidence=1.0,
+        )
 
 
 class ScheduledPlanner(_Blind):
@@ -94,9 +102,16 @@ class ScheduledPlanner(_Blind):
         target = min(self.target(view.now), len(view.nodes))
         actions = rule.move_actions(view.nodes, split[0], target, rule.protected_ids(view.nodes, view.pin))
         acted = view.mode == PlannerMode.AUTO and bool(actions)
-        return Decision(t=view.now, planner=self.name, current_split=split,
-                        chosen_split=rule.split_after(split, actions, view.nodes), actions=actions if acted else (),
-                        acted=acted, reason=f"schedule: {target} prefill nodes from now", confidence=1.0)
+        return Decision(
+            t=view.now,
+            planner=self.name,
+            current_split=split,
+            chosen_split=rule.split_after(split, actions, view.nodes),
+            actions=actions if acted else (),
+            acted=acted,
+            reason=f"schedule: {target} prefill nodes from now",
+            confidence=1.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -167,16 +182,21 @@ class DynamoPlanner:
         kv = sum(n.kv_usage for n in decode) / len(decode) if decode else 0.0
         self._samples.append((queue, kv))
         if view.now < self._next_adjust_t:
-            return self._decision(view, split, (), "collecting metrics", {"prefill_queue_per_worker": queue,
-                                                                         "decode_kv_usage": kv})
+            return self._decision(
+                view, split, (), "collecting metrics", {"prefill_queue_per_worker": queue, "decode_kv_usage": kv}
+            )
         q_avg = sum(s[0] for s in self._samples) / len(self._samples)
         kv_avg = sum(s[1] for s in self._samples) / len(self._samples)
         self._samples = []
         self._next_adjust_t = view.now + cfg.adjustment_interval_s
         dp = 1 if q_avg > cfg.prefill_queue_scale_up else (-1 if q_avg < cfg.prefill_queue_scale_down else 0)
         dd = 1 if kv_avg > cfg.decode_kv_scale_up else (-1 if kv_avg < cfg.decode_kv_scale_down else 0)
-        inputs = {"prefill_queue_per_worker": q_avg, "decode_kv_usage": kv_avg,
-                  "prefill_demand": float(dp), "decode_demand": float(dd)}
+        inputs = {
+            "prefill_queue_per_worker": q_avg,
+            "decode_kv_usage": kv_avg,
+            "prefill_demand": float(dp),
+            "decode_demand": float(dd),
+        }
         protected = rule.protected_ids(view.nodes, view.pin)
         target = split[0]
         if dp > dd and split[1] > cfg.min_decode:
@@ -190,8 +210,14 @@ class DynamoPlanner:
         reason = f"relaunch {actions[0].node_id} as {to}: prefill demand {dp:+d}, decode demand {dd:+d}"
         return self._decision(view, split, actions, reason, inputs)
 
-    def _decision(self, view: ClusterView, split: tuple[int, int], actions: tuple, reason: str,
-                  inputs: dict[str, float]) -> Decision:
+    def _decision(
+        self,
+        view: ClusterView,
+        split: tuple[int, int],
+        actions: tuple[SwitchAction, ...],
+        reason: str,
+        inputs: dict[str, float],
+    ) -> Decision:
         acted = view.mode == PlannerMode.AUTO and bool(actions)
         chosen = rule.split_after(split, actions, view.nodes)
         if acted:
@@ -202,5 +228,14 @@ class DynamoPlanner:
             reason = f"{view.mode.value}: would {reason}"
         if self._blocked_until is not None:
             inputs = {**inputs, "blocked_until": self._blocked_until}
-        return Decision(t=view.now, planner=self.name, current_split=split, chosen_split=chosen,
-                        actions=actions if acted else (), acted=acted, reason=reason, confidence=1.0, inputs=inputs)
+        return Decision(
+            t=view.now,
+            planner=self.name,
+            current_split=split,
+            chosen_split=chosen,
+            actions=actions if acted else (),
+            acted=acted,
+            reason=reason,
+            confidence=1.0,
+            inputs=inputs,
+        )

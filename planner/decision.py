@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core import Phase
 from planner.estimator import SplitEstimate
 from planner.types import SLO, NodeState, Pin, SwitchAction
-from core import Phase
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,9 @@ def choose_nodes(nodes: Iterable[NodeState], from_phase: Phase, count: int, prot
     return [n.node_id for n in pool[: max(count, 0)]]
 
 
-def move_actions(nodes: Sequence[NodeState], current_prefill: int, target_prefill: int,
-                 protected: set[str]) -> tuple[SwitchAction, ...]:
+def move_actions(
+    nodes: Sequence[NodeState], current_prefill: int, target_prefill: int, protected: set[str]
+) -> tuple[SwitchAction, ...]:
     """Actions that move the split from current to target prefill nodes (as
     far as movable nodes allow)."""
     delta = target_prefill - current_prefill
@@ -124,8 +125,9 @@ def move_actions(nodes: Sequence[NodeState], current_prefill: int, target_prefil
     return tuple(SwitchAction(i, dst) for i in choose_nodes(nodes, src, abs(delta), protected))
 
 
-def split_after(current: tuple[int, int], actions: Iterable[SwitchAction],
-                nodes: Sequence[NodeState]) -> tuple[int, int]:
+def split_after(
+    current: tuple[int, int], actions: Iterable[SwitchAction], nodes: Sequence[NodeState]
+) -> tuple[int, int]:
     """(prefill, decode) once ``actions`` are applied."""
     phase = {n.node_id: n.phase for n in nodes}
     p, d = current

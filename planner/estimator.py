@@ -62,7 +62,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
 class SplitEstimate:
     """Per-split predictions, arrays aligned with ``prefill_nodes``.
@@ -100,19 +99,39 @@ class SplitEstimate:
         return int(hits[0])
 
 
-def _split_estimate(r: dict[str, np.ndarray], row: int, p_arr: np.ndarray, total_nodes: int, reference: int,
-                    gain_sd: np.ndarray, cap_sd: np.ndarray, ttft_sd: np.ndarray, tpot_sd: np.ndarray,
-                    e2e_sd: np.ndarray) -> SplitEstimate:
+def _split_estimate(
+    r: dict[str, np.ndarray],
+    row: int,
+    p_arr: np.ndarray,
+    total_nodes: int,
+    reference: int,
+    gain_sd: np.ndarray,
+    cap_sd: np.ndarray,
+    ttft_sd: np.ndarray,
+    tpot_sd: np.ndarray,
+    e2e_sd: np.ndarray,
+) -> SplitEstimate:
     cap = r["cap"][row]
     finite = np.where(np.isfinite(cap), cap, 0.0)
     return SplitEstimate(
-        prefill_nodes=p_arr, decode_nodes=total_nodes - p_arr,
-        capacity_rps=cap[:-1], capacity_sd_rps=cap_sd,
-        prefill_capacity_rps=r["pre_cap"][row, :-1], decode_capacity_rps=r["dec_cap"][row, :-1],
-        tokens_per_s=r["tokens"][row, :-1], ttft_s=r["ttft"][row, :-1], tpot_s=r["tpot"][row, :-1],
-        ttft_sd_s=ttft_sd, tpot_sd_s=tpot_sd, e2e_s=r["e2e"][row, :-1], e2e_sd_s=e2e_sd,
-        decode_batch=r["batch"][row, :-1], feasible=r["feasible"][row, :-1],
-        gain_rps=finite[:-1] - finite[-1], gain_sd_rps=gain_sd, reference_prefill=reference,
+        prefill_nodes=p_arr,
+        decode_nodes=total_nodes - p_arr,
+        capacity_rps=cap[:-1],
+        capacity_sd_rps=cap_sd,
+        prefill_capacity_rps=r["pre_cap"][row, :-1],
+        decode_capacity_rps=r["dec_cap"][row, :-1],
+        tokens_per_s=r["tokens"][row, :-1],
+        ttft_s=r["ttft"][row, :-1],
+        tpot_s=r["tpot"][row, :-1],
+        ttft_sd_s=ttft_sd,
+        tpot_sd_s=tpot_sd,
+        e2e_s=r["e2e"][row, :-1],
+        e2e_sd_s=e2e_sd,
+        decode_batch=r["batch"][row, :-1],
+        feasible=r["feasible"][row, :-1],
+        gain_rps=finite[:-1] - finite[-1],
+        gain_sd_rps=gain_sd,
+        reference_prefill=reference,
         reference_prefill_capacity_rps=float(r["pre_cap"][row, -1]),
         reference_decode_capacity_rps=float(r["dec_cap"][row, -1]),
     )
@@ -127,9 +146,18 @@ def _check(total_nodes: int, prefill_nodes: Any, reference_prefill: int) -> np.n
     return p_arr
 
 
-def estimate_splits(profile: Profile, workload: WorkloadEstimate, total_nodes: int, prefill_nodes: Any, *,
-                    reference_prefill: int, slo: SLO = SLO(), kv_capacity_tokens: float = 0.0,
-                    config: EstimatorConfig = EstimatorConfig(), with_uncertainty: bool = True) -> SplitEstimate:
+def estimate_splits(
+    profile: Profile,
+    workload: WorkloadEstimate,
+    total_nodes: int,
+    prefill_nodes: Any,
+    *,
+    reference_prefill: int,
+    slo: SLO = SLO(),
+    kv_capacity_tokens: float = 0.0,
+    config: EstimatorConfig = EstimatorConfig(),
+    with_uncertainty: bool = True,
+) -> SplitEstimate:
     """Predict every split in ``prefill_nodes`` (each in [0, total_nodes]) and
     its capacity gain over the ``reference_prefill`` split (usually current).
 
@@ -140,13 +168,31 @@ def estimate_splits(profile: Profile, workload: WorkloadEstimate, total_nodes: i
     sc = scenarios(profile, [workload], with_uncertainty)
     r = evaluate(sc, np.append(p_arr, reference_prefill), total_nodes, kv_capacity_tokens, config, slo)
     finite = np.where(np.isfinite(r["cap"]), r["cap"], 0.0)
-    return _split_estimate(r, 0, p_arr, total_nodes, reference_prefill, sd(finite[:, :-1] - finite[:, -1:]),
-                           sd(finite)[:-1], sd(r["ttft"])[:-1], sd(r["tpot"])[:-1], sd(r["e2e"])[:-1])
+    return _split_estimate(
+        r,
+        0,
+        p_arr,
+        total_nodes,
+        reference_prefill,
+        sd(finite[:, :-1] - finite[:, -1:]),
+        sd(finite)[:-1],
+        sd(r["ttft"])[:-1],
+        sd(r["tpot"])[:-1],
+        sd(r["e2e"])[:-1],
+    )
 
 
-def estimate_many(profile: Profile, workloads: list[WorkloadEstimate], total_nodes: int, prefill_nodes: Any, *,
-                  reference_prefill: int, slo: SLO = SLO(), kv_capacity_tokens: float = 0.0,
-                  config: EstimatorConfig = EstimatorConfig()) -> list[SplitEstimate]:
+def estimate_many(
+    profile: Profile,
+    workloads: list[WorkloadEstimate],
+    total_nodes: int,
+    prefill_nodes: Any,
+    *,
+    reference_prefill: int,
+    slo: SLO = SLO(),
+    kv_capacity_tokens: float = 0.0,
+    config: EstimatorConfig = EstimatorConfig(),
+) -> list[SplitEstimate]:
     """``estimate_splits`` without uncertainty for several workloads at once
     (one vectorised pass; used for the persistence sub-windows)."""
     p_arr = _check(total_nodes, prefill_nodes, reference_prefill)
@@ -155,8 +201,10 @@ def estimate_many(profile: Profile, workloads: list[WorkloadEstimate], total_nod
     sc = scenarios(profile, workloads, with_uncertainty=False)
     r = evaluate(sc, np.append(p_arr, reference_prefill), total_nodes, kv_capacity_tokens, config, slo)
     zeros = np.zeros(p_arr.size)
-    return [_split_estimate(r, i, p_arr, total_nodes, reference_prefill, zeros, zeros, zeros, zeros, zeros)
-            for i in range(len(workloads))]
+    return [
+        _split_estimate(r, i, p_arr, total_nodes, reference_prefill, zeros, zeros, zeros, zeros, zeros)
+        for i in range(len(workloads))
+    ]
 
 
 @dataclass(frozen=True)
@@ -169,8 +217,9 @@ class SwitchCost:
     lost_requests: float
 
 
-def switch_costs(est: SplitEstimate, current_prefill: int, total_nodes: int,
-                 config: EstimatorConfig = EstimatorConfig()) -> tuple[np.ndarray, np.ndarray]:
+def switch_costs(
+    est: SplitEstimate, current_prefill: int, total_nodes: int, config: EstimatorConfig = EstimatorConfig()
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised (node_seconds, lost_requests) of moving from
     ``current_prefill`` to each split in ``est`` (its reference must be the
     current split)."""
@@ -184,8 +233,13 @@ def switch_costs(est: SplitEstimate, current_prefill: int, total_nodes: int,
     return seconds.astype(float), lost.astype(float)
 
 
-def switch_cost(est: SplitEstimate, current_prefill: int, target_prefill: int, total_nodes: int,
-                config: EstimatorConfig = EstimatorConfig()) -> SwitchCost:
+def switch_cost(
+    est: SplitEstimate,
+    current_prefill: int,
+    target_prefill: int,
+    total_nodes: int,
+    config: EstimatorConfig = EstimatorConfig(),
+) -> SwitchCost:
     """Cost of moving from ``current_prefill`` to ``target_prefill``."""
     seconds, lost = switch_costs(est, current_prefill, total_nodes, config)
     i = est.index(target_prefill)
@@ -197,7 +251,17 @@ def to_predictions(est: SplitEstimate, node_seconds: np.ndarray, z: float) -> tu
     cap = est.capacity_rps
     lo = np.maximum(cap - z * est.capacity_sd_rps, 0.0)
     hi = cap + z * est.capacity_sd_rps
-    cols = zip(est.prefill_nodes.tolist(), est.decode_nodes.tolist(), cap.tolist(), lo.tolist(), hi.tolist(),
-               est.tokens_per_s.tolist(), est.ttft_s.tolist(), est.tpot_s.tolist(), est.feasible.tolist(),
-               node_seconds.tolist(), strict=True)
+    cols = zip(
+        est.prefill_nodes.tolist(),
+        est.decode_nodes.tolist(),
+        cap.tolist(),
+        lo.tolist(),
+        hi.tolist(),
+        est.tokens_per_s.tolist(),
+        est.ttft_s.tolist(),
+        est.tpot_s.tolist(),
+        est.feasible.tolist(),
+        node_seconds.tolist(),
+        strict=True,
+    )
     return tuple(SplitPrediction(*row) for row in cols)

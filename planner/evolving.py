@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core import Phase
 from planner import decision as rule
 from planner.estimator import (
     EstimatorConfig,
@@ -39,8 +40,15 @@ from planner.estimator import (
 from planner.offered import offered_weights
 from planner.profile import Profile
 from planner.regression import RLSConfig
-from planner.types import ClusterView, Decision, IterationRecord, PlannerMode, RequestSample, SwitchAction
-from core import Phase
+from planner.types import (
+    ClusterView,
+    Decision,
+    IterationRecord,
+    PlannerMode,
+    RequestSample,
+    SplitPrediction,
+    SwitchAction,
+)
 from planner.workload import WorkloadConfig, WorkloadEstimate, WorkloadEstimator
 
 
@@ -161,8 +169,9 @@ class EvolvingPlanner:
 
     def observe_requests(self, samples: list[RequestSample]) -> None:
         t0 = self._last_tick_t
-        weights = offered_weights(self.profile, samples, self.config.offered_max_weight) \
-            if self.config.offered_mix else None
+        weights = (
+            offered_weights(self.profile, samples, self.config.offered_max_weight) if self.config.offered_mix else None
+        )
         self.workload.observe(samples, weights, not_before=t0 if self.config.key_by_report else None)
 
     # -- decide --------------------------------------------------------------
@@ -209,8 +218,16 @@ class EvolvingPlanner:
         splits = self._splits(n_nodes, tick.current[0])
         tick.workload = w
         tick.kv_tokens = self._kv_tokens(view)
-        tick.est = estimate_splits(self.profile, w, n_nodes, splits, reference_prefill=tick.current[0], slo=view.slo,
-                                   kv_capacity_tokens=tick.kv_tokens, config=cfg.estimator)
+        tick.est = estimate_splits(
+            self.profile,
+            w,
+            n_nodes,
+            splits,
+            reference_prefill=tick.current[0],
+            slo=view.slo,
+            kv_capacity_tokens=tick.kv_tokens,
+            config=cfg.estimator,
+        )
         tick.seconds, tick.lost = switch_costs(tick.est, tick.current[0], n_nodes, cfg.estimator)
 
     def _splits(self, n_nodes: int, p_cur: int) -> np.ndarray:
@@ -220,8 +237,12 @@ class EvolvingPlanner:
 
     def _model_inputs(self) -> dict[str, float]:
         p, d = self.profile.prefill.rls, self.profile.decode.rls
-        return {"prefill_samples": float(p.count), "decode_samples": float(d.count),
-                "prefill_sigma_ms": p.sigma, "decode_sigma_ms": d.sigma}
+        return {
+            "prefill_samples": float(p.count),
+            "decode_samples": float(d.count),
+            "prefill_sigma_ms": p.sigma,
+            "decode_sigma_ms": d.sigma,
+        }
 
     @staticmethod
     def _kv_tokens(view: ClusterView) -> float:
@@ -265,8 +286,12 @@ class EvolvingPlanner:
         i = est.index(target)
         frac_lcb = rule.gain_fraction(float(net.lcb[i]), cap_cur, cfg.horizon_s)
         conf = rule.normal_confidence(float(net.mean[i]), float(net.sd[i]))
-        tick.inputs.update(candidate_prefill=float(target), net_gain_lcb_frac=frac_lcb,
-                           gain_rps=float(est.gain_rps[i]), switch_cost_requests=float(lost[i]))
+        tick.inputs.update(
+            candidate_prefill=float(target),
+            net_gain_lcb_frac=frac_lcb,
+            gain_rps=float(est.gain_rps[i]),
+            switch_cost_requests=float(lost[i]),
+        )
         if frac_lcb < cfg.min_gain_frac:
             return self._finish(tick, (), f"hold: gain of {target}P below threshold ({frac_lcb:.3f})", 1.0 - conf)
         worst = self._persisted_gain(tick, target, float(lost[i]))
@@ -304,10 +329,12 @@ class EvolvingPlanner:
         worst = min((1.0 - float(e.e2e_s[1]) / float(e.e2e_s[0]) for e in ests), default=-np.inf)
         tick.inputs["persisted_e2e_gain_frac"] = worst
         if worst < cfg.min_gain_frac:
-            return self._finish(tick, (), f"hold: faster responses at {target}P not persisted ({worst:.3f})",
-                                1.0 - conf)
-        return self._move(tick, target, f"latency: mean response {frac:.3f} shorter at {target}P (bound), "
-                                        "capacity has headroom", conf)
+            return self._finish(
+                tick, (), f"hold: faster responses at {target}P not persisted ({worst:.3f})", 1.0 - conf
+            )
+        return self._move(
+            tick, target, f"latency: mean response {frac:.3f} shorter at {target}P (bound), capacity has headroom", conf
+        )
 
     def _bucket_estimates(self, tick: _Tick) -> list[WorkloadEstimate] | None:
         cfg = self.config
@@ -333,12 +360,24 @@ class EvolvingPlanner:
             return -np.inf
         horizon = self.config.horizon_s
         ests = self._quick(buckets, np.array([tick.current[0], target]), tick)
-        return float(min(rule.gain_fraction(float(e.gain_rps[1]) * horizon - lost, float(e.capacity_rps[0]), horizon)
-                         for e in ests))
+        return float(
+            min(
+                rule.gain_fraction(float(e.gain_rps[1]) * horizon - lost, float(e.capacity_rps[0]), horizon)
+                for e in ests
+            )
+        )
 
     def _quick(self, ws: list[WorkloadEstimate], splits: np.ndarray, tick: _Tick) -> list[SplitEstimate]:
-        return estimate_many(self.profile, ws, len(tick.view.nodes), splits, reference_prefill=tick.current[0],
-                             slo=tick.view.slo, kv_capacity_tokens=tick.kv_tokens, config=self.config.estimator)
+        return estimate_many(
+            self.profile,
+            ws,
+            len(tick.view.nodes),
+            splits,
+            reference_prefill=tick.current[0],
+            slo=tick.view.slo,
+            kv_capacity_tokens=tick.kv_tokens,
+            config=self.config.estimator,
+        )
 
     # -- output --------------------------------------------------------------
     def _move(self, tick: _Tick, target: int, why: str, confidence: float) -> Decision:
@@ -356,13 +395,19 @@ class EvolvingPlanner:
             reason = f"{view.mode.value}: would {reason} [{moves}]"
         if acted:
             self._last_act_t = view.now
-        preds = ()
+        preds: tuple[SplitPrediction, ...] = ()
         if tick.est is not None and tick.seconds is not None:
             preds = to_predictions(tick.est, tick.seconds, self.config.estimator.z)
         self.last_decision = Decision(
-            t=view.now, planner=self.name, current_split=tick.current, chosen_split=chosen,
-            actions=actions if acted else (), acted=acted, reason=reason,
-            confidence=float(min(max(confidence, 0.0), 1.0)), predictions=preds,
+            t=view.now,
+            planner=self.name,
+            current_split=tick.current,
+            chosen_split=chosen,
+            actions=actions if acted else (),
+            acted=acted,
+            reason=reason,
+            confidence=float(min(max(confidence, 0.0), 1.0)),
+            predictions=preds,
             inputs={k: float(np.clip(v, -1e18, 1e18)) for k, v in tick.inputs.items()},  # JSON-safe
         )
         return self.last_decision

@@ -43,8 +43,16 @@ def offered_weights(profile: Profile, samples: Sequence[RequestSample], max_weig
     known = [i for i, s in enumerate(samples) if s.gap_s is not None and s.e2e_s is not None]
     if not known or not profile.ready:
         return w
-    fields = ((samples[i].uncached_prompt_tokens, samples[i].cached_prompt_tokens, samples[i].output_tokens,
-               samples[i].gap_s, samples[i].e2e_s) for i in known)
+    fields = (
+        (
+            samples[i].uncached_prompt_tokens,
+            samples[i].cached_prompt_tokens,
+            samples[i].output_tokens,
+            samples[i].gap_s,
+            samples[i].e2e_s,
+        )
+        for i in known
+    )
     # fromiter over a flat stream: np.array on a list of tuples converts element by element (a planner tick
     # of a 3,072-GPU simulation folds ~10k samples)
     rows = np.fromiter(chain.from_iterable(fields), dtype=float, count=5 * len(known)).reshape(-1, 5)

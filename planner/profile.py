@@ -26,9 +26,9 @@ from typing import Literal
 
 import numpy as np
 
+from core import Phase
 from planner.regression import RecursiveLeastSquares, RLSConfig
 from planner.types import IterationRecord
-from core import Phase
 
 Kind = Literal["prefill", "decode"]
 # Floor for the relative-error weights: steps shorter than this are timer noise.
@@ -52,8 +52,9 @@ def classify(record: IterationRecord) -> Kind | None:
     return None
 
 
-def prefill_features(uncached: np.ndarray | float, cached: np.ndarray | float,
-                     pairs: np.ndarray | float | None = None) -> np.ndarray:
+def prefill_features(
+    uncached: np.ndarray | float, cached: np.ndarray | float, pairs: np.ndarray | float | None = None
+) -> np.ndarray:
     """Feature rows [1, u, c, pairs/1e4] for token totals (arrays broadcast);
     ``pairs``: Σ over the batch's prompts of u_i·(u_i+c_i), default u·(u+c)
     (one prompt)."""
@@ -81,8 +82,7 @@ class IterationModel:
 
     def features(self, record: IterationRecord) -> np.ndarray:
         if self.kind == "prefill":
-            return prefill_features(record.uncached_prompt_tokens, record.cached_prompt_tokens,
-                                    record.attention_pairs)
+            return prefill_features(record.uncached_prompt_tokens, record.cached_prompt_tokens, record.attention_pairs)
         return decode_features(record.batch_size, record.context_tokens)
 
     def update(self, record: IterationRecord) -> None:

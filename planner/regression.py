@@ -21,6 +21,7 @@ number (``theta``, ``param_cov``, predictions) is in raw units.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -225,7 +226,8 @@ class RecursiveLeastSquares:
         model._sigma2 = float(data["sigma2"])  # type: ignore[arg-type]
         model._weight = float(data["weight"])  # type: ignore[arg-type]
         model._count = int(data["count"])  # type: ignore[call-overload]
-        model._buffer = [(np.asarray(x, dtype=float), float(y)) for x, y in data["buffer"]]  # type: ignore[union-attr]
+        buffer = cast("list[tuple[list[float], float]]", data["buffer"])
+        model._buffer = [(np.asarray(x, dtype=float), float(y)) for x, y in buffer]
         return model
 
     @classmethod

@@ -147,8 +147,13 @@ class WorkloadEstimator:
         self._stats = np.zeros((self._slots, 2, _COLUMNS))
         self.first_t: float | None = None  # earliest arrival seen
 
-    def observe(self, samples: Iterable[RequestSample], weights: Iterable[float] | None = None, *,
-                not_before: float | None = None) -> None:
+    def observe(
+        self,
+        samples: Iterable[RequestSample],
+        weights: Iterable[float] | None = None,
+        *,
+        not_before: float | None = None,
+    ) -> None:
         """Fold finished requests in (``weights``: one per sample, > 0, default
         1); samples older than retention are dropped. ``not_before``: a sample
         that arrived earlier is binned at this time instead."""
@@ -174,8 +179,9 @@ class WorkloadEstimator:
             return
         cls = np.where(u[keep] <= self.config.local_prefill_max_tokens, LOCAL, REMOTE)
         uk, ck, ok, wk = u[keep], c[keep], o[keep], w[keep]
-        vals = np.stack([np.ones_like(uk), wk, wk * uk, wk * uk * uk, wk * ck, wk * ck * ck, wk * ok, wk * ok * ok],
-                        axis=-1)
+        vals = np.stack(
+            [np.ones_like(uk), wk, wk * uk, wk * uk * uk, wk * ck, wk * ck * ck, wk * ok, wk * ok * ok], axis=-1
+        )
         np.add.at(self._stats, (slots[keep], cls), vals)
         t_min = float(t[keep].min())
         self.first_t = t_min if self.first_t is None else min(self.first_t, t_min)

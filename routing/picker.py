@@ -75,7 +75,7 @@ def within_load_slack(nodes: list[NodeLoad], slack: int | None) -> list[NodeLoad
 def _best(nodes: list[NodeLoad], scores: list[float]) -> NodeLoad:
     # Highest score; ties broken by the larger node id so the choice is deterministic.
     best, top = nodes[0], scores[0]
-    for n, s in zip(nodes, scores):
+    for n, s in zip(nodes, scores, strict=False):
         if s > top or (s == top and n.node_id > best.node_id):
             best, top = n, s
     return best
@@ -94,8 +94,9 @@ def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = Route
 
     wl, wq, wk = config.decode_weights
     scale = config.load_scale
-    decode = _best(decoders, [wl * prefix_locality(req, n) + wq * queue_load(n, scale) + wk * free_kv(n)
-                              for n in decoders])
+    decode = _best(
+        decoders, [wl * prefix_locality(req, n) + wq * queue_load(n, scale) + wk * free_kv(n) for n in decoders]
+    )
     cached = max(req.pool_cached_tokens, req.cached_by_node.get(decode.node_id, 0))
     uncached = max(0, req.prompt_tokens - cached)
     if uncached <= config.local_prefill_max_tokens or not prefillers:

@@ -24,12 +24,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from sim.scenarios import SCENARIOS, Scenario, build
 from sim.cluster import Cluster, SimConfig
 from sim.profiles import DEFAULT_PROFILE, GpuProfile
+from sim.scenarios import SCENARIOS, Scenario, build
 
 
-def _planner(name: str, gpu: GpuProfile, prefill_nodes: int):  # noqa: ANN202
+def _planner(name: str, gpu: GpuProfile, prefill_nodes: int):
     from planner.registry import make_planner
 
     if name == "evolving":
@@ -57,8 +57,9 @@ def _run_all(tasks: list[tuple], jobs: int) -> list[dict[str, Any]]:
     return [run_one(t) for t in tasks]
 
 
-def oracle_search(sc: Scenario, *, seed: int, profile: str, jobs: int, extra: dict[str, Any],
-                  segments: int) -> dict[str, Any]:
+def oracle_search(
+    sc: Scenario, *, seed: int, profile: str, jobs: int, extra: dict[str, Any], segments: int
+) -> dict[str, Any]:
     """Greedy clairvoyant schedule (module doc); the full run of the best table."""
     if segments < 1:
         raise ValueError("segments must be >= 1")
@@ -70,8 +71,9 @@ def oracle_search(sc: Scenario, *, seed: int, profile: str, jobs: int, extra: di
         start, end = i * width, horizon if i == segments - 1 else (i + 1) * width
         splits = list(range(1, sc.nodes))
         tables = [schedule + [(start, p)] for p in splits]
-        outs = _run_all([(sc, _schedule_spec(t), profile, t[0][1], seed, {**extra, "horizon_s": end})
-                         for t in tables], jobs)
+        outs = _run_all(
+            [(sc, _schedule_spec(t), profile, t[0][1], seed, {**extra, "horizon_s": end}) for t in tables], jobs
+        )
         k = max(range(len(splits)), key=lambda j: (outs[j]["completed"], -outs[j]["mean_e2e_s"]))
         schedule, best = tables[k], outs[k]
     return {**best, "schedule": [[t, p] for t, p in schedule]}
@@ -95,8 +97,16 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b > 0 else None
 
 
-def simulate(sc: Scenario, planners: list[str], *, seed: int, profile: str, jobs: int,
-             extra: dict[str, Any], oracle_segments: int = 3) -> dict[str, Any]:
+def simulate(
+    sc: Scenario,
+    planners: list[str],
+    *,
+    seed: int,
+    profile: str,
+    jobs: int,
+    extra: dict[str, Any],
+    oracle_segments: int = 3,
+) -> dict[str, Any]:
     n = sc.nodes
     gpu = GpuProfile.from_json(profile)
     tasks: dict[str, tuple] = {}
@@ -114,20 +124,24 @@ def simulate(sc: Scenario, planners: list[str], *, seed: int, profile: str, jobs
     names = list(tasks)
     res = dict(zip(names, _run_all([tasks[k] for k in names], jobs), strict=True))
     if "oracle" in planners and sc.name != "fixed-4p5d":
-        res["oracle"] = oracle_search(sc, seed=seed, profile=profile, jobs=jobs, extra=extra,
-                                      segments=oracle_segments)
+        res["oracle"] = oracle_search(sc, seed=seed, profile=profile, jobs=jobs, extra=extra, segments=oracle_segments)
     results: dict[str, Any] = {k: v for k, v in res.items() if not k.startswith("static:")}
     statics = {int(k.split(":")[1]): v for k, v in res.items() if k.startswith("static:")}
     if statics:
         best = max(statics, key=lambda p: (statics[p]["throughput_rps"], -statics[p]["mean_e2e_s"]))
-        results["static_best"] = {**statics[best], "split": [best, n - best],
-                                  "all_splits": {str(p): statics[p]["throughput_rps"] for p in sorted(statics)}}
+        results["static_best"] = {
+            **statics[best],
+            "split": [best, n - best],
+            "all_splits": {str(p): statics[p]["throughput_rps"] for p in sorted(statics)},
+        }
     ratios: dict[str, float | None] = {}
     if "evolving" in results:
         ev = results["evolving"]["throughput_rps"]
         if "static_best" in results:
             ratios["vs_static_best"] = _ratio(ev, results["static_best"]["throughput_rps"])
-            ratios["e2e_vs_static_best"] = _ratio(results["static_best"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"])
+            ratios["e2e_vs_static_best"] = _ratio(
+                results["static_best"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"]
+            )
         if "dynamo" in results:
             ratios["vs_dynamo"] = _ratio(ev, results["dynamo"]["throughput_rps"])
             ratios["e2e_vs_dynamo"] = _ratio(results["dynamo"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"])
@@ -137,10 +151,20 @@ def simulate(sc: Scenario, planners: list[str], *, seed: int, profile: str, jobs
         lw = results["layerwise"]["prefill_idle_fraction"]
         ratios["idle_fraction_reduction"] = round(1 - results["async"]["prefill_idle_fraction"] / lw, 4) if lw else None
     if "oracle" in results and "static_best" in results:
-        ratios["oracle_vs_static_best"] = _ratio(results["oracle"]["throughput_rps"],
-                                                 results["static_best"]["throughput_rps"])
-    return {"scenario": sc.name, "note": sc.note, "nodes": n, "gpus": n * gpu.gpus_per_node, "profile": gpu.name,
-            "requests": len(sc.workload.requests), "seed": seed, "results": results, "ratios": ratios}
+        ratios["oracle_vs_static_best"] = _ratio(
+            results["oracle"]["throughput_rps"], results["static_best"]["throughput_rps"]
+        )
+    return {
+        "scenario": sc.name,
+        "note": sc.note,
+        "nodes": n,
+        "gpus": n * gpu.gpus_per_node,
+        "profile": gpu.name,
+        "requests": len(sc.workload.requests),
+        "seed": seed,
+        "results": results,
+        "ratios": ratios,
+    }
 
 
 def plot(report: dict[str, Any], path: str) -> None:
@@ -179,8 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=1.0, help="multiply the scenario's agent count / rate")
     ap.add_argument("--mix", choices=["coding", "cu", "math"], help="fixed-4p5d: the agents' kind (default coding)")
     ap.add_argument("--profile", default=str(DEFAULT_PROFILE), help="GPU profile JSON")
-    ap.add_argument("--directory", choices=["memory", "local"], default="memory",
-                    help="memory: kvpool's in-memory directory; local: the simulator's faster index")
+    ap.add_argument(
+        "--directory",
+        choices=["memory", "local"],
+        default="memory",
+        help="memory: kvpool's in-memory directory; local: the simulator's faster index",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2, help="parallel simulations")
     ap.add_argument("--json", action="store_true", help="print the JSON report")
@@ -191,12 +219,20 @@ def main(argv: list[str] | None = None) -> int:
     planners += ["oracle"] if a.oracle else []
     t0 = time.perf_counter()
     try:
-        sc = build(a.scenario, seed=a.seed, nodes=a.nodes, trace=a.trace, duration_s=a.duration, scale=a.load,
-                   mix=a.mix)
+        sc = build(
+            a.scenario, seed=a.seed, nodes=a.nodes, trace=a.trace, duration_s=a.duration, scale=a.load, mix=a.mix
+        )
     except ValueError as e:
         ap.error(str(e))
-    report = simulate(sc, planners, seed=a.seed, profile=a.profile, jobs=a.jobs, extra={"directory": a.directory},
-                      oracle_segments=a.oracle_segments)
+    report = simulate(
+        sc,
+        planners,
+        seed=a.seed,
+        profile=a.profile,
+        jobs=a.jobs,
+        extra={"directory": a.directory},
+        oracle_segments=a.oracle_segments,
+    )
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if a.plot:
         plot(report, a.plot)
@@ -208,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=1))
     else:
         for name, r in report["results"].items():
-            print(f"{name:12s} thr={r['throughput_rps']:.3f} rps  e2e={r['mean_e2e_s']:.1f}s  "
-                  f"p95ttft={r['p95_ttft_s']:.2f}s  switches={r['switches']}")
+            print(
+                f"{name:12s} thr={r['throughput_rps']:.3f} rps  e2e={r['mean_e2e_s']:.1f}s  "
+                f"p95ttft={r['p95_ttft_s']:.2f}s  switches={r['switches']}"
+            )
         print("ratios", report["ratios"])
     return 0
 

@@ -20,17 +20,17 @@ from typing import Literal
 
 import numpy as np
 
+from core import Phase
+from planner.types import SLO, ClusterView, IterationRecord, NodeState, Planner, RequestSample
+from routing import NodeLoad, RouterConfig, RouteRequest, route
+from sim.directory import Directory, PrefixHits, make_directory
 from sim.events import EventLoop
-from sim.directory import PrefixHits, Directory, make_directory
 from sim.metrics import RunLog
 from sim.node import NodeStatus, SimNode
 from sim.profiles import GpuProfile
 from sim.state import RawRecord, SimRequest
 from sim.switching import Switcher
 from sim.workloads import Request, Workload
-from routing import NodeLoad, RouteRequest, RouterConfig, route
-from planner.types import SLO, ClusterView, IterationRecord, NodeState, Planner, RequestSample
-from core import Phase
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,28 @@ class Cluster:
         for i in range(cfg.nodes):
             nid = f"n{i:04d}"
             phase = Phase.PREFILL if i < cfg.prefill_nodes else Phase.DECODE
-            node = SimNode(nid, phase, self.loop, gpu.model, node_cfg, self._prefill_done,
-                           self._first_token, self._decode_done, self.records)
+            node = SimNode(
+                nid,
+                phase,
+                self.loop,
+                gpu.model,
+                node_cfg,
+                self._prefill_done,
+                self._first_token,
+                self._decode_done,
+                self.records,
+            )
             node.on_change = self._serving_changed
             self.nodes[nid] = node
         self._serving: list[SimNode] | None = None  # accepting nodes; rebuilt after a status/phase change
         self._by_phase: tuple[list[SimNode], list[SimNode]] = ([], [])  # ...split into prefill, decode
         self._pick = random.Random(cfg.seed)  # candidate sampling: O(k), unlike numpy's choice without replacement
-        self.directory: Directory = make_directory(cfg.host_blocks_per_node,
-                                                    workload.block_tokens * node_cfg.kv_bytes_per_token,
-                                                    lambda: self.loop.now, cfg.directory)
+        self.directory: Directory = make_directory(
+            cfg.host_blocks_per_node,
+            workload.block_tokens * node_cfg.kv_bytes_per_token,
+            lambda: self.loop.now,
+            cfg.directory,
+        )
         self.log = RunLog()
         self.samples: list[RequestSample] = []
         mode = cfg.switch_mode
@@ -131,21 +143,26 @@ class Cluster:
         cached prefix."""
         if self._serving is None:
             self._serving = [n for n in self.nodes.values() if n.accepting]
-            self._by_phase = ([n for n in self._serving if n.phase is Phase.PREFILL],
-                              [n for n in self._serving if n.phase is Phase.DECODE])
+            self._by_phase = (
+                [n for n in self._serving if n.phase is Phase.PREFILL],
+                [n for n in self._serving if n.phase is Phase.DECODE],
+            )
         serving = self._serving
         if len(serving) > self.cfg.sample_above:
             k, rnd = self.cfg.sample_per_phase, self._pick.random
             # k draws with replacement (duplicates collapse): random.sample's checks cost more than the draws
-            chosen = {n.node_id: n for group in self._by_phase
-                      for n in (group if len(group) <= k else [group[int(rnd() * len(group))] for _ in range(k)])}
+            chosen = {
+                n.node_id: n
+                for group in self._by_phase
+                for n in (group if len(group) <= k else [group[int(rnd() * len(group))] for _ in range(k)])
+            }
             for nid in hits.top(4) if hits is not None else ():
                 if self.nodes[nid].accepting:
                     chosen[nid] = self.nodes[nid]
             serving = list(chosen.values())
         return [n.load() for n in serving]
 
-    def _route(self, prompt: int, pool_cached: int, hits: PrefixHits | None, cap: int):  # noqa: ANN202
+    def _route(self, prompt: int, pool_cached: int, hits: PrefixHits | None, cap: int):
         """Route over the candidates; also returns their cached tokens {node: tokens} (≤ cap)."""
         loads = self._candidates(hits)
         bt = self.wl.block_tokens
@@ -243,8 +260,16 @@ class Cluster:
             self.directory.release(req.branch_id)
         self.log.done(sr)
         gap = req.gap_s if req.after and self.wl.closed_loop else None
-        self.samples.append(RequestSample(sr.arrival, req.prompt_tokens - sr.cached, sr.cached, req.output_tokens,
-                                          e2e_s=now - sr.arrival, gap_s=gap))
+        self.samples.append(
+            RequestSample(
+                sr.arrival,
+                req.prompt_tokens - sr.cached,
+                sr.cached,
+                req.output_tokens,
+                e2e_s=now - sr.arrival,
+                gap_s=gap,
+            )
+        )
         for dep in self._deps.pop(req.req_id, ()):
             left = self._pending[dep.req_id] - 1
             self._pending[dep.req_id] = left
@@ -282,8 +307,17 @@ class Cluster:
         states = []
         for n in self.nodes.values():
             phase, load = n.draining_to or n.phase, n.load()
-            states.append(NodeState(n.node_id, phase, draining=not n.accepting, queue=load.queue, running=load.running,
-                                    kv_usage=load.kv_usage, kv_capacity_tokens=self.node_cfg.kv_capacity_tokens))
+            states.append(
+                NodeState(
+                    n.node_id,
+                    phase,
+                    draining=not n.accepting,
+                    queue=load.queue,
+                    running=load.running,
+                    kv_usage=load.kv_usage,
+                    kv_capacity_tokens=self.node_cfg.kv_capacity_tokens,
+                )
+            )
         return ClusterView(self.loop.now, tuple(states), slo=self.cfg.slo, last_switch_t=self.switcher.last_switch_t)
 
     def split(self) -> tuple[int, int, int]:
@@ -310,7 +344,7 @@ def _rare_gc_passes() -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-def _with(cfg, **kw):  # noqa: ANN001, ANN202
+def _with(cfg, **kw):
     from dataclasses import replace
 
     return replace(cfg, **kw)

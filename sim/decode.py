@@ -22,16 +22,22 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from core import Phase
 from sim.events import EventLoop
 from sim.state import IterationModel, NodeConfig, RawRecord, SimRequest
-from core import Phase
 
 
 class DecodeEngine:
-    def __init__(self, node_id: str, loop: EventLoop, model: IterationModel, cfg: NodeConfig,
-                 on_first_token: Callable[[SimRequest, float], None],
-                 on_done: Callable[[SimRequest, float], None],
-                 records: list[RawRecord]) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        loop: EventLoop,
+        model: IterationModel,
+        cfg: NodeConfig,
+        on_first_token: Callable[[SimRequest, float], None],
+        on_done: Callable[[SimRequest, float], None],
+        records: list[RawRecord],
+    ) -> None:
         self.node_id, self.loop, self.model, self.cfg = node_id, loop, model, cfg
         self.on_first_token, self.on_done, self.records = on_first_token, on_done, records
         self.waiting: deque[SimRequest] = deque()  # KV ready, FIFO
@@ -203,8 +209,9 @@ class DecodeEngine:
             for sr in self.batch.values():
                 if sr.extra.pop("first_iter", 0.0):
                     self.on_first_token(sr, t1)
-        self.records.append((self.node_id, Phase.DECODE, now, B, 0, 0, B,
-                             int(self.ctx_sum + B * (k - 1) / 2), (total_ms - extra) / k))
+        self.records.append(
+            (self.node_id, Phase.DECODE, now, B, 0, 0, B, int(self.ctx_sum + B * (k - 1) / 2), (total_ms - extra) / k)
+        )
         self.steps += k
         self.ctx_sum += B * k
         self.busy_s += total_ms / 1000.0

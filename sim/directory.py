@@ -202,7 +202,7 @@ class LocalDirectory:
         prev = self._retained.get(branch_id, ())
         if prev and len(prev) <= len(hashes) and hashes[len(prev) - 1] == prev[-1]:
             # The next turn of a growing context: only its new blocks (ids name their prefix).
-            new = [h for h in hashes[len(prev):] if h not in held]
+            new = [h for h in hashes[len(prev) :] if h not in held]
         else:
             new = set(hashes).difference(held)
         held.update(new)
@@ -231,7 +231,7 @@ class PoolDirectory:
     would. Times come from `clock()` (the simulator's now).
     """
 
-    def __init__(self, directory, blocks_per_node: int, block_bytes: int, clock) -> None:  # noqa: ANN001
+    def __init__(self, directory, blocks_per_node: int, block_bytes: int, clock) -> None:
         self.dir, self.cap, self.block_bytes, self.clock = directory, blocks_per_node, block_bytes, clock
         self.held: dict[str, set[str]] = {}
         self.free_slots: dict[str, list[int]] = {}
@@ -288,7 +288,7 @@ class PoolDirectory:
             self.dir.finish_branch(branch_id)
 
 
-def make_directory(blocks_per_node: int, block_bytes: int, clock, kind: str = "memory") -> Directory:  # noqa: ANN001
+def make_directory(blocks_per_node: int, block_bytes: int, clock, kind: str = "memory") -> Directory:
     """`memory`: the real kvpool in-memory directory (when importable);
     `local`: the simulator's faster index with the same semantics."""
     if kind == "local":

@@ -47,7 +47,7 @@ class ChainLRU:
         """Held blocks, least recently used first."""
         r = self._head.next
         while r is not self._head:
-            yield from r.ref[r.a:r.b]
+            yield from r.ref[r.a : r.b]
             r = r.next
 
     def touch(self, prompt: tuple[int, ...]) -> list[int]:
@@ -129,7 +129,7 @@ class ChainLRU:
 
     def _point(self, r: _Run) -> None:
         run_of = self.run_of
-        for h in r.ref[r.a:r.b]:
+        for h in r.ref[r.a : r.b]:
             run_of[h] = r
 
     def _link_before(self, r: _Run, nxt: _Run) -> None:

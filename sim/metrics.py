@@ -40,11 +40,20 @@ class RunLog:
 
     def done(self, sr: SimRequest) -> None:
         ft = sr.first_token if sr.first_token is not None else sr.finish
-        self.rows.append((sr.arrival, ft, sr.finish, sr.req.prompt_tokens, sr.req.output_tokens,  # type: ignore[arg-type]
-                          sr.migrations))
+        self.rows.append(
+            (
+                sr.arrival,
+                ft,
+                sr.finish,
+                sr.req.prompt_tokens,
+                sr.req.output_tokens,  # type: ignore[arg-type]
+                sr.migrations,
+            )
+        )
 
-    def finish(self, nodes: Iterable[SimNode], switch_events: list[SwitchEvent], events_processed: int,
-               horizon: float) -> None:
+    def finish(
+        self, nodes: Iterable[SimNode], switch_events: list[SwitchEvent], events_processed: int, horizon: float
+    ) -> None:
         self.horizon = horizon
         for n in nodes:
             self.prefill_compute_s += n.prefill.compute_s
@@ -58,13 +67,13 @@ class RunLog:
         e2e, ttft = a[:, 2] - a[:, 0], a[:, 1] - a[:, 0]
         h = max(self.horizon, 1e-9)
 
-        def stat(x: np.ndarray, f) -> float:  # noqa: ANN001
+        def stat(x: np.ndarray, f) -> float:
             return round(float(f(x)), 4) if len(x) else 0.0
 
         edges = np.arange(0.0, h + window_s, window_s)
         done_w = np.histogram(a[:, 2], bins=edges)[0] if len(a) else np.zeros(len(edges) - 1)
         ttft_w = []
-        for lo, hi in zip(edges[:-1], edges[1:]):
+        for lo, hi in zip(edges[:-1], edges[1:], strict=False):
             m = (a[:, 0] >= lo) & (a[:, 0] < hi)
             ttft_w.append(round(float(np.percentile(ttft[m], 95)), 3) if m.any() else None)
         step = max(1, len(self.split) // max_points)

@@ -17,11 +17,11 @@ import enum
 from collections import deque
 from collections.abc import Callable
 
+from core import Phase
+from routing.scorers import NodeLoad
 from sim.decode import DecodeEngine
 from sim.events import EventLoop
 from sim.state import IterationModel, NodeConfig, RawRecord, SimRequest
-from routing.scorers import NodeLoad
-from core import Phase
 
 
 class NodeStatus(str, enum.Enum):
@@ -48,8 +48,15 @@ class _Job:
 
 
 class PrefillEngine:
-    def __init__(self, node_id: str, loop: EventLoop, model: IterationModel, cfg: NodeConfig,
-                 on_done: Callable[[SimRequest, float], None], records: list[RawRecord]) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        loop: EventLoop,
+        model: IterationModel,
+        cfg: NodeConfig,
+        on_done: Callable[[SimRequest, float], None],
+        records: list[RawRecord],
+    ) -> None:
         self.node_id, self.loop, self.model, self.cfg = node_id, loop, model, cfg
         self.on_done, self.records = on_done, records
         self.queue: deque[_Job] = deque()
@@ -114,8 +121,20 @@ class PrefillEngine:
         compute = self.model.predict_prefill_ms(u, c, pair) / 1000.0
         self.compute_s += compute
         self.stall_s += stall
-        self.records.append((self.node_id, Phase.PREFILL, now + compute + stall, len(chunk), u, c,
-                             0, 0, (compute + stall) * 1000.0, pair))
+        self.records.append(
+            (
+                self.node_id,
+                Phase.PREFILL,
+                now + compute + stall,
+                len(chunk),
+                u,
+                c,
+                0,
+                0,
+                (compute + stall) * 1000.0,
+                pair,
+            )
+        )
         for job, _ in chunk:
             job.started = True
         self.loop.at(now + compute + stall, self._end, chunk)
@@ -143,11 +162,18 @@ class PrefillEngine:
 class SimNode:
     """One node; `phase` says which engine takes new work."""
 
-    def __init__(self, node_id: str, phase: Phase, loop: EventLoop, model: IterationModel, cfg: NodeConfig,
-                 on_prefill_done: Callable[[SimRequest, float], None],
-                 on_first_token: Callable[[SimRequest, float], None],
-                 on_decode_done: Callable[[SimRequest, float], None],
-                 records: list[RawRecord]) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        phase: Phase,
+        loop: EventLoop,
+        model: IterationModel,
+        cfg: NodeConfig,
+        on_prefill_done: Callable[[SimRequest, float], None],
+        on_first_token: Callable[[SimRequest, float], None],
+        on_decode_done: Callable[[SimRequest, float], None],
+        records: list[RawRecord],
+    ) -> None:
         self.node_id = node_id
         self.phase = phase
         self.status = NodeStatus.SERVING

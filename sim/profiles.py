@@ -28,8 +28,9 @@ class LinearIterationModel:
     prefill: tuple[float, float, float, float]
     decode: tuple[float, float, float]
 
-    def predict_prefill_ms(self, uncached_tokens: float, cached_tokens: float,
-                           pair_tokens: float | None = None) -> float:
+    def predict_prefill_ms(
+        self, uncached_tokens: float, cached_tokens: float, pair_tokens: float | None = None
+    ) -> float:
         a, b, c, d = self.prefill
         u = uncached_tokens
         pair = u * (u + cached_tokens) if pair_tokens is None else pair_tokens
@@ -53,11 +54,19 @@ class GpuProfile:
     def from_json(cls, path: str | Path = DEFAULT_PROFILE) -> GpuProfile:
         d = json.loads(Path(path).read_text())
         p, q = d["prefill_ms"], d["decode_ms"]
-        model = LinearIterationModel((p["a"], p["b_per_uncached"], p["c_per_cached"], p["d_per_pair_1e4"]),
-                                     (q["a"], q["b_per_seq"], q["c_per_context_token"]))
-        node = NodeConfig(chunk_tokens=d["chunk_tokens"], max_batch=d["max_batch"],
-                          kv_capacity_tokens=d["kv_capacity_tokens"], kv_bytes_per_token=d["kv_bytes_per_token"],
-                          pool_gbps=d["pool_gbps"], d2h_gbps=d["d2h_gbps"], switch_overhead_s=d["switch_overhead_s"])
+        model = LinearIterationModel(
+            (p["a"], p["b_per_uncached"], p["c_per_cached"], p["d_per_pair_1e4"]),
+            (q["a"], q["b_per_seq"], q["c_per_context_token"]),
+        )
+        node = NodeConfig(
+            chunk_tokens=d["chunk_tokens"],
+            max_batch=d["max_batch"],
+            kv_capacity_tokens=d["kv_capacity_tokens"],
+            kv_bytes_per_token=d["kv_bytes_per_token"],
+            pool_gbps=d["pool_gbps"],
+            d2h_gbps=d["d2h_gbps"],
+            switch_overhead_s=d["switch_overhead_s"],
+        )
         return cls(d["name"], int(d["gpus_per_node"]), model, node, float(d["relaunch_s"]), dict(d["source"]))
 
     def planner_profile(self):  # -> planner.profile.Profile (imported lazily: optional dependency order)
@@ -66,9 +75,17 @@ class GpuProfile:
         return Profile.from_coefficients(self.model.prefill, self.model.decode)
 
     @classmethod
-    def from_planner_profile(cls, profile, *, name: str, node: NodeConfig,  # profile: planner.profile.Profile
-                             step_overhead_ms: float = 0.0, gpus_per_node: int = 1,
-                             relaunch_s: float = 60.0, source: dict[str, str] | None = None) -> GpuProfile:
+    def from_planner_profile(
+        cls,
+        profile,
+        *,
+        name: str,
+        node: NodeConfig,  # profile: planner.profile.Profile
+        step_overhead_ms: float = 0.0,
+        gpus_per_node: int = 1,
+        relaunch_s: float = 60.0,
+        source: dict[str, str] | None = None,
+    ) -> GpuProfile:
         """A simulator profile from a planner profile fitted on real records.
 
         The fitted coefficients (raw units: ms, ms/token, ms/(token²/1e4)) become
@@ -88,5 +105,11 @@ class GpuProfile:
         prefill = (max(0.0, p[0]) + step_overhead_ms, *(max(0.0, x) for x in p[1:]))
         decode = (max(0.0, q[0]) + step_overhead_ms, *(max(0.0, x) for x in q[1:]))
         model = LinearIterationModel(prefill, decode)  # type: ignore[arg-type]
-        return cls(name, gpus_per_node, model, node, relaunch_s,
-                   dict(source or {"model": "planner.profile.Profile fitted from iteration records"}))
+        return cls(
+            name,
+            gpus_per_node,
+            model,
+            node,
+            relaunch_s,
+            dict(source or {"model": "planner.profile.Profile fitted from iteration records"}),
+        )

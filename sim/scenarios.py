@@ -28,8 +28,16 @@ def _trace_or(path: str | None, fallback: Callable[[], workloads.Workload], seed
     return traces.load_any(path, seed=seed) if path else fallback()
 
 
-def build(name: str, *, seed: int, nodes: int | None = None, trace: str | None = None,
-          duration_s: float | None = None, scale: float = 1.0, mix: str | None = None) -> Scenario:
+def build(
+    name: str,
+    *,
+    seed: int,
+    nodes: int | None = None,
+    trace: str | None = None,
+    duration_s: float | None = None,
+    scale: float = 1.0,
+    mix: str | None = None,
+) -> Scenario:
     """`scale` multiplies the agent count (so --nodes can grow the cluster
     with the same per-node load); `mix` picks fixed-4p5d's agent kind."""
     if mix is not None and name != "fixed-4p5d":
@@ -44,8 +52,13 @@ def build(name: str, *, seed: int, nodes: int | None = None, trace: str | None =
         # it equally, so the scenario would not be a shift (docs/benchmarks-sim.md).
         agents = int(SHIFT_AGENTS_PER_NODE * n * scale)
         wl = _trace_or(trace, lambda: workloads.shift(seed=seed, duration_s=d, concurrency=agents), seed)
-        return Scenario(name, wl, n, max(1, n // 3),
-                        f"3 h, math agents -> computer-use agents, closed loop, {SHIFT_AGENTS_PER_NODE} agents/node")
+        return Scenario(
+            name,
+            wl,
+            n,
+            max(1, n // 3),
+            f"3 h, math agents -> computer-use agents, closed loop, {SHIFT_AGENTS_PER_NODE} agents/node",
+        )
     if name == "scale":
         n = nodes or 768
         d = duration_s or 3_600.0
@@ -53,8 +66,9 @@ def build(name: str, *, seed: int, nodes: int | None = None, trace: str | None =
         return Scenario(name, wl, n, max(1, n // 3), f"{n} nodes x 4 GPUs, 1 h shift workload")
     if name == "burst":
         n = nodes or 9
-        wl = workloads.subagent_burst(seed=seed, duration_s=duration_s or 2_400.0,
-                                      background=int(8 * n * scale), burst_at_s=1_200.0, fanout=64)
+        wl = workloads.subagent_burst(
+            seed=seed, duration_s=duration_s or 2_400.0, background=int(8 * n * scale), burst_at_s=1_200.0, fanout=64
+        )
         return Scenario(name, wl, n, max(1, n // 3), "steady coding agents + one 64-way sub-agent burst at 20 min")
     if name == "fixed-4p5d":
         d = duration_s or 1_800.0
@@ -70,8 +84,9 @@ def build(name: str, *, seed: int, nodes: int | None = None, trace: str | None =
     if name == "lowrate":
         n = nodes or 9
         d = duration_s or 7_200.0
-        wl = workloads.agents(workloads.shift_mix(d), duration_s=d, seed=seed, agents_per_min=0.75 * scale,
-                              name="lowrate")
+        wl = workloads.agents(
+            workloads.shift_mix(d), duration_s=d, seed=seed, agents_per_min=0.75 * scale, name="lowrate"
+        )
         return Scenario(name, wl, n, max(1, n // 3), "open-loop 0.75 agents/min, math -> computer-use")
     if name == "decode-heavy":
         n = nodes or 9
@@ -83,8 +98,13 @@ def build(name: str, *, seed: int, nodes: int | None = None, trace: str | None =
                 return traces.load_servegen(folder, seed=seed, duration_s=d, start_s=36_000.0, rate_scale=scale)
             return workloads.constant("math", duration_s=d, seed=seed, concurrency=int(24 * n * scale))
 
-        return Scenario(name, _trace_or(trace, fallback, seed), n, max(1, n // 3),
-                        "ServeGen DeepSeek-R1 clients (decode-heavy), open loop")
+        return Scenario(
+            name,
+            _trace_or(trace, fallback, seed),
+            n,
+            max(1, n // 3),
+            "ServeGen DeepSeek-R1 clients (decode-heavy), open loop",
+        )
     raise ValueError(f"unknown scenario {name!r}")
 
 

@@ -11,7 +11,6 @@ from typing import Protocol
 
 from sim.workloads import Request
 
-
 # An `IterationRecord`'s fields as a plain tuple: engines log one per
 # iteration (segment), the cluster builds records only for those it hands on.
 RawRecord = tuple
@@ -25,8 +24,9 @@ class IterationModel(Protocol):
     of decode iterations in closed form).
     """
 
-    def predict_prefill_ms(self, uncached_tokens: float, cached_tokens: float,
-                           pair_tokens: float | None = None) -> float:
+    def predict_prefill_ms(
+        self, uncached_tokens: float, cached_tokens: float, pair_tokens: float | None = None
+    ) -> float:
         """Batch totals of uncached and cached tokens; `pair_tokens`: Σ over
         its requests of uncached·(uncached + cached), each request's new
         tokens attending to its own context (None: one request)."""
@@ -59,8 +59,18 @@ class NodeConfig:
             raise ValueError("chunk_tokens, max_batch and kv_capacity_tokens must be > 0")
         if self.pool_gbps <= 0 or self.d2h_gbps <= 0:
             raise ValueError("bandwidths must be > 0")
-        if min(self.handoff_s, self.prefill_answer_s, self.engine_in_s, self.engine_out_s, self.pull_latency_s,
-               self.prefill_pull_latency_s, self.stream_lag_s) < 0:
+        if (
+            min(
+                self.handoff_s,
+                self.prefill_answer_s,
+                self.engine_in_s,
+                self.engine_out_s,
+                self.pull_latency_s,
+                self.prefill_pull_latency_s,
+                self.stream_lag_s,
+            )
+            < 0
+        ):
             raise ValueError("latencies must be >= 0")
 
     def pool_s(self, tokens: int, *, prefill: bool = False) -> float:

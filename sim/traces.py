@@ -40,8 +40,9 @@ def _rows(path: Path, limit: int | None) -> Iterable[dict]:
                 yield json.loads(line)
 
 
-def _sessionize(raw: list[tuple[float, str | None, int, int, tuple[int, ...]]], name: str,
-                closed_loop: bool, block_tokens: int) -> Workload:
+def _sessionize(
+    raw: list[tuple[float, str | None, int, int, tuple[int, ...]]], name: str, closed_loop: bool, block_tokens: int
+) -> Workload:
     """Rows (arrival_s, session|None, prompt, output, hashes) -> Workload.
 
     Within a session each request depends on the previous one when
@@ -60,8 +61,19 @@ def _sessionize(raw: list[tuple[float, str | None, int, int, tuple[int, ...]]], 
             after = (prev.req_id,)
             gap = max(0.0, t - prev.arrival_s - prev.output_tokens * NOMINAL_S_PER_OUTPUT_TOKEN)
         sid = sess or f"r{new_id}"
-        r = Request(new_id, sid, f"{sid}/main" if sess else sid, t, max(1, p), max(1, o), h,
-                    after=after, gap_s=gap, last_in_branch=True, kind=name)
+        r = Request(
+            new_id,
+            sid,
+            f"{sid}/main" if sess else sid,
+            t,
+            max(1, p),
+            max(1, o),
+            h,
+            after=after,
+            gap_s=gap,
+            last_in_branch=True,
+            kind=name,
+        )
         if prev is not None:
             reqs[prev.req_id] = _not_last(prev)
         reqs.append(r)
@@ -72,8 +84,20 @@ def _sessionize(raw: list[tuple[float, str | None, int, int, tuple[int, ...]]], 
 
 
 def _not_last(r: Request) -> Request:
-    return Request(r.req_id, r.session_id, r.branch_id, r.arrival_s, r.prompt_tokens, r.output_tokens,
-                   r.block_hashes, r.parent_branch_id, r.after, r.gap_s, False, r.kind)
+    return Request(
+        r.req_id,
+        r.session_id,
+        r.branch_id,
+        r.arrival_s,
+        r.prompt_tokens,
+        r.output_tokens,
+        r.block_hashes,
+        r.parent_branch_id,
+        r.after,
+        r.gap_s,
+        False,
+        r.kind,
+    )
 
 
 def load_mooncake(path: str | Path, *, limit: int | None = None, closed_loop: bool = True) -> Workload:
@@ -81,8 +105,15 @@ def load_mooncake(path: str | Path, *, limit: int | None = None, closed_loop: bo
     path = Path(path)
     raw = []
     for row in _rows(path, limit):
-        raw.append((float(row["timestamp"]) / 1000.0, row.get("session_id") or None, int(row["input_length"]),
-                    int(row["output_length"]), tuple(int(h) for h in row.get("hash_ids", ()))))
+        raw.append(
+            (
+                float(row["timestamp"]) / 1000.0,
+                row.get("session_id") or None,
+                int(row["input_length"]),
+                int(row["output_length"]),
+                tuple(int(h) for h in row.get("hash_ids", ())),
+            )
+        )
     t0 = min((r[0] for r in raw), default=0.0)
     raw = [(t - t0, *rest) for t, *rest in raw]
     return _sessionize(raw, path.stem, closed_loop, MOONCAKE_BLOCK_TOKENS)
@@ -125,8 +156,13 @@ class TextTurn:
     completion: str
 
 
-def load_agent_text(paths: str | Path | Sequence[str | Path], tokenizer: Tokenizer | None = None, *,
-                    limit: int | None = None, chars_per_token: float = 4.0) -> tuple[Workload, list[TextTurn]]:
+def load_agent_text(
+    paths: str | Path | Sequence[str | Path],
+    tokenizer: Tokenizer | None = None,
+    *,
+    limit: int | None = None,
+    chars_per_token: float = 4.0,
+) -> tuple[Workload, list[TextTurn]]:
     """Agent text JSONL file(s) or a folder of them.
 
     A session is the row's `session_id` when the file has one per run
@@ -144,8 +180,14 @@ def load_agent_text(paths: str | Path | Sequence[str | Path], tokenizer: Tokeniz
         for row in _rows(f, None):
             sid = str(row.get("session_id") or "")
             per_call = sid.startswith("chatcmpl-") or not sid
-            rows.append((timestamp_seconds(float(row["timestamp"])), f"{f.parent.name}:{f.stem}" if per_call else sid,
-                         str(row.get("input") or ""), str(row.get("output") or "")))
+            rows.append(
+                (
+                    timestamp_seconds(float(row["timestamp"])),
+                    f"{f.parent.name}:{f.stem}" if per_call else sid,
+                    str(row.get("input") or ""),
+                    str(row.get("output") or ""),
+                )
+            )
     rows.sort(key=lambda r: r[0])
     if limit is not None:
         rows = rows[:limit]
@@ -171,8 +213,15 @@ def _pdf(text: str) -> tuple[np.ndarray, np.ndarray]:
     return values, probs / probs.sum()
 
 
-def load_servegen(folder: str | Path, *, seed: int, duration_s: float = 3_600.0, start_s: float = 0.0,
-                  clients: Sequence[int] | None = None, rate_scale: float = 1.0) -> Workload:
+def load_servegen(
+    folder: str | Path,
+    *,
+    seed: int,
+    duration_s: float = 3_600.0,
+    start_s: float = 0.0,
+    clients: Sequence[int] | None = None,
+    rate_scale: float = 1.0,
+) -> Workload:
     """Sample requests from ServeGen per-client distributions.
 
     For each client, each 600 s window draws inter-arrival times from a gamma
@@ -206,8 +255,15 @@ def load_servegen(folder: str | Path, *, seed: int, duration_s: float = 3_600.0,
                 t = w0 + float(rng.uniform(0, 1.0 / rate))
                 while t < w0 + 600.0:
                     if lo <= t < hi:
-                        raw.append((t - start_s, None, int(rng.choice(ins[0], p=ins[1])),
-                                    int(rng.choice(outs[0], p=outs[1])), ()))
+                        raw.append(
+                            (
+                                t - start_s,
+                                None,
+                                int(rng.choice(ins[0], p=ins[1])),
+                                int(rng.choice(outs[0], p=outs[1])),
+                                (),
+                            )
+                        )
                     t += float(rng.gamma(shape, 1.0 / (rate * shape)))
     return _sessionize(raw, "servegen-r1", False, MOONCAKE_BLOCK_TOKENS)
 

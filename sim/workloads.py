@@ -106,9 +106,18 @@ def _extend(blocks: list[int], tokens: int, block_tokens: int, ids: _Ids) -> lis
 
 
 def _branch(
-    rng: np.random.Generator, shape: AgentShape, ids: _Ids, *, session: str, start_s: float,
-    after: tuple[int, ...], gap_s: float, block_tokens: int, prefix: tuple[list[int], int] | None = None,
-    parent: str | None = None, turns: int | None = None,
+    rng: np.random.Generator,
+    shape: AgentShape,
+    ids: _Ids,
+    *,
+    session: str,
+    start_s: float,
+    after: tuple[int, ...],
+    gap_s: float,
+    block_tokens: int,
+    prefix: tuple[list[int], int] | None = None,
+    parent: str | None = None,
+    turns: int | None = None,
 ) -> list[Request]:
     """One agent branch: turns that each append tool output to a growing context."""
     branch = f"{session}/b{next(ids.branch)}"
@@ -130,7 +139,9 @@ def _branch(
         dep = after if k == 0 else (out[-1].req_id,)
         g = gap_s if k == 0 else _u(rng, shape.tool_gap_s, integer=False)
         t = t + g
-        out.append(Request(next(ids.req), session, branch, t, context, o, tuple(blocks), parent, dep, g, False, shape.kind))
+        out.append(
+            Request(next(ids.req), session, branch, t, context, o, tuple(blocks), parent, dep, g, False, shape.kind)
+        )
         t += o * NOMINAL_S_PER_OUTPUT_TOKEN
     if out:
         out[-1] = _replace_last(out[-1])
@@ -138,8 +149,20 @@ def _branch(
 
 
 def _replace_last(r: Request) -> Request:
-    return Request(r.req_id, r.session_id, r.branch_id, r.arrival_s, r.prompt_tokens, r.output_tokens,
-                   r.block_hashes, r.parent_branch_id, r.after, r.gap_s, True, r.kind)
+    return Request(
+        r.req_id,
+        r.session_id,
+        r.branch_id,
+        r.arrival_s,
+        r.prompt_tokens,
+        r.output_tokens,
+        r.block_hashes,
+        r.parent_branch_id,
+        r.after,
+        r.gap_s,
+        True,
+        r.kind,
+    )
 
 
 def _end_s(reqs: list[Request]) -> float:
@@ -150,8 +173,14 @@ MixFn = Callable[[float], dict[str, float]]  # nominal time -> {kind: weight}
 
 
 def agents(
-    mix: MixFn, *, duration_s: float, seed: int, concurrency: int | None = None,
-    agents_per_min: float | None = None, name: str = "agents", block_tokens: int = BLOCK_TOKENS,
+    mix: MixFn,
+    *,
+    duration_s: float,
+    seed: int,
+    concurrency: int | None = None,
+    agents_per_min: float | None = None,
+    name: str = "agents",
+    block_tokens: int = BLOCK_TOKENS,
     shapes: dict[str, AgentShape] | None = None,
 ) -> Workload:
     """Agents whose kind follows `mix(t)`.
@@ -178,8 +207,16 @@ def agents(
         for slot in range(concurrency):
             t, after, n = float(rng.uniform(0, 30.0)), (), 0
             while t < duration_s:
-                br = _branch(rng, pick(t), ids, session=f"s{slot}.{n}", start_s=t, after=after,
-                             gap_s=0.0 if not after else 1.0, block_tokens=block_tokens)
+                br = _branch(
+                    rng,
+                    pick(t),
+                    ids,
+                    session=f"s{slot}.{n}",
+                    start_s=t,
+                    after=after,
+                    gap_s=0.0 if not after else 1.0,
+                    block_tokens=block_tokens,
+                )
                 if not br:
                     continue
                 reqs += br
@@ -191,39 +228,73 @@ def agents(
             t += float(rng.exponential(60.0 / agents_per_min))
             if t >= duration_s:
                 break
-            reqs += _branch(rng, pick(t), ids, session=f"a{n}", start_s=t, after=(), gap_s=0.0,
-                            block_tokens=block_tokens)
+            reqs += _branch(
+                rng, pick(t), ids, session=f"a{n}", start_s=t, after=(), gap_s=0.0, block_tokens=block_tokens
+            )
             n += 1
     reqs.sort(key=operator.attrgetter("arrival_s", "req_id"))
     return Workload(name, tuple(reqs), duration_s, block_tokens, closed_loop=True)
 
 
 def subagent_burst(
-    *, seed: int, duration_s: float = 3_600.0, background: int = 48, burst_at_s: float = 1_200.0,
-    fanout: int = 64, block_tokens: int = BLOCK_TOKENS,
+    *,
+    seed: int,
+    duration_s: float = 3_600.0,
+    background: int = 48,
+    burst_at_s: float = 1_200.0,
+    fanout: int = 64,
+    block_tokens: int = BLOCK_TOKENS,
 ) -> Workload:
     """Steady coding agents plus one parent that forks `fanout` sub-agents at
     once (sharing its prefix) and resumes when all are done: a short burst
     with no sustained change in the workload."""
-    base = agents(lambda t: {"coding": 1.0}, duration_s=duration_s, seed=seed, concurrency=background,
-                  block_tokens=block_tokens)
+    base = agents(
+        lambda t: {"coding": 1.0}, duration_s=duration_s, seed=seed, concurrency=background, block_tokens=block_tokens
+    )
     rng = np.random.default_rng(seed + 1)
     ids = _Ids()
     ids.req = itertools.count(max(r.req_id for r in base.requests) + 1)
     ids.block = itertools.count(1 << 40)
-    parent = _branch(rng, CODING, ids, session="burst", start_s=burst_at_s - 30.0, after=(), gap_s=0.0,
-                     block_tokens=block_tokens, turns=3)
+    parent = _branch(
+        rng,
+        CODING,
+        ids,
+        session="burst",
+        start_s=burst_at_s - 30.0,
+        after=(),
+        gap_s=0.0,
+        block_tokens=block_tokens,
+        turns=3,
+    )
     head = parent[-1]
     children: list[Request] = []
     for _ in range(fanout):
-        children += _branch(rng, CODING, ids, session="burst", start_s=head.arrival_s + 1.0,
-                            after=(head.req_id,), gap_s=1.0, block_tokens=block_tokens,
-                            prefix=(list(head.block_hashes), head.prompt_tokens + head.output_tokens),
-                            parent=head.branch_id, turns=int(rng.integers(2, 5)))
+        children += _branch(
+            rng,
+            CODING,
+            ids,
+            session="burst",
+            start_s=head.arrival_s + 1.0,
+            after=(head.req_id,),
+            gap_s=1.0,
+            block_tokens=block_tokens,
+            prefix=(list(head.block_hashes), head.prompt_tokens + head.output_tokens),
+            parent=head.branch_id,
+            turns=int(rng.integers(2, 5)),
+        )
     lasts = tuple(r.req_id for r in children if r.last_in_branch)
-    resume = _branch(rng, CODING, ids, session="burst", start_s=_end_s(children) + 1.0, after=lasts,
-                     gap_s=1.0, block_tokens=block_tokens, turns=3,
-                     prefix=(list(head.block_hashes), head.prompt_tokens + head.output_tokens))
+    resume = _branch(
+        rng,
+        CODING,
+        ids,
+        session="burst",
+        start_s=_end_s(children) + 1.0,
+        after=lasts,
+        gap_s=1.0,
+        block_tokens=block_tokens,
+        turns=3,
+        prefix=(list(head.block_hashes), head.prompt_tokens + head.output_tokens),
+    )
     reqs = sorted(base.requests + tuple(parent + children + resume), key=lambda r: (r.arrival_s, r.req_id))
     return Workload("burst", tuple(reqs), duration_s, block_tokens)
 
@@ -248,5 +319,16 @@ def constant(kind: str, **kw) -> Workload:
     return agents(lambda t: {kind: 1.0}, name=kind, **kw)
 
 
-__all__ = ["AgentShape", "CODING", "COMPUTER_USE", "MATH", "Request", "Workload", "agents", "constant",
-           "shift", "shift_mix", "subagent_burst"]
+__all__ = [
+    "AgentShape",
+    "CODING",
+    "COMPUTER_USE",
+    "MATH",
+    "Request",
+    "Workload",
+    "agents",
+    "constant",
+    "shift",
+    "shift_mix",
+    "subagent_burst",
+]

@@ -19,13 +19,26 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Sequence
 
+from core import Phase, Role
 from gateway.directory import BlockHasher, default_block_hasher
 from gateway.worker_client import WorkerRejected, WorkerUnreachable
-from workers.protocol import AbortResponse, BlockLocation, GenerateChunk, GenerateRequest, HostStoreStats, IterationRecordWire, MigrateRequest, MigrateResponse, PhaseChangeRequest, PhaseChangeResult, PhaseStatus, WorkerStats
-from core import Phase, Role
+from workers.protocol import (
+    AbortResponse,
+    BlockLocation,
+    GenerateChunk,
+    GenerateRequest,
+    HostStoreStats,
+    IterationRecordWire,
+    MigrateRequest,
+    MigrateResponse,
+    PhaseChangeRequest,
+    PhaseChangeResult,
+    PhaseStatus,
+    WorkerStats,
+)
 
 
 def next_token(context: Sequence[int], lo: int, hi: int) -> int:
@@ -125,8 +138,11 @@ class FakeWorker:
                     return
                 last = i == max_tokens - 1
                 if last and req.role is Role.PREFILL:
-                    saved = self._save_blocks(req.prompt_token_ids, req.tenant_salt) if (
-                        req.kv is None or req.kv.save) else []
+                    saved = (
+                        self._save_blocks(req.prompt_token_ids, req.tenant_salt)
+                        if (req.kv is None or req.kv.save)
+                        else []
+                    )
                     yield GenerateChunk(**base, token_ids=[tok], finish_reason="length", saved_blocks=saved)
                     return
                 yield GenerateChunk(**base, token_ids=[tok], finish_reason="length" if last else None)
@@ -136,10 +152,19 @@ class FakeWorker:
 
     def _record(self, req: GenerateRequest, context: list[int]) -> None:
         generated = len(context) - len(req.prompt_token_ids)
-        self._iterations.append(IterationRecordWire(
-            index=len(self._iterations), t=self._clock(), phase=self.phase, batch_size=1,
-            uncached_prompt_tokens=len(req.prompt_token_ids), cached_prompt_tokens=0,
-            generated_tokens=generated, context_tokens=len(context), elapsed_ms=1.0))
+        self._iterations.append(
+            IterationRecordWire(
+                index=len(self._iterations),
+                t=self._clock(),
+                phase=self.phase,
+                batch_size=1,
+                uncached_prompt_tokens=len(req.prompt_token_ids),
+                cached_prompt_tokens=0,
+                generated_tokens=generated,
+                context_tokens=len(context),
+                elapsed_ms=1.0,
+            )
+        )
 
     async def generate(self, req: GenerateRequest) -> GenerateChunk:
         tokens: list[int] = []
@@ -169,8 +194,13 @@ class FakeWorker:
     def phase_status(self) -> PhaseStatus:
         self._check_alive()
         roles = [s.req.role for s in self._running.values()]
-        return PhaseStatus(node_id=self.node_id, phase=self.phase, draining_to=self.draining_to,
-                           inflight_prefill=roles.count(Role.PREFILL), inflight_decode=roles.count(Role.DECODE))
+        return PhaseStatus(
+            node_id=self.node_id,
+            phase=self.phase,
+            draining_to=self.draining_to,
+            inflight_prefill=roles.count(Role.PREFILL),
+            inflight_decode=roles.count(Role.DECODE),
+        )
 
     async def change_phase(self, req: PhaseChangeRequest) -> PhaseChangeResult:
         self._check_alive()
@@ -194,21 +224,32 @@ class FakeWorker:
         finally:
             self.draining_to = None
         end = time.monotonic()
-        return PhaseChangeResult(node_id=self.node_id, from_phase=from_phase, to_phase=req.phase,
-                                 drain_s=drained - start, migrate_s=end - drained, total_s=end - start,
-                                 migrated=migrated)
+        return PhaseChangeResult(
+            node_id=self.node_id,
+            from_phase=from_phase,
+            to_phase=req.phase,
+            drain_s=drained - start,
+            migrate_s=end - drained,
+            total_s=end - start,
+            migrated=migrated,
+        )
 
     def stats(self, since: int = 0) -> WorkerStats:
         self._check_alive()
         roles = [s.req.role for s in self._running.values()]
         saved, self._saved = self._saved, []
-        return WorkerStats(node_id=self.node_id, phase=self.phase, draining_to=self.draining_to,
-                           num_running=len(roles), num_waiting=0, kv_usage=min(1.0, len(roles) / 64),
-                           block_size=self.block_size,
-                           host_store=HostStoreStats(capacity_blocks=1 << 20, used_blocks=len(self._store),
-                                                     block_bytes=4096),
-                           iterations=[r for r in self._iterations if r.index >= since],
-                           saved_blocks=saved)
+        return WorkerStats(
+            node_id=self.node_id,
+            phase=self.phase,
+            draining_to=self.draining_to,
+            num_running=len(roles),
+            num_waiting=0,
+            kv_usage=min(1.0, len(roles) / 64),
+            block_size=self.block_size,
+            host_store=HostStoreStats(capacity_blocks=1 << 20, used_blocks=len(self._store), block_bytes=4096),
+            iterations=[r for r in self._iterations if r.index >= since],
+            saved_blocks=saved,
+        )
 
 
 class InProcessWorkerClient:

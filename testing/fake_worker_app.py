@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from testing.fake_worker import FakeWorker
 from gateway.worker_client import WorkerRejected, WorkerUnreachable
+from testing.fake_worker import FakeWorker
 from workers.protocol import ErrorBody, ErrorResponse, GenerateRequest, MigrateRequest, PhaseChangeRequest
 
 
@@ -99,18 +99,30 @@ def _add_openai_upstream(app: FastAPI, worker: FakeWorker, model: str) -> None:
         head = json.dumps({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model})[:-1]
 
         async def stream() -> AsyncIterator[bytes]:
-            yield f'data: {head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},' \
-                  f'"finish_reason":null}}]}}\n\n'.encode()
+            yield (
+                f'data: {head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
+                f'"finish_reason":null}}]}}\n\n'.encode()
+            )
             for i in range(n):
                 await asyncio.sleep(worker.token_delay_s)
                 reason = '"length"' if i == n - 1 else "null"
-                yield f'data: {head},"choices":[{{"index":0,"delta":{{"content":" tok"}},' \
-                      f'"finish_reason":{reason}}}]}}\n\n'.encode()
+                yield (
+                    f'data: {head},"choices":[{{"index":0,"delta":{{"content":" tok"}},'
+                    f'"finish_reason":{reason}}}]}}\n\n'.encode()
+                )
             yield b"data: [DONE]\n\n"
 
         if body.get("stream"):
             return StreamingResponse(stream(), media_type="text/event-stream")
-        return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": model,
-                             "choices": [{"index": 0, "finish_reason": "length",
-                                          "message": {"role": "assistant", "content": " tok" * n}}],
-                             "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": " tok" * n}}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+            }
+        )

@@ -13,8 +13,9 @@ TRUE_PREFILL = (15.0, 0.08, 0.005, 0.02)
 TRUE_DECODE = (8.0, 0.3, 0.0004)
 
 
-def synthetic_records(n: int, *, seed: int = 0, noise: float = 0.03, outlier_rate: float = 0.0,
-                      t0: float = 0.0) -> list[IterationRecord]:
+def synthetic_records(
+    n: int, *, seed: int = 0, noise: float = 0.03, outlier_rate: float = 0.0, t0: float = 0.0
+) -> list[IterationRecord]:
     """``n`` iteration records alternating prefill / decode, times from the
     true coefficients × (1 + N(0, noise)); a fraction ``outlier_rate`` is 3–10× slower."""
     rng = np.random.default_rng(seed)
@@ -24,15 +25,27 @@ def synthetic_records(n: int, *, seed: int = 0, noise: float = 0.03, outlier_rat
             u, c = int(rng.integers(64, 8192)), int(rng.integers(0, 32_000))
             a, b, cc, d = TRUE_PREFILL
             ms = a + b * u + cc * c + d * u * (u + c) / 1e4
-            rec = dict(phase=Phase.PREFILL, batch_size=int(rng.integers(1, 8)), uncached_prompt_tokens=u,
-                       cached_prompt_tokens=c, generated_tokens=1, context_tokens=0)
+            rec = dict(
+                phase=Phase.PREFILL,
+                batch_size=int(rng.integers(1, 8)),
+                uncached_prompt_tokens=u,
+                cached_prompt_tokens=c,
+                generated_tokens=1,
+                context_tokens=0,
+            )
         else:
             bsz = int(rng.integers(1, 128))
             ctx = int(bsz * rng.integers(500, 20_000))
             a, b, cc = TRUE_DECODE
             ms = a + b * bsz + cc * ctx
-            rec = dict(phase=Phase.DECODE, batch_size=bsz, uncached_prompt_tokens=0, cached_prompt_tokens=0,
-                       generated_tokens=bsz, context_tokens=ctx)
+            rec = dict(
+                phase=Phase.DECODE,
+                batch_size=bsz,
+                uncached_prompt_tokens=0,
+                cached_prompt_tokens=0,
+                generated_tokens=bsz,
+                context_tokens=ctx,
+            )
         ms *= max(1.0 + noise * rng.standard_normal(), 0.05)
         if outlier_rate and rng.random() < outlier_rate:
             ms *= rng.uniform(3.0, 10.0)
@@ -40,8 +53,17 @@ def synthetic_records(n: int, *, seed: int = 0, noise: float = 0.03, outlier_rat
     return out
 
 
-def synthetic_samples(start: float, end: float, rate_rps: float, *, uncached: float, cached: float,
-                      output: float, seed: int = 0, local_share: float = 0.0) -> list[RequestSample]:
+def synthetic_samples(
+    start: float,
+    end: float,
+    rate_rps: float,
+    *,
+    uncached: float,
+    cached: float,
+    output: float,
+    seed: int = 0,
+    local_share: float = 0.0,
+) -> list[RequestSample]:
     """Poisson arrivals in [start, end) with exponential-ish token counts
     around the given means; ``local_share`` of requests get ≤ 128 uncached tokens."""
     rng = np.random.default_rng(seed)
@@ -51,18 +73,26 @@ def synthetic_samples(start: float, end: float, rate_rps: float, *, uncached: fl
     u = np.where(local, rng.integers(16, 128, n), np.maximum(rng.gamma(4.0, uncached / 4.0, n), 257)).astype(int)
     c = (rng.gamma(4.0, cached / 4.0, n) if cached else np.zeros(n)).astype(int)
     o = np.maximum(rng.gamma(2.0, output / 2.0, n), 1).astype(int)
-    return [RequestSample(t=float(t), uncached_prompt_tokens=int(a), cached_prompt_tokens=int(b), output_tokens=int(d))
-            for t, a, b, d in zip(ts.tolist(), u.tolist(), c.tolist(), o.tolist(), strict=True)]
+    return [
+        RequestSample(t=float(t), uncached_prompt_tokens=int(a), cached_prompt_tokens=int(b), output_tokens=int(d))
+        for t, a, b, d in zip(ts.tolist(), u.tolist(), c.tolist(), o.tolist(), strict=True)
+    ]
 
 
-def synthetic_view(n_nodes: int, now: float, prefill_share: float = 0.33,
-                   mode: PlannerMode = PlannerMode.ADVISORY) -> ClusterView:
+def synthetic_view(
+    n_nodes: int, now: float, prefill_share: float = 0.33, mode: PlannerMode = PlannerMode.ADVISORY
+) -> ClusterView:
     """A cluster of ``n_nodes`` with round(share·n) prefill nodes, varied load."""
     n_prefill = max(1, round(n_nodes * prefill_share))
     nodes = tuple(
-        NodeState(node_id=f"node-{i:05d}", phase=Phase.PREFILL if i < n_prefill else Phase.DECODE,
-                  queue=i % 5, running=(i * 7) % 32, kv_usage=((i * 13) % 100) / 100.0,
-                  kv_capacity_tokens=400_000)
+        NodeState(
+            node_id=f"node-{i:05d}",
+            phase=Phase.PREFILL if i < n_prefill else Phase.DECODE,
+            queue=i % 5,
+            running=(i * 7) % 32,
+            kv_usage=((i * 13) % 100) / 100.0,
+            kv_capacity_tokens=400_000,
+        )
         for i in range(n_nodes)
     )
     return ClusterView(now=now, nodes=nodes, mode=mode)

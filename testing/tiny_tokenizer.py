@@ -32,9 +32,18 @@ def write_tiny_tokenizer(directory: str | pathlib.Path, vocab_size: int = 800) -
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_TEXT, trainer=trainer)
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot|>",
-                            pad_token="<|pad|>", chat_template=CHAT_TEMPLATE).save_pretrained(out)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+    ).save_pretrained(out)
     return out

@@ -27,15 +27,32 @@ class WorkerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "WorkerProcess":
-        cmd = [sys.executable, "-m", "workers.cli", "--model", self.model, "--port", str(self.port),
-               "--phase", self.phase, "--node-id", self.node_id, *self.extra]
+    def start(self) -> WorkerProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "workers.cli",
+            "--model",
+            self.model,
+            "--port",
+            str(self.port),
+            "--phase",
+            self.phase,
+            "--node-id",
+            self.node_id,
+            *self.extra,
+        ]
         if self.threads_bind:
             cmd += ["--threads-bind", self.threads_bind]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         # Own process group: stopping it takes vLLM's engine children along.
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         return self
 
     def wait_ready(self, timeout: float = 240.0) -> float:

@@ -1,3 +1,23 @@
-"""Root fixtures: the shared real-vLLM cluster (started once per session)."""
+"""Root fixtures: the tiny tokenizer every gateway test uses, and the shared
+real-vLLM cluster (`testing.vllm_cluster`, started once per session)."""
 
-pytest_plugins = ["tests.integration.vllm_cluster"]
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from gateway.serving.tokenize import PromptTokenizer
+from testing.tiny_tokenizer import write_tiny_tokenizer
+
+pytest_plugins = ["testing.vllm_cluster"]
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return write_tiny_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir: pathlib.Path) -> PromptTokenizer:
+    return PromptTokenizer.from_dir(str(tokenizer_dir))

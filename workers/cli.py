@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from workers.engine import EngineConfig
 from core import Phase
+from workers.engine import EngineConfig
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -23,15 +23,25 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--kv-store-gib", type=float, default=0.25, help="host block store shared via the KV pool")
     p.add_argument("--no-kv-pool", action="store_true", help="run without the KV pool connector")
     p.add_argument("--threads-bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND, e.g. 0 or 0-1")
-    p.add_argument("--http-cpus", default=None,
-                   help="move this process's own threads (HTTP, output handling) to these CPUs once the engine "
-                        "is up: 'auto' = every CPU outside --threads-bind, or a list like 2-3 (default: leave them)")
-    p.add_argument("--executor", choices=["uni", "mp"], default="uni",
-                   help="uni: the engine-core process runs the model (default); mp: vLLM-CPU's separate model "
-                        "process, whose reader busy-polls a core between steps")
+    p.add_argument(
+        "--http-cpus",
+        default=None,
+        help="move this process's own threads (HTTP, output handling) to these CPUs once the engine "
+        "is up: 'auto' = every CPU outside --threads-bind, or a list like 2-3 (default: leave them)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=["uni", "mp"],
+        default="uni",
+        help="uni: the engine-core process runs the model (default); mp: vLLM-CPU's separate model "
+        "process, whose reader busy-polls a core between steps",
+    )
     p.add_argument("--run-dir", default="data/run")
-    p.add_argument("--cluster-token", default=None,
-                   help="require this bearer token on /internal (default: env EVOLVING_CLUSTER_TOKEN)")
+    p.add_argument(
+        "--cluster-token",
+        default=None,
+        help="require this bearer token on /internal (default: env EVOLVING_CLUSTER_TOKEN)",
+    )
     return p
 
 
@@ -39,10 +49,18 @@ def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = EngineConfig(
-            model=args.model, node_id=args.node_id or f"w{args.port}", block_size=args.block_size,
-            max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, kvcache_gib=args.kvcache_gib,
-            kv_store_gib=args.kv_store_gib, kv_pool=not args.no_kv_pool, threads_bind=args.threads_bind,
-            http_cpus=args.http_cpus, executor=args.executor, run_dir=args.run_dir,
+            model=args.model,
+            node_id=args.node_id or f"w{args.port}",
+            block_size=args.block_size,
+            max_model_len=args.max_model_len,
+            max_num_seqs=args.max_num_seqs,
+            kvcache_gib=args.kvcache_gib,
+            kv_store_gib=args.kv_store_gib,
+            kv_pool=not args.no_kv_pool,
+            threads_bind=args.threads_bind,
+            http_cpus=args.http_cpus,
+            executor=args.executor,
+            run_dir=args.run_dir,
         )
     except ValueError as exc:
         raise SystemExit(f"evolving-infra worker: {exc}") from None

@@ -24,8 +24,10 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}"
     "<|start_header|>{{ m['role'] }}{% if m.get('name') %}:{{ m['name'] }}{% endif %}<|end_header|>\n"
     "{% if m['content'] is string %}{{ m['content'] }}"
-    "{% elif m['content'] %}{% for part in m['content'] %}{% if part.get('text') %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}\n<tool_call>{{ c['function'] | tojson }}</tool_call>{% endfor %}{% endif %}"
+    "{% elif m['content'] %}{% for part in m['content'] %}"
+    "{% if part.get('text') %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}"
+    "\n<tool_call>{{ c['function'] | tojson }}</tool_call>{% endfor %}{% endif %}"
     "<|eot|>{% endfor %}"
     "{% if add_generation_prompt %}<|start_header|>assistant<|end_header|>\n{% endif %}"
 )

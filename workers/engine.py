@@ -13,16 +13,15 @@ import asyncio
 import os
 import pathlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
-from workers import affinity
-from workers.kv_events import KVEventChannel
-from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
-from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, RequestTimingWire
 from core import FinishReason, Role
 from kvpool.events import StepTimed
-
+from workers import affinity
+from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
+from workers.kv_events import KVEventChannel
+from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, RequestTimingWire
 
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
 
@@ -138,8 +137,9 @@ class WorkerEngine:
             disable_log_stats=False,
             kv_transfer_config=kv_transfer_config,
         )
-        factory = make_stat_logger_factory(self.iterations, self._phase_of, self._context_tokens,
-                                           records=self.kv_events is None)
+        factory = make_stat_logger_factory(
+            self.iterations, self._phase_of, self._context_tokens, records=self.kv_events is None
+        )
         # "uni" has no vLLM thread binding (that lives in the multiprocess
         # executor): the engine-core process inherits the bind when spawned.
         bind = affinity.engine_cpus(cfg.threads_bind) if cfg.executor == "uni" else None
@@ -166,10 +166,16 @@ class WorkerEngine:
 
     def _record_step(self, ev: StepTimed) -> None:
         self.iterations.append(
-            t=ev.t, phase=self._phase_of(), batch_size=ev.prefill_requests + ev.decode_requests,
-            uncached_prompt_tokens=ev.uncached_prompt_tokens, cached_prompt_tokens=ev.cached_prompt_tokens,
-            generated_tokens=ev.generated_tokens, context_tokens=ev.context_tokens,
-            elapsed_ms=ev.elapsed_ms, attention_pairs=ev.attention_pairs)
+            t=ev.t,
+            phase=self._phase_of(),
+            batch_size=ev.prefill_requests + ev.decode_requests,
+            uncached_prompt_tokens=ev.uncached_prompt_tokens,
+            cached_prompt_tokens=ev.cached_prompt_tokens,
+            generated_tokens=ev.generated_tokens,
+            context_tokens=ev.context_tokens,
+            elapsed_ms=ev.elapsed_ms,
+            attention_pairs=ev.attention_pairs,
+        )
 
     def _context_tokens(self) -> int:
         return sum(r.prompt_tokens + r.generated for r in self.inflight.values() if r.role is Role.DECODE)
@@ -283,15 +289,20 @@ class WorkerEngine:
                 # The client went away (or we failed): free the engine's slot.
                 await self._llm.abort(req.request_id)
 
-    def _first_token_timing(self, req: GenerateRequest, out) -> dict | None:  # noqa: ANN001
+    def _first_token_timing(self, req: GenerateRequest, out) -> dict | None:
         ttft = getattr(out.metrics, "first_token_latency", None)  # None when vLLM keeps no request stats
         if ttft is None:
             return None
         peers = sum(1 for b in req.kv.load if b.node_id != self.config.node_id) if req.kv else 0
-        return {"request_id": req.request_id, "role": req.role, "t": time.time(), "engine_ttft_s": float(ttft),
-                "peer_blocks": peers}
+        return {
+            "request_id": req.request_id,
+            "role": req.role,
+            "t": time.time(),
+            "engine_ttft_s": float(ttft),
+            "peer_blocks": peers,
+        }
 
-    def _log_timing(self, state: Inflight, final) -> None:  # noqa: ANN001
+    def _log_timing(self, state: Inflight, final) -> None:
         """One record per request that produced a token, when it ends (`final`:
         its last output, None when it stopped early)."""
         if state.first_token is None:
@@ -308,8 +319,9 @@ class WorkerEngine:
             # (or is aborted for migration) and publishes where they went.
             saved = await self.kv_events.wait_saved(req.request_id, timeout=10.0)
         if saved is not None:
-            chunk.saved_blocks = [BlockLocation(block_hash=h, node_id=self.config.node_id, slot=s)
-                                  for h, s in saved.blocks]
+            chunk.saved_blocks = [
+                BlockLocation(block_hash=h, node_id=self.config.node_id, slot=s) for h, s in saved.blocks
+            ]
             chunk.external_cached_tokens = saved.external_tokens
         if state.migrate:
             chunk.finish_reason = FinishReason.MIGRATED
@@ -322,7 +334,9 @@ class WorkerEngine:
 
     async def migrate(self, request_ids: list[str]) -> list[str]:
         """Stop in-flight decodes so they can resume elsewhere from the pool."""
-        targets = [r for rid, r in self.inflight.items() if r.role is Role.DECODE and (not request_ids or rid in request_ids)]
+        targets = [
+            r for rid, r in self.inflight.items() if r.role is Role.DECODE and (not request_ids or rid in request_ids)
+        ]
         for r in targets:
             r.migrate = True
         if targets and self._llm is not None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from workers.protocol import IterationRecordWire
 from core import Phase
+from workers.protocol import IterationRecordWire
 
 
 class IndexedLog:
@@ -61,8 +62,9 @@ class IterationLog(IndexedLog):
         return toks / window_s
 
 
-def make_stat_logger_factory(log: IterationLog, phase: Callable[[], Phase], context_tokens: Callable[[], int],
-                             records: bool = True):
+def make_stat_logger_factory(
+    log: IterationLog, phase: Callable[[], Phase], context_tokens: Callable[[], int], records: bool = True
+):
     """A vLLM per-engine stat logger factory that feeds `log`.
 
     With `records=False` it only keeps the scheduler view (running, waiting,
@@ -79,8 +81,11 @@ def make_stat_logger_factory(log: IterationLog, phase: Callable[[], Phase], cont
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
             if scheduler_stats is not None:
-                log.scheduler = (scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs,
-                                 scheduler_stats.kv_cache_usage)
+                log.scheduler = (
+                    scheduler_stats.num_running_reqs,
+                    scheduler_stats.num_waiting_reqs,
+                    scheduler_stats.kv_cache_usage,
+                )
             details = getattr(scheduler_stats, "iteration_details", None) if scheduler_stats else None
             if not records or details is None or details.is_dummy:
                 return

@@ -22,7 +22,7 @@ MAX_UNCLAIMED_SAVES = 10_000  # saved events nobody waited for (a request that e
 
 
 class _Protocol(asyncio.DatagramProtocol):
-    def __init__(self, channel: "KVEventChannel") -> None:
+    def __init__(self, channel: KVEventChannel) -> None:
         self.channel = channel
 
     def datagram_received(self, data: bytes, addr: object) -> None:
@@ -81,7 +81,7 @@ class KVEventChannel:
         self._waiters[rid] = fut
         try:
             return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         finally:
             self._waiters.pop(rid, None)

@@ -17,12 +17,27 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from core import FinishReason, Phase
 from kvpool.agent_info import AgentInfo
 from workers import phase as ph
 from workers.engine import EngineConfig, EngineError, WorkerEngine
+from workers.protocol import (
+    AbortRequest,
+    AbortResponse,
+    ErrorBody,
+    ErrorResponse,
+    GenerateChunk,
+    GenerateRequest,
+    HostStoreStats,
+    KVAgentInfo,
+    MigrateRequest,
+    MigrateResponse,
+    PhaseChangeRequest,
+    PhaseStatus,
+    RequestTimingWire,
+    WorkerStats,
+)
 from workers.switch import WorkerState, change_phase
-from workers.protocol import AbortRequest, AbortResponse, ErrorBody, ErrorResponse, GenerateChunk, GenerateRequest, HostStoreStats, KVAgentInfo, MigrateRequest, MigrateResponse, PhaseChangeRequest, PhaseStatus, RequestTimingWire, WorkerStats
-from core import FinishReason, Phase
 
 
 def _error(status: int, type_: str, message: str, retryable: bool = False) -> JSONResponse:
@@ -30,8 +45,9 @@ def _error(status: int, type_: str, message: str, retryable: bool = False) -> JS
     return JSONResponse(body.model_dump(), status_code=status)
 
 
-def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str | None = None,
-               engine: WorkerEngine | None = None) -> FastAPI:
+def create_app(
+    config: EngineConfig, initial_phase: Phase, *, cluster_token: str | None = None, engine: WorkerEngine | None = None
+) -> FastAPI:
     holder: dict[str, WorkerState] = {}
     eng = engine or WorkerEngine(config, phase_of=lambda: holder["w"].phase)
     holder["w"] = ws = WorkerState(eng, initial_phase)
@@ -64,8 +80,7 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException):
         # e.g. a body that is not JSON at all: same error shape as the rest.
-        return _error(exc.status_code, "invalid_request" if exc.status_code < 500 else "server_error",
-                      str(exc.detail))
+        return _error(exc.status_code, "invalid_request" if exc.status_code < 500 else "server_error", str(exc.detail))
 
     @app.get("/healthz")
     async def healthz():
@@ -82,8 +97,12 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
     @app.post("/internal/generate")
     async def generate(req: GenerateRequest):
         if not ph.accepts(ws.state, req.role):
-            return _error(409, "wrong_phase", f"node is {ws.state.value}; it does not take {req.role.value} requests",
-                          retryable=True)
+            return _error(
+                409,
+                "wrong_phase",
+                f"node is {ws.state.value}; it does not take {req.role.value} requests",
+                retryable=True,
+            )
         try:
             eng.validate(req)
         except EngineError as exc:
@@ -110,8 +129,9 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
     @app.get("/internal/phase", response_model=PhaseStatus)
     async def get_phase():
         p, d = eng.counts()
-        return PhaseStatus(node_id=config.node_id, phase=ws.phase, draining_to=ws.draining_to,
-                           inflight_prefill=p, inflight_decode=d)
+        return PhaseStatus(
+            node_id=config.node_id, phase=ws.phase, draining_to=ws.draining_to, inflight_prefill=p, inflight_decode=d
+        )
 
     @app.post("/internal/phase")
     async def set_phase(req: PhaseChangeRequest):
@@ -129,11 +149,18 @@ def create_app(config: EngineConfig, initial_phase: Phase, *, cluster_token: str
         loc = lambda h, s: {"block_hash": h, "node_id": config.node_id, "slot": s}  # noqa: E731
         running, waiting, kv_usage = eng.iterations.scheduler
         return WorkerStats(
-            node_id=config.node_id, phase=ws.phase, draining_to=ws.draining_to,
-            num_running=running, num_waiting=waiting, kv_usage=kv_usage, block_size=config.block_size,
-            tokens_per_s=eng.iterations.tokens_per_s(), host_store=_store_stats(ws, config),
+            node_id=config.node_id,
+            phase=ws.phase,
+            draining_to=ws.draining_to,
+            num_running=running,
+            num_waiting=waiting,
+            kv_usage=kv_usage,
+            block_size=config.block_size,
+            tokens_per_s=eng.iterations.tokens_per_s(),
+            host_store=_store_stats(ws, config),
             iterations=eng.iterations.since(max(0, since)),
-            saved_blocks=[loc(h, s) for h, s in saved], dropped_blocks=[loc(h, s) for h, s in dropped],
+            saved_blocks=[loc(h, s) for h, s in saved],
+            dropped_blocks=[loc(h, s) for h, s in dropped],
         )
 
     @app.get("/internal/requests", response_model=list[RequestTimingWire])
@@ -168,7 +195,12 @@ async def _ndjson(first: GenerateChunk, agen):
         async for chunk in agen:
             yield chunk.model_dump_json(exclude_none=True) + "\n"
     except EngineError as exc:
-        yield GenerateChunk(request_id=first.request_id, finish_reason=FinishReason.ERROR, error=str(exc)).model_dump_json() + "\n"
+        yield (
+            GenerateChunk(
+                request_id=first.request_id, finish_reason=FinishReason.ERROR, error=str(exc)
+            ).model_dump_json()
+            + "\n"
+        )
 
 
 async def _collect(agen, req: GenerateRequest):

@@ -84,5 +84,12 @@ async def change_phase(worker: WorkerState, node_id: str, req: PhaseChangeReques
         await eng.wait_idle(plan.leaving, time.monotonic() + SETTLE_S)
     migrate_s = time.monotonic() - start - drain_s
     worker.state = ph.next_state(worker.state, ph.PhaseEvent.DRAINED)
-    return PhaseChangeResult(node_id=node_id, from_phase=frm, to_phase=req.phase, drain_s=drain_s,
-                             migrate_s=migrate_s, total_s=time.monotonic() - start, migrated=migrated)
+    return PhaseChangeResult(
+        node_id=node_id,
+        from_phase=frm,
+        to_phase=req.phase,
+        drain_s=drain_s,
+        migrate_s=migrate_s,
+        total_s=time.monotonic() - start,
+        migrated=migrated,
+    )

@@ -18,8 +18,13 @@ def cache_view() -> None:
     cols = st.columns(4)
     cols[0].metric("Blocks", f"{blocks:,}")
     cols[1].metric("Bytes", fmt_bytes(float(directory.get("bytes", 0))))
-    cols[2].metric("Referenced by active branches", f"{referenced:,}",
-                   f"{referenced / blocks:.0%} of blocks" if blocks else None, delta_color="off", delta_arrow="off")
+    cols[2].metric(
+        "Referenced by active branches",
+        f"{referenced:,}",
+        f"{referenced / blocks:.0%} of blocks" if blocks else None,
+        delta_color="off",
+        delta_arrow="off",
+    )
     cols[3].metric("Hit rate", f"{float(directory.get('hit_rate', 0.0)):.1%}")
     st.subheader("Branches holding the most blocks")
     branches = cluster.get("top_branches") or []

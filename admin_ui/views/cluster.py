@@ -33,6 +33,7 @@ def live_view() -> None:
 
 
 st.title("Cluster")
-auto = st.toggle("Auto-refresh", value=True, key="cluster_auto_refresh",
-                 help=f"Reload every {session.settings().refresh_s:g} s")
+auto = st.toggle(
+    "Auto-refresh", value=True, key="cluster_auto_refresh", help=f"Reload every {session.settings().refresh_s:g} s"
+)
 st.fragment(live_view, run_every=session.settings().refresh_s if auto else None)()

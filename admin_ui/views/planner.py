@@ -17,23 +17,35 @@ from admin_ui.widgets import confirmed_action, fetch, fmt_time
 
 MODES = ["auto", "advisory", "manual"]
 PHASES = ["prefill", "decode"]
-MODE_HELP = {"auto": "the planner switches nodes itself",
-             "advisory": "the planner records what it would do, switches nothing",
-             "manual": "no planner decisions; only operators switch nodes"}
+MODE_HELP = {
+    "auto": "the planner switches nodes itself",
+    "advisory": "the planner records what it would do, switches nothing",
+    "manual": "no planner decisions; only operators switch nodes",
+}
 
 
 def mode_section(state: JSON) -> None:
     client = session.client()
     current = str(state.get("mode", "?"))
     st.subheader("Mode")
-    st.markdown(f"Current mode: **{current}** — {MODE_HELP.get(current, '')}. "
-                f"Planner: `{state.get('planner', '?')}`")
-    choice = st.radio("New mode", MODES, index=MODES.index(current) if current in MODES else 0,
-                      horizontal=True, key="planner_mode_choice", disabled=not session.can_write(),
-                      format_func=lambda m: f"{m} ({MODE_HELP[m]})")
-    confirmed_action("set_mode", "Set mode", prompt=f"Switch the planner from **{current}** to **{choice}**?",
-                     payload={"mode": choice}, run=lambda p: client.set_mode(p["mode"]),
-                     disabled=choice == current)
+    st.markdown(f"Current mode: **{current}** — {MODE_HELP.get(current, '')}. Planner: `{state.get('planner', '?')}`")
+    choice = st.radio(
+        "New mode",
+        MODES,
+        index=MODES.index(current) if current in MODES else 0,
+        horizontal=True,
+        key="planner_mode_choice",
+        disabled=not session.can_write(),
+        format_func=lambda m: f"{m} ({MODE_HELP[m]})",
+    )
+    confirmed_action(
+        "set_mode",
+        "Set mode",
+        prompt=f"Switch the planner from **{current}** to **{choice}**?",
+        payload={"mode": choice},
+        run=lambda p: client.set_mode(p["mode"]),
+        disabled=choice == current,
+    )
 
 
 def predictions_section(state: JSON, split: list[int]) -> None:
@@ -43,8 +55,10 @@ def predictions_section(state: JSON, split: list[int]) -> None:
     if chart is None:
         st.info("The planner has made no prediction yet.")
     else:
-        st.caption("Bars: confidence band of predicted throughput; dot: estimate; "
-                   "red diamond: the live split; grey: misses the TTFT/TPOT SLOs.")
+        st.caption(
+            "Bars: confidence band of predicted throughput; dot: estimate; "
+            "red diamond: the live split; grey: misses the TTFT/TPOT SLOs."
+        )
         st.altair_chart(chart, width="stretch")
         with st.expander("Prediction table"):
             st.dataframe(preds, hide_index=True, width="stretch")
@@ -65,37 +79,62 @@ def pin_section(cluster: JSON) -> None:
     writable = session.can_write()
     st.subheader("Pins and overrides")
     pins_text = ", ".join(f"`{k}` → {v}" for k, v in pinned_nodes.items()) or "none"
-    st.markdown(f"Split pin: **{'none' if split_pin is None else f'{split_pin} prefill nodes'}** · "
-                f"Node pins: {pins_text}")
+    st.markdown(
+        f"Split pin: **{'none' if split_pin is None else f'{split_pin} prefill nodes'}** · Node pins: {pins_text}"
+    )
     split_tab, node_tab, switch_tab = st.tabs(["Pin the split", "Pin a node", "Manual switch"])
     with split_tab:
         total = len(nodes)
         current = int(split_pin if split_pin is not None else (cluster.get("split") or [0])[0])
-        prefill = int(st.number_input("Prefill nodes", min_value=0, max_value=max(total, 0),
-                                      value=min(current, total), step=1, key="pin_split_prefill",
-                                      disabled=not writable))
-        confirmed_action("pin_split", "Pin split",
-                         prompt=f"Pin the split to **{prefill} prefill / {total - prefill} decode** nodes? "
-                                "Nodes will switch phase to reach it, and the planner will not move it.",
-                         payload={"prefill_nodes": prefill}, run=lambda p: client.pin_split(p["prefill_nodes"]))
-        confirmed_action("unpin_split", "Unpin split",
-                         prompt="Remove the split pin? The planner decides the split again.",
-                         payload={}, run=lambda p: client.unpin_split(), disabled=split_pin is None)
+        prefill = int(
+            st.number_input(
+                "Prefill nodes",
+                min_value=0,
+                max_value=max(total, 0),
+                value=min(current, total),
+                step=1,
+                key="pin_split_prefill",
+                disabled=not writable,
+            )
+        )
+        confirmed_action(
+            "pin_split",
+            "Pin split",
+            prompt=f"Pin the split to **{prefill} prefill / {total - prefill} decode** nodes? "
+            "Nodes will switch phase to reach it, and the planner will not move it.",
+            payload={"prefill_nodes": prefill},
+            run=lambda p: client.pin_split(p["prefill_nodes"]),
+        )
+        confirmed_action(
+            "unpin_split",
+            "Unpin split",
+            prompt="Remove the split pin? The planner decides the split again.",
+            payload={},
+            run=lambda p: client.unpin_split(),
+            disabled=split_pin is None,
+        )
     with node_tab:
         if not node_ids:
             st.info("No nodes registered.")
         else:
             node = st.selectbox("Node", node_ids, key="pin_node_id", disabled=not writable)
             phase = st.radio("Phase", PHASES, horizontal=True, key="pin_node_phase", disabled=not writable)
-            confirmed_action("pin_node", "Pin node",
-                             prompt=f"Pin `{node}` to **{phase}**? It switches now if needed.",
-                             payload={"node_id": node, "phase": phase},
-                             run=lambda p: client.pin_node(p["node_id"], p["phase"]))
-            unpin = st.selectbox("Pinned node", list(pinned_nodes) or ["—"], key="unpin_node_id",
-                                 disabled=not writable)
-            confirmed_action("unpin_node", "Unpin node", prompt=f"Remove the pin on `{unpin}`?",
-                             payload={"node_id": unpin}, run=lambda p: client.unpin_node(p["node_id"]),
-                             disabled=not pinned_nodes)
+            confirmed_action(
+                "pin_node",
+                "Pin node",
+                prompt=f"Pin `{node}` to **{phase}**? It switches now if needed.",
+                payload={"node_id": node, "phase": phase},
+                run=lambda p: client.pin_node(p["node_id"], p["phase"]),
+            )
+            unpin = st.selectbox("Pinned node", list(pinned_nodes) or ["—"], key="unpin_node_id", disabled=not writable)
+            confirmed_action(
+                "unpin_node",
+                "Unpin node",
+                prompt=f"Remove the pin on `{unpin}`?",
+                payload={"node_id": unpin},
+                run=lambda p: client.unpin_node(p["node_id"]),
+                disabled=not pinned_nodes,
+            )
     with switch_tab:
         if not node_ids:
             st.info("No nodes registered.")
@@ -103,13 +142,18 @@ def pin_section(cluster: JSON) -> None:
         node = st.selectbox("Node", node_ids, key="switch_node_id", disabled=not writable)
         phase_now = next((str(n.get("phase")) for n in nodes if str(n["node_id"]) == node), "prefill")
         target = "decode" if phase_now == "prefill" else "prefill"
-        st.markdown(f"`{node}` is **{phase_now}**; the switch moves it to **{target}** "
-                    "(in place: drain, migrate in-flight decodes, flip).")
+        st.markdown(
+            f"`{node}` is **{phase_now}**; the switch moves it to **{target}** "
+            "(in place: drain, migrate in-flight decodes, flip)."
+        )
         reason = st.text_input("Reason (recorded)", value="manual", key="switch_reason", disabled=not writable)
-        confirmed_action("manual_switch", "Switch node",
-                         prompt=f"Switch `{node}` from **{phase_now}** to **{target}** now? Reason: {reason!r}",
-                         payload={"node_id": node, "to_phase": target, "reason": reason or "manual"},
-                         run=lambda p: client.switch(p["node_id"], p["to_phase"], p["reason"]))
+        confirmed_action(
+            "manual_switch",
+            "Switch node",
+            prompt=f"Switch `{node}` from **{phase_now}** to **{target}** now? Reason: {reason!r}",
+            payload={"node_id": node, "to_phase": target, "reason": reason or "manual"},
+            run=lambda p: client.switch(p["node_id"], p["to_phase"], p["reason"]),
+        )
 
 
 st.title("Planner")
@@ -119,8 +163,10 @@ if state is not None:
     mode_section(state)
 if state is not None and cluster is not None:
     split = list(cluster.get("split") or [])
-    st.caption(f"Live split: {split[0] if split else '?'}P / {split[1] if len(split) > 1 else '?'}D · "
-               f"as of {fmt_time(time.time())} UTC")
+    st.caption(
+        f"Live split: {split[0] if split else '?'}P / {split[1] if len(split) > 1 else '?'}D · "
+        f"as of {fmt_time(time.time())} UTC"
+    )
     predictions_section(state, split)
 if cluster is not None:
     pin_section(cluster)

@@ -15,8 +15,18 @@ from fastapi import APIRouter, Depends, Query
 
 from gateway import errors
 from gateway.admin import schemas
-from gateway.admin._deps import (CSV_RESPONSES, AdminContext, Format, Limit, Offset, RoleDependency, Since,
-                                 Until, csv_response, unix_s)
+from gateway.admin._deps import (
+    CSV_RESPONSES,
+    AdminContext,
+    Format,
+    Limit,
+    Offset,
+    RoleDependency,
+    Since,
+    Until,
+    csv_response,
+    unix_s,
+)
 from gateway.admin.auth import AdminPrincipal
 from gateway.control.overrides import Pins
 from gateway.control.ports import PlannerState
@@ -26,20 +36,43 @@ from gateway.store.tables import PlannerDecision
 
 def _decision_out(row: PlannerDecision) -> schemas.DecisionOut:
     return schemas.DecisionOut(
-        id=row.id, t=row.t, planner=row.planner, mode=row.mode,
+        id=row.id,
+        t=row.t,
+        planner=row.planner,
+        mode=row.mode,
         current_split=(row.current_prefill, row.current_decode),
-        chosen_split=(row.chosen_prefill, row.chosen_decode), acted=row.acted, confidence=row.confidence,
-        reason=row.reason, inputs=row.inputs, predictions=row.predictions, actions=row.actions)
+        chosen_split=(row.chosen_prefill, row.chosen_decode),
+        acted=row.acted,
+        confidence=row.confidence,
+        reason=row.reason,
+        inputs=row.inputs,
+        predictions=row.predictions,
+        actions=row.actions,
+    )
 
 
 def planner_out(state: PlannerState) -> schemas.PlannerOut:
     d = state.last_decision
-    last = None if d is None else schemas.LastDecisionOut(
-        t=d.t, planner=d.planner, current_split=d.current_split, chosen_split=d.chosen_split, acted=d.acted,
-        reason=d.reason, confidence=d.confidence,
-        actions=[schemas.ActionOut(node_id=a.node_id, to_phase=a.to_phase.value) for a in d.actions])
-    return schemas.PlannerOut(mode=state.mode.value, planner=state.planner, last_decision=last,
-                              predictions=[schemas.PredictionOut(**dataclasses.asdict(p)) for p in state.predictions])
+    last = (
+        None
+        if d is None
+        else schemas.LastDecisionOut(
+            t=d.t,
+            planner=d.planner,
+            current_split=d.current_split,
+            chosen_split=d.chosen_split,
+            acted=d.acted,
+            reason=d.reason,
+            confidence=d.confidence,
+            actions=[schemas.ActionOut(node_id=a.node_id, to_phase=a.to_phase.value) for a in d.actions],
+        )
+    )
+    return schemas.PlannerOut(
+        mode=state.mode.value,
+        planner=state.planner,
+        last_decision=last,
+        predictions=[schemas.PredictionOut(**dataclasses.asdict(p)) for p in state.predictions],
+    )
 
 
 def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDependency) -> APIRouter:
@@ -51,18 +84,19 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
         ctx.sink.record_audit(actor=who.name, action=action, target=target, before=before, after=after)
         ctx.sink.kick()
 
-    @router.get("/cluster", summary="Cluster state: nodes, phases, queues, KV use, split",
-                response_model=schemas.ClusterOut)
+    @router.get(
+        "/cluster", summary="Cluster state: nodes, phases, queues, KV use, split", response_model=schemas.ClusterOut
+    )
     async def get_cluster(_: Viewer) -> dict[str, Any]:
         return dataclasses.asdict(await ctx.control.snapshot())
 
-    @router.get("/cluster/history", summary="Split and throughput samples over time",
-                response_model=schemas.HistoryOut)
+    @router.get("/cluster/history", summary="Split and throughput samples over time", response_model=schemas.HistoryOut)
     async def get_history(_: Viewer, minutes: Annotated[float, Query(gt=0, le=7 * 24 * 60)] = 60) -> dict[str, Any]:
         return {"items": [dataclasses.asdict(s) for s in await ctx.control.split_history(minutes * 60)]}
 
-    @router.get("/planner", summary="Planner mode, last decision, prediction per split",
-                response_model=schemas.PlannerOut)
+    @router.get(
+        "/planner", summary="Planner mode, last decision, prediction per split", response_model=schemas.PlannerOut
+    )
     async def get_planner(_: Viewer) -> schemas.PlannerOut:
         return planner_out(await ctx.control.planner_state())
 
@@ -105,31 +139,67 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
         audit(who, "switch", f"node:{body.node_id}", {"phase": node.phase, "reason": body.reason}, result)
         return result
 
-    @router.get("/switches", summary="Switch history (filters, paging, CSV)",
-                response_model=schemas.Page[schemas.SwitchEventOut], responses=CSV_RESPONSES)
-    async def get_switches(_: Viewer, since: Since = None, until: Until = None, node: str | None = None,
-                           reason: str | None = None, outcome: str | None = None, limit: Limit = 100,
-                           offset: Offset = 0, format: Format = "json") -> Any:
-        rows, total = await ctx.db.run_async(lambda s: repository.list_switch_events(
-            s, since=unix_s(since), until=unix_s(until), node_id=node, reason=reason, outcome=outcome, limit=limit,
-            offset=offset))
+    @router.get(
+        "/switches",
+        summary="Switch history (filters, paging, CSV)",
+        response_model=schemas.Page[schemas.SwitchEventOut],
+        responses=CSV_RESPONSES,
+    )
+    async def get_switches(
+        _: Viewer,
+        since: Since = None,
+        until: Until = None,
+        node: str | None = None,
+        reason: str | None = None,
+        outcome: str | None = None,
+        limit: Limit = 100,
+        offset: Offset = 0,
+        format: Format = "json",
+    ) -> Any:
+        rows, total = await ctx.db.run_async(
+            lambda s: repository.list_switch_events(
+                s,
+                since=unix_s(since),
+                until=unix_s(until),
+                node_id=node,
+                reason=reason,
+                outcome=outcome,
+                limit=limit,
+                offset=offset,
+            )
+        )
         items = [schemas.SwitchEventOut.model_validate(r) for r in rows]
         if format == "csv":
-            return csv_response((i.model_dump() for i in items), list(schemas.SwitchEventOut.model_fields),
-                                "switches.csv")
+            return csv_response(
+                (i.model_dump() for i in items), list(schemas.SwitchEventOut.model_fields), "switches.csv"
+            )
         return schemas.Page[schemas.SwitchEventOut](items=items, total=total)
 
-    @router.get("/decisions", summary="Planner decisions (filters, paging, CSV)",
-                response_model=schemas.Page[schemas.DecisionOut], responses=CSV_RESPONSES)
-    async def get_decisions(_: Viewer, since: Since = None, until: Until = None, acted: bool | None = None,
-                            limit: Limit = 100, offset: Offset = 0, format: Format = "json") -> Any:
-        rows, total = await ctx.db.run_async(lambda s: repository.list_decisions(
-            s, since=unix_s(since), until=unix_s(until), acted=acted, limit=limit, offset=offset))
+    @router.get(
+        "/decisions",
+        summary="Planner decisions (filters, paging, CSV)",
+        response_model=schemas.Page[schemas.DecisionOut],
+        responses=CSV_RESPONSES,
+    )
+    async def get_decisions(
+        _: Viewer,
+        since: Since = None,
+        until: Until = None,
+        acted: bool | None = None,
+        limit: Limit = 100,
+        offset: Offset = 0,
+        format: Format = "json",
+    ) -> Any:
+        rows, total = await ctx.db.run_async(
+            lambda s: repository.list_decisions(
+                s, since=unix_s(since), until=unix_s(until), acted=acted, limit=limit, offset=offset
+            )
+        )
         items = [_decision_out(r) for r in rows]
         if format == "csv":
-            return csv_response((i.model_dump() for i in items), list(schemas.DecisionOut.model_fields),
-                                "decisions.csv")
+            return csv_response(
+                (i.model_dump() for i in items), list(schemas.DecisionOut.model_fields), "decisions.csv"
+            )
         return schemas.Page[schemas.DecisionOut](items=items, total=total)
 
     return router
-

@@ -4,9 +4,10 @@ dependencies, paging parameters and CSV rendering."""
 import csv
 import io
 import json
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Annotated, Any, Awaitable, Callable, Iterable, Literal, Protocol
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import Depends, Query
 from fastapi.responses import Response
@@ -40,11 +41,10 @@ Until = Annotated[float | datetime | None, Query(description="unix seconds or IS
 Format = Annotated[Literal["json", "csv"], Query(description="`csv` for a spreadsheet export")]
 
 
-
 def unix_s(value: float | datetime | None) -> float | None:
     """A `Since`/`Until` value as unix seconds (naive datetimes are UTC)."""
     if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
     return value
 
 
@@ -61,8 +61,9 @@ def role_dependencies(auth: AdminAuthenticator) -> tuple[RoleDependency, RoleDep
 
     async def operator(principal: Annotated[AdminPrincipal, Depends(viewer)]) -> AdminPrincipal:
         if not principal.can_write:
-            raise errors.PermissionDenied("This action needs an operator token; yours is a viewer token.",
-                                          code="insufficient_role")
+            raise errors.PermissionDenied(
+                "This action needs an operator token; yours is a viewer token.", code="insufficient_role"
+            )
         return principal
 
     return viewer, operator
@@ -75,8 +76,9 @@ def csv_response(rows: Iterable[dict[str, Any]], columns: list[str], filename: s
     writer.writeheader()
     for row in rows:
         writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list, tuple)) else v for k, v in row.items()})
-    return Response(out.getvalue(), media_type="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return Response(
+        out.getvalue(), media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{filename}"'}
+    )
 
 
 CSV_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/csv": {}}}}

@@ -42,17 +42,22 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
         rows, total = await ctx.db.run_async(lambda s: repository.list_tenants(s, limit=limit, offset=offset))
         return {"items": rows, "total": total}
 
-    @router.post("", summary="Create a tenant (with an optional policy)", status_code=status.HTTP_201_CREATED,
-                 response_model=schemas.TenantOut)
+    @router.post(
+        "",
+        summary="Create a tenant (with an optional policy)",
+        status_code=status.HTTP_201_CREATED,
+        response_model=schemas.TenantOut,
+    )
     async def create_tenant(body: schemas.TenantIn, who: Operator) -> Any:
         policy = body.policy.to_policy() if body.policy else None
 
         def create(s: Session) -> Tenant:
             tenant = repository.create_tenant(s, name=body.name, tenant_id=body.id, policy=policy)
-            after = {**_tenant_dict(tenant),
-                     "policy": schemas.PolicyBody.of(repository.get_policy(s, tenant_id=tenant.id)).model_dump()}
-            repository.add_audit(s, actor=who.name, action="tenant.create", target=f"tenant:{tenant.id}",
-                                 after=after)
+            after = {
+                **_tenant_dict(tenant),
+                "policy": schemas.PolicyBody.of(repository.get_policy(s, tenant_id=tenant.id)).model_dump(),
+            }
+            repository.add_audit(s, actor=who.name, action="tenant.create", target=f"tenant:{tenant.id}", after=after)
             return tenant
 
         return await ctx.db.run_async(create)
@@ -67,26 +72,37 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             before = _tenant_dict(_tenant_or_404(s, tenant_id))
             tenant = repository.rename_tenant(s, tenant_id=tenant_id, name=body.name)
             assert tenant is not None
-            repository.add_audit(s, actor=who.name, action="tenant.update", target=f"tenant:{tenant_id}",
-                                 before=before, after=_tenant_dict(tenant))
+            repository.add_audit(
+                s,
+                actor=who.name,
+                action="tenant.update",
+                target=f"tenant:{tenant_id}",
+                before=before,
+                after=_tenant_dict(tenant),
+            )
             return tenant
 
         return await ctx.db.run_async(rename)
 
-    @router.delete("/{tenant_id}", summary="Delete a tenant, its keys and policy",
-                   status_code=status.HTTP_204_NO_CONTENT)
+    @router.delete(
+        "/{tenant_id}", summary="Delete a tenant, its keys and policy", status_code=status.HTTP_204_NO_CONTENT
+    )
     async def delete_tenant(tenant_id: str, who: Operator) -> None:
         def delete(s: Session) -> None:
-            before = {**_tenant_dict(_tenant_or_404(s, tenant_id)),
-                      "policy": schemas.PolicyBody.of(repository.get_policy(s, tenant_id=tenant_id)).model_dump()}
+            before = {
+                **_tenant_dict(_tenant_or_404(s, tenant_id)),
+                "policy": schemas.PolicyBody.of(repository.get_policy(s, tenant_id=tenant_id)).model_dump(),
+            }
             repository.delete_tenant(s, tenant_id=tenant_id)
-            repository.add_audit(s, actor=who.name, action="tenant.delete", target=f"tenant:{tenant_id}",
-                                 before=before)
+            repository.add_audit(s, actor=who.name, action="tenant.delete", target=f"tenant:{tenant_id}", before=before)
 
         await ctx.db.run_async(delete)
 
-    @router.get("/{tenant_id}/keys", summary="List a tenant's API keys (prefixes only)",
-                response_model=schemas.Page[schemas.ApiKeyOut])
+    @router.get(
+        "/{tenant_id}/keys",
+        summary="List a tenant's API keys (prefixes only)",
+        response_model=schemas.Page[schemas.ApiKeyOut],
+    )
     async def list_keys(tenant_id: str, _: Viewer, limit: Limit = 100, offset: Offset = 0) -> Any:
         def fetch(s: Session) -> dict[str, Any]:
             _tenant_or_404(s, tenant_id)
@@ -95,14 +111,23 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
 
         return await ctx.db.run_async(fetch)
 
-    @router.post("/{tenant_id}/keys", summary="Create an API key (the secret is shown once)",
-                 status_code=status.HTTP_201_CREATED, response_model=schemas.ApiKeyCreated)
+    @router.post(
+        "/{tenant_id}/keys",
+        summary="Create an API key (the secret is shown once)",
+        status_code=status.HTTP_201_CREATED,
+        response_model=schemas.ApiKeyCreated,
+    )
     async def create_key(tenant_id: str, body: schemas.ApiKeyIn, who: Operator) -> Any:
         def create(s: Session) -> schemas.ApiKeyCreated:
             _tenant_or_404(s, tenant_id)
             key, secret = repository.create_api_key(s, tenant_id=tenant_id, name=body.name, pepper=pepper)
-            repository.add_audit(s, actor=who.name, action="api_key.create", target=f"api_key:{key.id}",
-                                 after={"tenant_id": tenant_id, "name": key.name, "prefix": key.prefix})
+            repository.add_audit(
+                s,
+                actor=who.name,
+                action="api_key.create",
+                target=f"api_key:{key.id}",
+                after={"tenant_id": tenant_id, "name": key.name, "prefix": key.prefix},
+            )
             return schemas.ApiKeyCreated(id=key.id, name=key.name, prefix=key.prefix, secret=secret)
 
         return await ctx.db.run_async(create)
@@ -113,8 +138,14 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             key = repository.revoke_api_key(s, tenant_id=tenant_id, key_id=key_id)
             if key is None:
                 raise errors.NotFound(f"No key {key_id!r} for tenant {tenant_id!r}.", param="key_id")
-            repository.add_audit(s, actor=who.name, action="api_key.revoke", target=f"api_key:{key_id}",
-                                 before={"revoked_at": None}, after={"revoked_at": key.revoked_at})
+            repository.add_audit(
+                s,
+                actor=who.name,
+                action="api_key.revoke",
+                target=f"api_key:{key_id}",
+                before={"revoked_at": None},
+                after={"revoked_at": key.revoked_at},
+            )
             return key
 
         return await ctx.db.run_async(revoke)
@@ -138,14 +169,23 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             _tenant_or_404(s, tenant_id)
             before = schemas.PolicyBody.of(repository.get_policy(s, tenant_id=tenant_id))
             repository.put_policy(s, tenant_id=tenant_id, policy=policy)
-            repository.add_audit(s, actor=who.name, action="policy.update", target=f"tenant:{tenant_id}",
-                                 before=before.model_dump(), after=body.model_dump())
+            repository.add_audit(
+                s,
+                actor=who.name,
+                action="policy.update",
+                target=f"tenant:{tenant_id}",
+                before=before.model_dump(),
+                after=body.model_dump(),
+            )
             return body
 
         return await ctx.db.run_async(store)
 
-    @router.get("/{tenant_id}/usage", summary="Usage per minute and model over a time range",
-                response_model=schemas.Page[schemas.UsageRow])
+    @router.get(
+        "/{tenant_id}/usage",
+        summary="Usage per minute and model over a time range",
+        response_model=schemas.Page[schemas.UsageRow],
+    )
     async def get_usage(tenant_id: str, _: Viewer, since: Since = None, until: Until = None) -> Any:
         def fetch(s: Session) -> dict[str, Any]:
             _tenant_or_404(s, tenant_id)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from gateway import errors
 from gateway.store import repository
@@ -40,8 +40,14 @@ class AdminPrincipal:
 
 
 class AdminAuthenticator:
-    def __init__(self, db: Database, *, cache_ttl_s: float = 30.0, outage_ttl_s: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        cache_ttl_s: float = 30.0,
+        outage_ttl_s: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.db = db
         self.cache_ttl_s = cache_ttl_s
         self.outage_ttl_s = outage_ttl_s
@@ -94,14 +100,25 @@ def bootstrap_admin_token(db: Database, env_token: str | None) -> str | None:
     with db.session() as session:
         if env_token is not None:
             if repository.find_admin_token(session, secret=env_token, pepper=db.pepper) is None:
-                row, _ = repository.create_admin_token(session, name="env", role=OPERATOR, pepper=db.pepper,
-                                                       secret=env_token)
-                repository.add_audit(session, actor="system", action="admin_token.import", target=row.id,
-                                     after={"name": row.name, "role": row.role, "prefix": row.prefix})
+                row, _ = repository.create_admin_token(
+                    session, name="env", role=OPERATOR, pepper=db.pepper, secret=env_token
+                )
+                repository.add_audit(
+                    session,
+                    actor="system",
+                    action="admin_token.import",
+                    target=row.id,
+                    after={"name": row.name, "role": row.role, "prefix": row.prefix},
+                )
             return None
         if repository.count_active_admin_tokens(session) > 0:
             return None
         row, secret = repository.create_admin_token(session, name="bootstrap", role=OPERATOR, pepper=db.pepper)
-        repository.add_audit(session, actor="system", action="admin_token.bootstrap", target=row.id,
-                             after={"name": row.name, "role": row.role, "prefix": row.prefix})
+        repository.add_audit(
+            session,
+            actor="system",
+            action="admin_token.bootstrap",
+            target=row.id,
+            after={"name": row.name, "role": row.role, "prefix": row.prefix},
+        )
         return secret

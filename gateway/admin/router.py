@@ -34,13 +34,24 @@ ERROR_RESPONSES: dict[int | str, dict[str, str]] = {
 }
 
 
-def build_admin_router(*, control: AdminControl, db: Database, sink: EventSink,
-                       auth: AdminAuthenticator | None = None, overrides: OverridesService | None = None,
-                       prefix: str = "/admin") -> APIRouter:
+def build_admin_router(
+    *,
+    control: AdminControl,
+    db: Database,
+    sink: EventSink,
+    auth: AdminAuthenticator | None = None,
+    overrides: OverridesService | None = None,
+    prefix: str = "/admin",
+) -> APIRouter:
     """The admin API. `control` implements `ClusterControl` and `ClusterHistory`;
     `overrides` defaults to an `OverridesService` over `control` recording to `sink`."""
-    ctx = AdminContext(control=control, overrides=overrides or OverridesService(control, sink), db=db, sink=sink,
-                       auth=auth or AdminAuthenticator(db))
+    ctx = AdminContext(
+        control=control,
+        overrides=overrides or OverridesService(control, sink),
+        db=db,
+        sink=sink,
+        auth=auth or AdminAuthenticator(db),
+    )
     viewer, operator = role_dependencies(ctx.auth)
     router = APIRouter(prefix=prefix, responses=ERROR_RESPONSES)
     for build in (access_routes, cluster_routes, tenant_routes):

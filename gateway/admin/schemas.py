@@ -29,6 +29,7 @@ class WhoAmI(BaseModel):
 
 # -- cluster -----------------------------------------------------------------
 
+
 class NodeOut(BaseModel):
     node_id: str
     url: str
@@ -160,6 +161,7 @@ class DecisionOut(BaseModel):
 
 # -- tenants -----------------------------------------------------------------
 
+
 class PolicyBody(BaseModel):
     """A tenant policy. Null limits mean unlimited; null `allowed_models` means all."""
 
@@ -190,9 +192,13 @@ class PolicyBody(BaseModel):
         return Policy(**data)
 
     @classmethod
-    def of(cls, policy: Policy) -> "PolicyBody":
-        return cls(**{**policy.__dict__, "allowed_models": None if policy.allowed_models is None
-                      else list(policy.allowed_models)})
+    def of(cls, policy: Policy) -> PolicyBody:
+        return cls(
+            **{
+                **policy.__dict__,
+                "allowed_models": None if policy.allowed_models is None else list(policy.allowed_models),
+            }
+        )
 
 
 class TenantIn(BaseModel):
@@ -257,6 +263,7 @@ class AuditOut(BaseModel):
 
 
 # -- admin tokens ------------------------------------------------------------
+
 
 class AdminTokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")

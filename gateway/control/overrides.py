@@ -60,12 +60,18 @@ class OverridesService:
         if prefill_nodes is not None:
             size = len((await self._control.snapshot()).nodes)
             if not 0 <= prefill_nodes <= size:
-                raise InvalidRequest(f"prefill_nodes must be at most {size} (the cluster size).",
-                                     param="prefill_nodes")
+                raise InvalidRequest(f"prefill_nodes must be at most {size} (the cluster size).", param="prefill_nodes")
         before = await self.pins()
         await self._control.pin_split(prefill_nodes)
-        self._record(who, SPLIT_PIN, prefill_nodes, "pins.split" if prefill_nodes is not None else "pins.split.clear",
-                     "split", {"prefill_nodes": before.split}, {"prefill_nodes": prefill_nodes})
+        self._record(
+            who,
+            SPLIT_PIN,
+            prefill_nodes,
+            "pins.split" if prefill_nodes is not None else "pins.split.clear",
+            "split",
+            {"prefill_nodes": before.split},
+            {"prefill_nodes": prefill_nodes},
+        )
         return await self.pins()
 
     async def pin_node(self, node_id: str, phase: str | None, *, who: str) -> Pins:
@@ -73,8 +79,15 @@ class OverridesService:
             raise NotFound(f"No node {node_id!r}.", param="node_id")
         before = (await self.pins()).nodes.get(node_id)
         await self._control.pin_node(node_id, phase)
-        self._record(who, NODE_PIN_PREFIX + node_id, phase, "pins.node" if phase else "pins.node.clear",
-                     f"node:{node_id}", {"phase": before}, {"phase": phase})
+        self._record(
+            who,
+            NODE_PIN_PREFIX + node_id,
+            phase,
+            "pins.node" if phase else "pins.node.clear",
+            f"node:{node_id}",
+            {"phase": before},
+            {"phase": phase},
+        )
         return await self.pins()
 
     async def restore(self, overrides: Overrides, *, default_mode: str) -> None:

@@ -19,18 +19,17 @@ here and includes the RPC.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-from gateway.store.records import SwitchOutcome
-from gateway.errors import Conflict, InvalidRequest
+from core import Phase
 from gateway.control.registry import WorkerRegistry
+from gateway.errors import Conflict, InvalidRequest
+from gateway.store.records import SwitchOutcome
 from gateway.worker_client import WorkerAPI, WorkerError
 from workers.protocol import PhaseChangeRequest
-from core import Phase
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +38,15 @@ SwitchSink = Callable[[SwitchOutcome, str, str], Awaitable[None] | None]
 
 
 class PhaseSwitcher:
-    def __init__(self, registry: WorkerRegistry, client: WorkerAPI, *, deadline_s: float = 0.0,
-                 rpc_margin_s: float = 120.0, sinks: list[SwitchSink] | None = None) -> None:
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        client: WorkerAPI,
+        *,
+        deadline_s: float = 0.0,
+        rpc_margin_s: float = 120.0,
+        sinks: list[SwitchSink] | None = None,
+    ) -> None:
         self._registry = registry
         self._client = client
         self._deadline_s = deadline_s
@@ -64,8 +70,11 @@ class PhaseSwitcher:
         if node_id in self._busy:
             raise Conflict(f"node {node_id} is already switching", code="switch_in_progress")
         if node.phase is target and not node.draining:
-            return await self._emit(SwitchOutcome(node_id, from_phase.value, target.value, 0.0, 0.0, 0.0,
-                                                  "noop", "already in phase"), reason, who)
+            return await self._emit(
+                SwitchOutcome(node_id, from_phase.value, target.value, 0.0, 0.0, 0.0, "noop", "already in phase"),
+                reason,
+                who,
+            )
         if not node.healthy:
             raise Conflict(f"node {node_id} is unhealthy", code="node_unhealthy")
         self._busy.add(node_id)
@@ -73,22 +82,46 @@ class PhaseSwitcher:
         self._registry.mark_draining(node_id, target)
         try:
             result = await self._client.change_phase(
-                node.url, PhaseChangeRequest(phase=target, deadline_s=self._deadline_s, migrate=True),
-                timeout_s=self._deadline_s + self._rpc_margin_s)
-        except (WorkerError, asyncio.TimeoutError) as exc:
+                node.url,
+                PhaseChangeRequest(phase=target, deadline_s=self._deadline_s, migrate=True),
+                timeout_s=self._deadline_s + self._rpc_margin_s,
+            )
+        except (TimeoutError, WorkerError) as exc:
             self._registry.finish_switch(node_id, from_phase)
-            outcome = SwitchOutcome(node_id, from_phase.value, target.value, 0.0, 0.0,
-                                    time.monotonic() - start, "failed", f"{type(exc).__name__}: {exc}")
+            outcome = SwitchOutcome(
+                node_id,
+                from_phase.value,
+                target.value,
+                0.0,
+                0.0,
+                time.monotonic() - start,
+                "failed",
+                f"{type(exc).__name__}: {exc}",
+            )
             log.warning("switch of %s to %s failed: %s", node_id, target.value, exc)
             return await self._emit(outcome, reason, who)
         finally:
             self._busy.discard(node_id)
         self._registry.finish_switch(node_id, result.to_phase)
-        outcome = SwitchOutcome(node_id, from_phase.value, result.to_phase.value, result.drain_s,
-                                result.migrate_s, time.monotonic() - start, "ok",
-                                f"migrated {len(result.migrated)} decodes")
-        log.info("switched %s %s->%s in %.3fs (%s, by %s)", node_id, from_phase.value, target.value,
-                 outcome.total_s, reason, who)
+        outcome = SwitchOutcome(
+            node_id,
+            from_phase.value,
+            result.to_phase.value,
+            result.drain_s,
+            result.migrate_s,
+            time.monotonic() - start,
+            "ok",
+            f"migrated {len(result.migrated)} decodes",
+        )
+        log.info(
+            "switched %s %s->%s in %.3fs (%s, by %s)",
+            node_id,
+            from_phase.value,
+            target.value,
+            outcome.total_s,
+            reason,
+            who,
+        )
         return await self._emit(outcome, reason, who)
 
     async def _emit(self, outcome: SwitchOutcome, reason: str, who: str) -> SwitchOutcome:

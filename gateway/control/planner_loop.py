@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
+from core import Phase
 from gateway.control.workload_feed import WorkloadFeed
 from planner.types import SLO, ClusterView, Decision, NodeState, Pin, Planner, PlannerMode
-from core import Phase
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,16 @@ DecisionSink = Callable[[Decision, str], None]
 class PlannerLoop:
     """`tick(runtime)` is the `planner_tick` the gateway's cluster loop calls."""
 
-    def __init__(self, planner: Planner, *, workload: WorkloadFeed, slo: SLO = SLO(), sink: DecisionSink | None = None,
-                 kv_capacity_tokens: int = 0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        planner: Planner,
+        *,
+        workload: WorkloadFeed,
+        slo: SLO = SLO(),
+        sink: DecisionSink | None = None,
+        kv_capacity_tokens: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.planner = planner
         self.workload = workload  # the OpenAI service adds a RequestSample per finished request
         self.slo = slo
@@ -44,17 +52,30 @@ class PlannerLoop:
 
     def view(self, runtime) -> ClusterView:
         nodes = tuple(
-            NodeState(node_id=n.node_id, phase=Phase(n.phase.value), draining=n.draining_to is not None,
-                      pinned=n.node_id in runtime.node_pins, queue=n.num_waiting,
-                      running=n.running, kv_usage=n.kv_usage,
-                      kv_capacity_tokens=self.kv_capacity_tokens)
-            for n in runtime.registry.nodes() if n.healthy)
+            NodeState(
+                node_id=n.node_id,
+                phase=Phase(n.phase.value),
+                draining=n.draining_to is not None,
+                pinned=n.node_id in runtime.node_pins,
+                queue=n.num_waiting,
+                running=n.running,
+                kv_usage=n.kv_usage,
+                kv_capacity_tokens=self.kv_capacity_tokens,
+            )
+            for n in runtime.registry.nodes()
+            if n.healthy
+        )
         pin = None
         if runtime.split_pin is not None or runtime.node_pins:
-            pin = Pin(prefill_nodes=runtime.split_pin,
-                      node_phases={k: Phase(v) for k, v in runtime.node_pins.items()})
-        return ClusterView(now=self.clock(), nodes=nodes, mode=PlannerMode(runtime.mode.value), pin=pin,
-                           slo=self.slo, last_switch_t=self.last_switch_t)
+            pin = Pin(prefill_nodes=runtime.split_pin, node_phases={k: Phase(v) for k, v in runtime.node_pins.items()})
+        return ClusterView(
+            now=self.clock(),
+            nodes=nodes,
+            mode=PlannerMode(runtime.mode.value),
+            pin=pin,
+            slo=self.slo,
+            last_switch_t=self.last_switch_t,
+        )
 
     async def tick(self, runtime) -> None:
         self.planner.observe_iterations(runtime.registry.drain_iterations())
@@ -70,8 +91,12 @@ class PlannerLoop:
             return
         for action in decision.actions:
             try:
-                await runtime.switch(action.node_id, action.to_phase.value, reason=f"planner: {decision.reason}",
-                                     who=f"planner:{self.planner.name}")
+                await runtime.switch(
+                    action.node_id,
+                    action.to_phase.value,
+                    reason=f"planner: {decision.reason}",
+                    who=f"planner:{self.planner.name}",
+                )
                 self.last_switch_t = self.clock()
             except Exception as exc:  # noqa: BLE001 - one failed switch must not stop the loop
                 log.warning("planner switch of %s failed: %s", action.node_id, exc)

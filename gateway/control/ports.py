@@ -70,8 +70,7 @@ class ClusterControl(Protocol):
     async def pin_node(self, node_id: str, phase: str | None) -> None:
         """Pin one node's phase (None unpins). Switches it now if needed."""
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *,
-                           who: str) -> list[SwitchOutcome]:
+    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
         """Set both pins at once (pins of nodes that are not workers are
         dropped with a warning) and realise them with switches."""
 

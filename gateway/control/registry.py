@@ -22,15 +22,15 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
+from core import Phase
 from gateway.directory import Directory
 from gateway.errors import NotFound
-from routing import NodeLoad
 from gateway.worker_client import WorkerAPI, WorkerError
 from planner.types import IterationRecord
-from core import Phase
+from routing import NodeLoad
 from workers.protocol import WorkerStats
 
 log = logging.getLogger(__name__)
@@ -65,13 +65,27 @@ class WorkerNode:
         return max(self.num_running, self.inflight)
 
     def load(self) -> NodeLoad:
-        return NodeLoad(node_id=self.node_id, phase=self.phase.value, queue=self.num_waiting,
-                        running=self.running, kv_usage=self.kv_usage, draining=self.draining, healthy=self.healthy)
+        return NodeLoad(
+            node_id=self.node_id,
+            phase=self.phase.value,
+            queue=self.num_waiting,
+            running=self.running,
+            kv_usage=self.kv_usage,
+            draining=self.draining,
+            healthy=self.healthy,
+        )
 
 
 class WorkerRegistry:
-    def __init__(self, client: WorkerAPI, directory: Directory, *, failures_to_unhealthy: int = 3,
-                 iteration_buffer: int = 50_000, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: WorkerAPI,
+        directory: Directory,
+        *,
+        failures_to_unhealthy: int = 3,
+        iteration_buffer: int = 50_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._client = client
         self._directory = directory
         self._max_failures = failures_to_unhealthy
@@ -172,8 +186,12 @@ class WorkerRegistry:
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
-            log.error("worker %s uses block size %d, the gateway %d: set EVOLVING_BLOCK_SIZE",
-                      node.node_id, stats.block_size, self._directory.block_size)
+            log.error(
+                "worker %s uses block size %d, the gateway %d: set EVOLVING_BLOCK_SIZE",
+                node.node_id,
+                stats.block_size,
+                self._directory.block_size,
+            )
         if not was_healthy:
             log.info("worker %s healthy at %s (%s)", node.node_id, node.url, node.phase.value)
         if stats.saved_blocks:
@@ -181,11 +199,20 @@ class WorkerRegistry:
         if stats.dropped_blocks:
             self._directory.unpublish(node.node_id, [b.block_hash for b in stats.dropped_blocks])
         for it in stats.iterations:
-            self._iterations.append(IterationRecord(
-                node_id=node.node_id, phase=Phase(it.phase.value), t=it.t, batch_size=it.batch_size,
-                uncached_prompt_tokens=it.uncached_prompt_tokens, cached_prompt_tokens=it.cached_prompt_tokens,
-                generated_tokens=it.generated_tokens, context_tokens=it.context_tokens, elapsed_ms=it.elapsed_ms,
-                attention_pairs=it.attention_pairs))
+            self._iterations.append(
+                IterationRecord(
+                    node_id=node.node_id,
+                    phase=Phase(it.phase.value),
+                    t=it.t,
+                    batch_size=it.batch_size,
+                    uncached_prompt_tokens=it.uncached_prompt_tokens,
+                    cached_prompt_tokens=it.cached_prompt_tokens,
+                    generated_tokens=it.generated_tokens,
+                    context_tokens=it.context_tokens,
+                    elapsed_ms=it.elapsed_ms,
+                    attention_pairs=it.attention_pairs,
+                )
+            )
             node.next_iteration = max(node.next_iteration, it.index + 1)
 
     def drain_iterations(self) -> list[IterationRecord]:

@@ -19,14 +19,14 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-from gateway.directory import Directory
-from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
-from gateway.store.records import SwitchOutcome
-from gateway.errors import Conflict, InvalidRequest
-from gateway.control.registry import WorkerRegistry
 from gateway.control.phase_switch import PhaseSwitcher
+from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
+from gateway.control.registry import WorkerRegistry
+from gateway.directory import Directory
+from gateway.errors import Conflict, InvalidRequest
+from gateway.store.records import SwitchOutcome
 from planner.types import Decision, PlannerMode
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 PlannerTick = Callable[["ClusterRuntime"], Awaitable[None]]
 
 
-def pin_switches(nodes: list[tuple[str, str, bool]], split_pin: int | None,
-                 node_pins: dict[str, str]) -> list[tuple[str, str]]:
+def pin_switches(
+    nodes: list[tuple[str, str, bool]], split_pin: int | None, node_pins: dict[str, str]
+) -> list[tuple[str, str]]:
     """Switches that realise the pins. `nodes`: (node_id, phase, healthy).
 
     Node pins first; then the split pin moves unpinned healthy nodes (by id
@@ -51,19 +52,27 @@ def pin_switches(nodes: list[tuple[str, str, bool]], split_pin: int | None,
     prefill = sum(1 for p in phases.values() if p == "prefill")
     free = sorted(n for n in phases if n not in node_pins)
     if prefill < split_pin:
-        for n in [n for n in free if phases[n] == "decode"][:split_pin - prefill]:
+        for n in [n for n in free if phases[n] == "decode"][: split_pin - prefill]:
             out.append((n, "prefill"))
     elif prefill > split_pin:
-        for n in [n for n in reversed(free) if phases[n] == "prefill"][:prefill - split_pin]:
+        for n in [n for n in reversed(free) if phases[n] == "prefill"][: prefill - split_pin]:
             out.append((n, "decode"))
     return out
 
 
 class ClusterRuntime:
-    def __init__(self, registry: WorkerRegistry, switcher: PhaseSwitcher, directory: Directory, *,
-                 mode: PlannerMode = PlannerMode.ADVISORY, planner_name: str = "none",
-                 planner_tick: PlannerTick | None = None, history_len: int = 7200,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        switcher: PhaseSwitcher,
+        directory: Directory,
+        *,
+        mode: PlannerMode = PlannerMode.ADVISORY,
+        planner_name: str = "none",
+        planner_tick: PlannerTick | None = None,
+        history_len: int = 7200,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.registry = registry
         self.switcher = switcher
         self.directory = directory
@@ -78,14 +87,28 @@ class ClusterRuntime:
 
     # -- ClusterControl ---------------------------------------------------------
     async def snapshot(self) -> ClusterSnapshot:
-        nodes = [NodeSnapshot(node_id=n.node_id, url=n.url, phase=n.phase.value,
-                              draining_to=n.draining_to.value if n.draining_to else None, healthy=n.healthy,
-                              pinned_phase=self.node_pins.get(n.node_id), queue=n.num_waiting,
-                              running=n.running, kv_usage=n.kv_usage,
-                              tokens_per_s=n.tokens_per_s)
-                 for n in self.registry.nodes()]
-        return ClusterSnapshot(nodes=nodes, split=self.split(), split_pin=self.split_pin,
-                               directory=self.directory.stats(), top_branches=self.directory.top_branches())
+        nodes = [
+            NodeSnapshot(
+                node_id=n.node_id,
+                url=n.url,
+                phase=n.phase.value,
+                draining_to=n.draining_to.value if n.draining_to else None,
+                healthy=n.healthy,
+                pinned_phase=self.node_pins.get(n.node_id),
+                queue=n.num_waiting,
+                running=n.running,
+                kv_usage=n.kv_usage,
+                tokens_per_s=n.tokens_per_s,
+            )
+            for n in self.registry.nodes()
+        ]
+        return ClusterSnapshot(
+            nodes=nodes,
+            split=self.split(),
+            split_pin=self.split_pin,
+            directory=self.directory.stats(),
+            top_branches=self.directory.top_branches(),
+        )
 
     def split(self) -> tuple[int, int]:
         healthy = [n for n in self.registry.nodes() if n.healthy]
@@ -94,8 +117,12 @@ class ClusterRuntime:
 
     async def planner_state(self) -> PlannerState:
         d = self.last_decision
-        return PlannerState(mode=self.mode, planner=self.planner_name, last_decision=d,
-                            predictions=d.predictions if d is not None else ())
+        return PlannerState(
+            mode=self.mode,
+            planner=self.planner_name,
+            last_decision=d,
+            predictions=d.predictions if d is not None else (),
+        )
 
     async def set_mode(self, mode: str) -> None:
         try:
@@ -119,8 +146,7 @@ class ClusterRuntime:
         self.node_pins[node_id] = phase
         await self.enforce_pins(who="pin")
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *,
-                           who: str) -> list[SwitchOutcome]:
+    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
         known = {n.node_id for n in self.registry.nodes()}
         for node in sorted(set(node_pins) - known):
             log.warning("persisted pin for unknown node %s ignored (not among the workers)", node)
@@ -135,8 +161,9 @@ class ClusterRuntime:
         return await self.switcher.switch(node_id, to_phase, reason=reason, who=who)
 
     async def enforce_pins(self, *, who: str) -> list[SwitchOutcome]:
-        todo = pin_switches([(n.node_id, n.phase.value, n.healthy) for n in self.registry.nodes()],
-                            self.split_pin, self.node_pins)
+        todo = pin_switches(
+            [(n.node_id, n.phase.value, n.healthy) for n in self.registry.nodes()], self.split_pin, self.node_pins
+        )
         return [await self.switcher.switch(n, p, reason="pin", who=who) for n, p in todo]
 
     # -- ClusterHistory -----------------------------------------------------------

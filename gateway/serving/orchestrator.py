@@ -25,18 +25,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
-from gateway.directory import Directory
-from gateway.errors import InvalidRequest, UpstreamFailed, Unavailable
-from gateway.control.registry import WorkerRegistry
-from routing import RouteRequest, RouterConfig, route
-from routing.picker import NoNodeAvailable
-from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
-from workers.protocol import GenerateChunk, GenerateRequest, KVTransferSpec, SamplingOptions
 from core import FinishReason, Role
+from gateway.control.registry import WorkerRegistry
+from gateway.directory import Directory
+from gateway.errors import InvalidRequest, Unavailable, UpstreamFailed
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
+from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
+from routing import RouterConfig, RouteRequest, route
+from routing.picker import NoNodeAvailable
+from workers.protocol import GenerateChunk, GenerateRequest, KVTransferSpec, SamplingOptions
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,13 @@ class _SegmentEnd:
 
 
 class Orchestrator:
-    def __init__(self, registry: WorkerRegistry, client: WorkerAPI, directory: Directory,
-                 config: OrchestratorConfig = OrchestratorConfig()) -> None:
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        client: WorkerAPI,
+        directory: Directory,
+        config: OrchestratorConfig = OrchestratorConfig(),
+    ) -> None:
         self._registry = registry
         self._client = client
         self._directory = directory
@@ -97,18 +102,27 @@ class Orchestrator:
 
     async def stream(self, job: Job) -> AsyncIterator[TokenDelta | Finished]:
         t0 = time.monotonic()
-        progress = RequestProgress(job.request_id, job.prompt_token_ids, job.sampling.max_tokens,
-                                   max_node_failures=self._cfg.max_node_attempts,
-                                   max_migrations=self._cfg.max_migrations)
+        progress = RequestProgress(
+            job.request_id,
+            job.prompt_token_ids,
+            job.sampling.max_tokens,
+            max_node_failures=self._cfg.max_node_attempts,
+            max_migrations=self._cfg.max_migrations,
+        )
         while not progress.budget_spent():
             # decide
             node_id, role, kv = self._decide(job, progress)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
             req = GenerateRequest(
-                request_id=segment_id, prompt_token_ids=progress.context(),
+                request_id=segment_id,
+                prompt_token_ids=progress.context(),
                 sampling=job.sampling.model_copy(update={"max_tokens": max_tokens}),
-                role=role, tenant_salt=job.tenant_salt, branch_id=job.branch_id, kv=kv)
+                role=role,
+                tenant_salt=job.tenant_salt,
+                branch_id=job.branch_id,
+                kv=kv,
+            )
             # one worker call, its chunks applied as they come
             end: _SegmentEnd | None = None
             async for item in self._run_segment(node_id, req, progress, t0):
@@ -118,14 +132,23 @@ class Orchestrator:
                     yield item
             assert end is not None
             # apply
-            if progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id,
-                                    error=end.error) is Next.DONE:
+            if (
+                progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
+                is Next.DONE
+            ):
                 break
         self._remember_branch(job, progress.generated)
-        yield Finished(finish_reason=progress.finish, prompt_tokens=len(job.prompt_token_ids),
-                       cached_tokens=progress.cached or 0, completion_tokens=len(progress.generated),
-                       ttft_s=progress.ttft_s, e2e_s=time.monotonic() - t0, first_phase=progress.first_phase,
-                       resumes=progress.resumes, nodes=progress.nodes)
+        yield Finished(
+            finish_reason=progress.finish,
+            prompt_tokens=len(job.prompt_token_ids),
+            cached_tokens=progress.cached or 0,
+            completion_tokens=len(progress.generated),
+            ttft_s=progress.ttft_s,
+            e2e_s=time.monotonic() - t0,
+            first_phase=progress.first_phase,
+            resumes=progress.resumes,
+            nodes=progress.nodes,
+        )
 
     # -- decide -----------------------------------------------------------------
     def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
@@ -138,11 +161,13 @@ class Orchestrator:
         by_node = {n: min(t, limit) for n, t in hit.cached_by_node().items()}
         loads = [n for n in self._registry.loads() if n.node_id not in excluded]
         try:
-            decision = route(RouteRequest(len(context), by_node, min(hit.pool_cached_tokens, limit)),
-                             loads, self._cfg.router)
+            decision = route(
+                RouteRequest(len(context), by_node, min(hit.pool_cached_tokens, limit)), loads, self._cfg.router
+            )
         except NoNodeAvailable as exc:
-            raise Unavailable(f"no worker can take request {job.request_id}: {exc}",
-                              code="no_worker_available") from exc
+            raise Unavailable(
+                f"no worker can take request {job.request_id}: {exc}", code="no_worker_available"
+            ) from exc
         if decision.prefill_node is not None and not progress.just_prefilled:
             node_id, role = decision.prefill_node, Role.PREFILL
         else:
@@ -155,8 +180,9 @@ class Orchestrator:
         return node_id, role, kv
 
     # -- call -------------------------------------------------------------------
-    async def _run_segment(self, node_id: str, req: GenerateRequest, progress: RequestProgress,
-                           t0: float) -> AsyncIterator[TokenDelta | _SegmentEnd]:
+    async def _run_segment(
+        self, node_id: str, req: GenerateRequest, progress: RequestProgress, t0: float
+    ) -> AsyncIterator[TokenDelta | _SegmentEnd]:
         """One worker call: the client's token deltas, then exactly one `_SegmentEnd`."""
         url = self._registry.get(node_id).url
         chunks = self._chunks(url, req)
@@ -166,12 +192,16 @@ class Orchestrator:
                     if chunk.saved_blocks:
                         self._directory.publish(node_id, chunk.saved_blocks)
                     if chunk.finish_reason is FinishReason.ERROR:
-                        raise UpstreamFailed(f"worker {node_id} failed the request: {chunk.error or 'error'}",
-                                             code="worker_error")
-                    tokens = progress.absorb(chunk.token_ids,
-                                             cached_tokens=max(chunk.cached_tokens, chunk.external_cached_tokens),
-                                             finish=chunk.finish_reason, role=req.role,
-                                             elapsed_s=time.monotonic() - t0)
+                        raise UpstreamFailed(
+                            f"worker {node_id} failed the request: {chunk.error or 'error'}", code="worker_error"
+                        )
+                    tokens = progress.absorb(
+                        chunk.token_ids,
+                        cached_tokens=max(chunk.cached_tokens, chunk.external_cached_tokens),
+                        finish=chunk.finish_reason,
+                        role=req.role,
+                        elapsed_s=time.monotonic() - t0,
+                    )
                     if tokens:
                         yield TokenDelta(tokens, progress.cached or 0, req.role.value)
                     outcome = segment_outcome(chunk.finish_reason)
@@ -182,15 +212,17 @@ class Orchestrator:
             yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error="stream ended without a finish reason")
         except WorkerUnreachable as exc:
             self._registry.report_failure(node_id, str(exc), certain=exc.refused)
-            log.warning("request %s: node %s failed after %d tokens: %s", req.request_id, node_id,
-                        len(progress.generated), exc)
+            log.warning(
+                "request %s: node %s failed after %d tokens: %s", req.request_id, node_id, len(progress.generated), exc
+            )
             yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
         except WorkerRejected as exc:
             if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
                 # The worker refused the request itself (prompt + max_tokens over the
                 # context, token id out of vocabulary): the client's error, not a 502.
-                raise InvalidRequest(f"the model cannot serve this request: {exc.message}",
-                                     code="invalid_request_for_model") from exc
+                raise InvalidRequest(
+                    f"the model cannot serve this request: {exc.message}", code="invalid_request_for_model"
+                ) from exc
             if not exc.retryable:
                 raise
             log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
@@ -229,5 +261,6 @@ class Orchestrator:
     # -- apply ------------------------------------------------------------------
     def _remember_branch(self, job: Job, generated: list[int]) -> None:
         if job.branch_id is not None:
-            self._directory.reference(job.branch_id,
-                                  self._directory.block_hashes(job.prompt_token_ids + generated, job.tenant_salt))
+            self._directory.reference(
+                job.branch_id, self._directory.block_hashes(job.prompt_token_ids + generated, job.tenant_salt)
+            )

@@ -104,20 +104,28 @@ class RequestProgress:
     def started(self, node_id: str) -> None:
         self.nodes.append(node_id)
 
-    def absorb(self, token_ids: list[int], *, cached_tokens: int, finish: FinishReason | None,
-               role: Role, elapsed_s: float) -> list[int]:
+    def absorb(
+        self, token_ids: list[int], *, cached_tokens: int, finish: FinishReason | None, role: Role, elapsed_s: float
+    ) -> list[int]:
         """The chunk's tokens the client gets (cut to the budget)."""
         if self.cached is None and (token_ids or (finish is not None and finish.ends_request)):
             self.cached = cached_tokens
-        tokens = token_ids[:self.remaining]
+        tokens = token_ids[: self.remaining]
         if tokens:
             if not self.generated:
                 self.ttft_s, self.first_phase = elapsed_s, role.value
             self.generated.extend(tokens)
         return tokens
 
-    def end_segment(self, outcome: SegmentOutcome, role: Role, *, reason: FinishReason | None = None,
-                    node_id: str = "", error: str = "") -> Next:
+    def end_segment(
+        self,
+        outcome: SegmentOutcome,
+        role: Role,
+        *,
+        reason: FinishReason | None = None,
+        node_id: str = "",
+        error: str = "",
+    ) -> Next:
         """Apply a segment's outcome; raises `UpstreamFailed` when a limit is reached."""
         if outcome is SegmentOutcome.FINISHED:
             assert reason is not None and reason.ends_request
@@ -142,5 +150,7 @@ class RequestProgress:
         if self.failures >= self.max_node_failures:
             raise UpstreamFailed(
                 f"request {self.request_id} failed on {self.failures} workers after {len(self.generated)} "
-                f"tokens; last error: {error}", code="workers_failed")
+                f"tokens; last error: {error}",
+                code="workers_failed",
+            )
         return Next.ROUTE_AGAIN

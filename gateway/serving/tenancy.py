@@ -8,8 +8,9 @@ tenant with no key and no limits (embedded demo with auth off, unit tests).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator, Protocol
+from typing import Protocol
 
 from gateway.store.records import UsageRecord
 
@@ -30,8 +31,9 @@ class TenantGate(Protocol):
     async def authenticate(self, api_key: str | None) -> TenantContext:
         """Raise `errors.AuthenticationFailed` for a missing/unknown/revoked key."""
 
-    def admit(self, tenant: TenantContext, *, model: str, prompt_tokens: int,
-              max_tokens: int) -> contextlib.AbstractAsyncContextManager[None]:
+    def admit(
+        self, tenant: TenantContext, *, model: str, prompt_tokens: int, max_tokens: int
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold one request slot for the duration of the `async with`.
 
         Raises `errors.RateLimited` (429 + Retry-After) when a request/token
@@ -62,8 +64,9 @@ class OpenTenantGate:
         return self.tenant
 
     @contextlib.asynccontextmanager
-    async def admit(self, tenant: TenantContext, *, model: str, prompt_tokens: int,
-                    max_tokens: int) -> AsyncIterator[None]:
+    async def admit(
+        self, tenant: TenantContext, *, model: str, prompt_tokens: int, max_tokens: int
+    ) -> AsyncIterator[None]:
         yield
 
     def check_branch_limit(self, tenant: TenantContext, active_branches: int) -> None:

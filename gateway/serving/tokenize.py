@@ -10,7 +10,8 @@ the same text with no gap and no duplicated character.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gateway.errors import InvalidRequest
 
@@ -26,30 +27,35 @@ class PromptTokenizer:
         self.vocab_size: int = len(hf_tokenizer)
 
     @classmethod
-    def from_dir(cls, model_dir: str) -> "PromptTokenizer":
+    def from_dir(cls, model_dir: str) -> PromptTokenizer:
         from transformers import AutoTokenizer
 
         return cls(AutoTokenizer.from_pretrained(model_dir))
 
-    def render_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                    tool_choice: Any = None) -> str:
+    def render_chat(
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None
+    ) -> str:
         """The prompt text for `messages`, ending with the assistant header."""
         try:
             text = self._hf.apply_chat_template(
-                messages, tools=tools or None, tool_choice=tool_choice,
-                add_generation_prompt=True, tokenize=False,
+                messages,
+                tools=tools or None,
+                tool_choice=tool_choice,
+                add_generation_prompt=True,
+                tokenize=False,
             )
         except Exception as exc:  # jinja raises many types; all mean a bad conversation
-            raise InvalidRequest(f"messages cannot be rendered by the chat template: {exc}",
-                                 param="messages") from exc
+            raise InvalidRequest(f"messages cannot be rendered by the chat template: {exc}", param="messages") from exc
         assert isinstance(text, str)
         return text
 
-    def encode_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                    tool_choice: Any = None) -> list[int]:
+    def encode_chat(
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None
+    ) -> list[int]:
         # The template writes the special tokens (bos) itself.
-        return self.encode_text(self.render_chat(messages, tools=tools, tool_choice=tool_choice),
-                                add_special_tokens=False)
+        return self.encode_text(
+            self.render_chat(messages, tools=tools, tool_choice=tool_choice), add_special_tokens=False
+        )
 
     def encode_text(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         return list(self._fast.encode(text, add_special_tokens=add_special_tokens).ids)
@@ -57,7 +63,7 @@ class PromptTokenizer:
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._fast.decode(list(token_ids), skip_special_tokens=True)
 
-    def detokenizer(self) -> "IncrementalDetokenizer":
+    def detokenizer(self) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.decode)
 
 
@@ -78,19 +84,19 @@ class IncrementalDetokenizer:
 
     def push(self, token_ids: Sequence[int]) -> str:
         self._ids.extend(token_ids)
-        before = self._decode(self._ids[self._prefix:self._read])
-        after = self._decode(self._ids[self._prefix:])
+        before = self._decode(self._ids[self._prefix : self._read])
+        after = self._decode(self._ids[self._prefix :])
         if len(after) > len(before) and not after.endswith("\ufffd"):
             self._prefix, self._read = self._read, len(self._ids)
-            return after[len(before):]
+            return after[len(before) :]
         return ""
 
     def flush(self) -> str:
         """What is still held back (may contain U+FFFD for a truncated character)."""
-        before = self._decode(self._ids[self._prefix:self._read])
-        after = self._decode(self._ids[self._prefix:])
+        before = self._decode(self._ids[self._prefix : self._read])
+        after = self._decode(self._ids[self._prefix :])
         self._prefix = self._read = len(self._ids)
-        return after[len(before):] if len(after) > len(before) else ""
+        return after[len(before) :] if len(after) > len(before) else ""
 
 
 class StopStringFilter:
@@ -120,7 +126,7 @@ class StopStringFilter:
             return out
         if len(self._buf) <= self._hold:
             return ""
-        out, self._buf = self._buf[:len(self._buf) - self._hold], self._buf[len(self._buf) - self._hold:]
+        out, self._buf = self._buf[: len(self._buf) - self._hold], self._buf[len(self._buf) - self._hold :]
         return out
 
     def flush(self) -> str:

@@ -10,6 +10,13 @@ from gateway.store.records import KeyGrant, Overrides, Policy
 from gateway.store.sink import EventSink, SinkConfig, SinkStats
 
 __all__ = [
-    "DEFAULT_URL", "Database", "StoreUnavailable", "EventSink", "SinkConfig", "SinkStats",
-    "KeyGrant", "Overrides", "Policy",
+    "DEFAULT_URL",
+    "Database",
+    "StoreUnavailable",
+    "EventSink",
+    "SinkConfig",
+    "SinkStats",
+    "KeyGrant",
+    "Overrides",
+    "Policy",
 ]

@@ -15,11 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from gateway.store.records import SwitchOutcome
-from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides
+from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides, SwitchOutcome
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent, UsageMinute
 from planner.types import Decision
-
 
 
 def json_safe(value: Any) -> Any:
@@ -55,44 +53,77 @@ def _page(session: Session, stmt: sa.Select, *, limit: int, offset: int) -> tupl
 
 # -- planner decisions -------------------------------------------------------
 
+
 def add_decision(session: Session, *, decision: Decision, mode: str) -> PlannerDecision:
     row = PlannerDecision(
-        t=decision.t, planner=decision.planner, mode=mode,
-        current_prefill=decision.current_split[0], current_decode=decision.current_split[1],
-        chosen_prefill=decision.chosen_split[0], chosen_decode=decision.chosen_split[1],
-        acted=decision.acted, confidence=json_safe(decision.confidence) or 0.0, reason=decision.reason,
-        inputs=json_safe(decision.inputs), predictions=json_safe(decision.predictions),
-        actions=json_safe(decision.actions))
+        t=decision.t,
+        planner=decision.planner,
+        mode=mode,
+        current_prefill=decision.current_split[0],
+        current_decode=decision.current_split[1],
+        chosen_prefill=decision.chosen_split[0],
+        chosen_decode=decision.chosen_split[1],
+        acted=decision.acted,
+        confidence=json_safe(decision.confidence) or 0.0,
+        reason=decision.reason,
+        inputs=json_safe(decision.inputs),
+        predictions=json_safe(decision.predictions),
+        actions=json_safe(decision.actions),
+    )
     session.add(row)
     return row
 
 
-def list_decisions(session: Session, *, since: float | None = None, until: float | None = None,
-                   acted: bool | None = None, limit: int = 100,
-                   offset: int = 0) -> tuple[list[PlannerDecision], int]:
+def list_decisions(
+    session: Session,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    acted: bool | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[PlannerDecision], int]:
     """Newest first."""
     stmt = _window(sa.select(PlannerDecision), PlannerDecision.t, since, until)
     if acted is not None:
         stmt = stmt.where(PlannerDecision.acted.is_(acted))
-    return _page(session, stmt.order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc()),
-                 limit=limit, offset=offset)
+    return _page(
+        session, stmt.order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc()), limit=limit, offset=offset
+    )
 
 
 # -- switch events -----------------------------------------------------------
 
-def add_switch_event(session: Session, *, t: float, outcome: SwitchOutcome, reason: str,
-                     who: str) -> SwitchEvent:
-    row = SwitchEvent(t=t, node_id=outcome.node_id, from_phase=outcome.from_phase,
-                      to_phase=outcome.to_phase, reason=reason, who=who,
-                      drain_s=json_safe(outcome.drain_s) or 0.0, migrate_s=json_safe(outcome.migrate_s) or 0.0,
-                      total_s=json_safe(outcome.total_s) or 0.0, outcome=outcome.outcome, detail=outcome.detail)
+
+def add_switch_event(session: Session, *, t: float, outcome: SwitchOutcome, reason: str, who: str) -> SwitchEvent:
+    row = SwitchEvent(
+        t=t,
+        node_id=outcome.node_id,
+        from_phase=outcome.from_phase,
+        to_phase=outcome.to_phase,
+        reason=reason,
+        who=who,
+        drain_s=json_safe(outcome.drain_s) or 0.0,
+        migrate_s=json_safe(outcome.migrate_s) or 0.0,
+        total_s=json_safe(outcome.total_s) or 0.0,
+        outcome=outcome.outcome,
+        detail=outcome.detail,
+    )
     session.add(row)
     return row
 
 
-def list_switch_events(session: Session, *, since: float | None = None, until: float | None = None,
-                       node_id: str | None = None, reason: str | None = None, outcome: str | None = None,
-                       limit: int = 100, offset: int = 0) -> tuple[list[SwitchEvent], int]:
+def list_switch_events(
+    session: Session,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    node_id: str | None = None,
+    reason: str | None = None,
+    outcome: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[SwitchEvent], int]:
     """Newest first; `reason` matches as a case-insensitive substring."""
     stmt = _window(sa.select(SwitchEvent), SwitchEvent.t, since, until)
     if node_id is not None:
@@ -106,17 +137,39 @@ def list_switch_events(session: Session, *, since: float | None = None, until: f
 
 # -- audit log ---------------------------------------------------------------
 
-def add_audit(session: Session, *, actor: str, action: str, target: str, before: Any = None,
-              after: Any = None, t: float | None = None) -> AuditEntry:
-    row = AuditEntry(t=time.time() if t is None else t, actor=actor, action=action, target=target,
-                     before=json_safe(before), after=json_safe(after))
+
+def add_audit(
+    session: Session,
+    *,
+    actor: str,
+    action: str,
+    target: str,
+    before: Any = None,
+    after: Any = None,
+    t: float | None = None,
+) -> AuditEntry:
+    row = AuditEntry(
+        t=time.time() if t is None else t,
+        actor=actor,
+        action=action,
+        target=target,
+        before=json_safe(before),
+        after=json_safe(after),
+    )
     session.add(row)
     return row
 
 
-def list_audit(session: Session, *, since: float | None = None, until: float | None = None,
-               actor: str | None = None, action: str | None = None, limit: int = 100,
-               offset: int = 0) -> tuple[list[AuditEntry], int]:
+def list_audit(
+    session: Session,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[AuditEntry], int]:
     """Newest first."""
     stmt = _window(sa.select(AuditEntry), AuditEntry.t, since, until)
     if actor is not None:
@@ -128,16 +181,30 @@ def list_audit(session: Session, *, since: float | None = None, until: float | N
 
 # -- usage -------------------------------------------------------------------
 
+
 def minute_of(t: float) -> int:
     """Start of the minute containing unix time `t`."""
     return int(t // 60) * 60
 
 
-def add_usage(session: Session, *, tenant_id: str, minute: int, model: str, requests: int,
-              prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> None:
+def add_usage(
+    session: Session,
+    *,
+    tenant_id: str,
+    minute: int,
+    model: str,
+    requests: int,
+    prompt_tokens: int,
+    cached_tokens: int,
+    completion_tokens: int,
+) -> None:
     """Add to the (tenant, minute, model) row, creating it if needed (upsert-add)."""
-    counts = {"requests": requests, "prompt_tokens": prompt_tokens, "cached_tokens": cached_tokens,
-              "completion_tokens": completion_tokens}
+    counts = {
+        "requests": requests,
+        "prompt_tokens": prompt_tokens,
+        "cached_tokens": cached_tokens,
+        "completion_tokens": completion_tokens,
+    }
     keys = {"tenant_id": tenant_id, "minute": minute, "model": model}
     dialect = session.get_bind().dialect.name
     if dialect in ("postgresql", "sqlite"):
@@ -145,7 +212,8 @@ def add_usage(session: Session, *, tenant_id: str, minute: int, model: str, requ
         stmt = insert.values(**keys, **counts)
         stmt = stmt.on_conflict_do_update(
             index_elements=list(keys),
-            set_={name: getattr(UsageMinute, name) + getattr(stmt.excluded, name) for name in counts})
+            set_={name: getattr(UsageMinute, name) + getattr(stmt.excluded, name) for name in counts},
+        )
         session.execute(stmt)
         return
     row = session.get(UsageMinute, (tenant_id, minute, model))
@@ -156,15 +224,16 @@ def add_usage(session: Session, *, tenant_id: str, minute: int, model: str, requ
             setattr(row, name, getattr(row, name) + value)
 
 
-def list_usage(session: Session, *, tenant_id: str, since: float | None = None,
-               until: float | None = None) -> list[UsageMinute]:
+def list_usage(
+    session: Session, *, tenant_id: str, since: float | None = None, until: float | None = None
+) -> list[UsageMinute]:
     """Oldest first."""
-    stmt = _window(sa.select(UsageMinute).where(UsageMinute.tenant_id == tenant_id),
-                   UsageMinute.minute, since, until)
+    stmt = _window(sa.select(UsageMinute).where(UsageMinute.tenant_id == tenant_id), UsageMinute.minute, since, until)
     return list(session.scalars(stmt.order_by(UsageMinute.minute, UsageMinute.model)))
 
 
 # -- overrides ---------------------------------------------------------------
+
 
 def set_override(session: Session, *, key: str, value: Any, who: str, t: float | None = None) -> None:
     """Set (or, with None, clear) one override."""
@@ -190,5 +259,5 @@ def get_overrides(session: Session) -> Overrides:
         elif row.key == PLANNER_MODE:
             mode = str(row.value)
         elif row.key.startswith(NODE_PIN_PREFIX):
-            nodes[row.key[len(NODE_PIN_PREFIX):]] = str(row.value)
+            nodes[row.key[len(NODE_PIN_PREFIX) :]] = str(row.value)
     return Overrides(split_pin=split_pin, node_pins=nodes, planner_mode=mode)

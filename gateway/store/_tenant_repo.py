@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets as _random
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -30,16 +30,19 @@ def _page(session: Session, stmt: sa.Select, *, limit: int, offset: int) -> tupl
 
 # -- tenants -----------------------------------------------------------------
 
-def create_tenant(session: Session, *, name: str, tenant_id: str | None = None,
-                  policy: Policy | None = None, now: float | None = None) -> Tenant:
+
+def create_tenant(
+    session: Session, *, name: str, tenant_id: str | None = None, policy: Policy | None = None, now: float | None = None
+) -> Tenant:
     """Create a tenant with its own cache salt and a policy (default: unlimited)."""
     if session.scalar(sa.select(Tenant.id).where(Tenant.name == name)) is not None:
         raise errors.Conflict(f"A tenant named {name!r} already exists.", param="name")
     if tenant_id is not None and session.get(Tenant, tenant_id) is not None:
         raise errors.Conflict(f"Tenant id {tenant_id!r} is taken.", param="id")
     t = _now(now)
-    tenant = Tenant(id=tenant_id or credentials.new_id("ten"), name=name,
-                    cache_salt=_random.token_hex(16), created_at=t)
+    tenant = Tenant(
+        id=tenant_id or credentials.new_id("ten"), name=name, cache_salt=_random.token_hex(16), created_at=t
+    )
     session.add(tenant)
     session.flush()
     put_policy(session, tenant_id=tenant.id, policy=policy or Policy(), now=t)
@@ -74,14 +77,20 @@ def delete_tenant(session: Session, *, tenant_id: str) -> bool:
 
 # -- policies ----------------------------------------------------------------
 
+
 def _policy_from_row(row: TenantPolicy | None) -> Policy:
     if row is None:
         return Policy()
-    return Policy(requests_per_minute=row.requests_per_minute, tokens_per_minute=row.tokens_per_minute,
-                  max_concurrent=row.max_concurrent, priority=row.priority,
-                  allowed_models=None if row.allowed_models is None else tuple(row.allowed_models),
-                  max_active_branches=row.max_active_branches,
-                  kv_retention_blocks=row.kv_retention_blocks, cache_isolation=row.cache_isolation)
+    return Policy(
+        requests_per_minute=row.requests_per_minute,
+        tokens_per_minute=row.tokens_per_minute,
+        max_concurrent=row.max_concurrent,
+        priority=row.priority,
+        allowed_models=None if row.allowed_models is None else tuple(row.allowed_models),
+        max_active_branches=row.max_active_branches,
+        kv_retention_blocks=row.kv_retention_blocks,
+        cache_isolation=row.cache_isolation,
+    )
 
 
 def get_policy(session: Session, *, tenant_id: str) -> Policy:
@@ -107,19 +116,27 @@ def put_policy(session: Session, *, tenant_id: str, policy: Policy, now: float |
 
 # -- API keys ----------------------------------------------------------------
 
-def create_api_key(session: Session, *, tenant_id: str, name: str = "", pepper: str,
-                   now: float | None = None) -> tuple[ApiKey, str]:
+
+def create_api_key(
+    session: Session, *, tenant_id: str, name: str = "", pepper: str, now: float | None = None
+) -> tuple[ApiKey, str]:
     """Create a key; returns the row and the secret (the only time it exists in clear)."""
     sealed = credentials.new_secret(credentials.TENANT_KEY_PREFIX, pepper=pepper)
-    key = ApiKey(id=credentials.new_id("key"), tenant_id=tenant_id, name=name, prefix=sealed.prefix,
-                 salt=sealed.salt, secret_hash=sealed.secret_hash, created_at=_now(now))
+    key = ApiKey(
+        id=credentials.new_id("key"),
+        tenant_id=tenant_id,
+        name=name,
+        prefix=sealed.prefix,
+        salt=sealed.salt,
+        secret_hash=sealed.secret_hash,
+        created_at=_now(now),
+    )
     session.add(key)
     session.flush()
     return key, sealed.secret
 
 
-def list_api_keys(session: Session, *, tenant_id: str, limit: int = 100,
-                  offset: int = 0) -> tuple[list[ApiKey], int]:
+def list_api_keys(session: Session, *, tenant_id: str, limit: int = 100, offset: int = 0) -> tuple[list[ApiKey], int]:
     stmt = sa.select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at, ApiKey.id)
     return _page(session, stmt, limit=limit, offset=offset)
 
@@ -135,27 +152,50 @@ def revoke_api_key(session: Session, *, tenant_id: str, key_id: str, now: float 
 
 def load_key_grants(session: Session, *, prefix: str | None = None) -> list[KeyGrant]:
     """Every active key (or those with `prefix`) with its tenant and policy."""
-    stmt = (sa.select(ApiKey, Tenant, TenantPolicy)
-            .join(Tenant, Tenant.id == ApiKey.tenant_id)
-            .outerjoin(TenantPolicy, TenantPolicy.tenant_id == Tenant.id)
-            .where(ApiKey.revoked_at.is_(None)))
+    stmt = (
+        sa.select(ApiKey, Tenant, TenantPolicy)
+        .join(Tenant, Tenant.id == ApiKey.tenant_id)
+        .outerjoin(TenantPolicy, TenantPolicy.tenant_id == Tenant.id)
+        .where(ApiKey.revoked_at.is_(None))
+    )
     if prefix is not None:
         stmt = stmt.where(ApiKey.prefix == prefix)
-    return [KeyGrant(key_id=k.id, prefix=k.prefix, salt=k.salt, secret_hash=k.secret_hash,
-                     tenant_id=t.id, tenant_name=t.name, cache_salt=t.cache_salt,
-                     policy=_policy_from_row(p))
-            for k, t, p in session.execute(stmt)]
+    return [
+        KeyGrant(
+            key_id=k.id,
+            prefix=k.prefix,
+            salt=k.salt,
+            secret_hash=k.secret_hash,
+            tenant_id=t.id,
+            tenant_name=t.name,
+            cache_salt=t.cache_salt,
+            policy=_policy_from_row(p),
+        )
+        for k, t, p in session.execute(stmt)
+    ]
 
 
 # -- admin tokens ------------------------------------------------------------
 
-def create_admin_token(session: Session, *, name: str, role: str, pepper: str, secret: str | None = None,
-                       now: float | None = None) -> tuple[AdminToken, str]:
+
+def create_admin_token(
+    session: Session, *, name: str, role: str, pepper: str, secret: str | None = None, now: float | None = None
+) -> tuple[AdminToken, str]:
     """Create an admin token (random, or `secret` when importing one); returns row and secret."""
-    sealed = (credentials.seal_secret(secret, pepper=pepper) if secret is not None
-              else credentials.new_secret(credentials.ADMIN_TOKEN_PREFIX, pepper=pepper))
-    token = AdminToken(id=credentials.new_id("adm"), name=name, role=role, prefix=sealed.prefix,
-                       salt=sealed.salt, secret_hash=sealed.secret_hash, created_at=_now(now))
+    sealed = (
+        credentials.seal_secret(secret, pepper=pepper)
+        if secret is not None
+        else credentials.new_secret(credentials.ADMIN_TOKEN_PREFIX, pepper=pepper)
+    )
+    token = AdminToken(
+        id=credentials.new_id("adm"),
+        name=name,
+        role=role,
+        prefix=sealed.prefix,
+        salt=sealed.salt,
+        secret_hash=sealed.secret_hash,
+        created_at=_now(now),
+    )
     session.add(token)
     session.flush()
     return token, sealed.secret
@@ -163,8 +203,11 @@ def create_admin_token(session: Session, *, name: str, role: str, pepper: str, s
 
 def find_admin_token(session: Session, *, secret: str, pepper: str) -> AdminToken | None:
     """The active token whose secret this is, or None."""
-    candidates: Sequence[AdminToken] = session.scalars(sa.select(AdminToken).where(
-        AdminToken.prefix == credentials.visible_prefix(secret), AdminToken.revoked_at.is_(None))).all()
+    candidates: Sequence[AdminToken] = session.scalars(
+        sa.select(AdminToken).where(
+            AdminToken.prefix == credentials.visible_prefix(secret), AdminToken.revoked_at.is_(None)
+        )
+    ).all()
     for token in candidates:
         if credentials.verify_secret(secret, salt=token.salt, pepper=pepper, secret_hash=token.secret_hash):
             return token

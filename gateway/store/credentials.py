@@ -46,8 +46,12 @@ def visible_prefix(secret: str) -> str:
 def seal_secret(secret: str, *, pepper: str) -> NewSecret:
     """Salt and hash a given secret (an imported token)."""
     salt = _random.token_hex(16)
-    return NewSecret(secret=secret, prefix=visible_prefix(secret), salt=salt,
-                     secret_hash=hash_secret(secret, salt=salt, pepper=pepper))
+    return NewSecret(
+        secret=secret,
+        prefix=visible_prefix(secret),
+        salt=salt,
+        secret_hash=hash_secret(secret, salt=salt, pepper=pepper),
+    )
 
 
 def new_secret(kind_prefix: str, *, pepper: str) -> NewSecret:

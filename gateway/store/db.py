@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -56,8 +57,7 @@ class Database:
     component that creates or verifies secrets reads it from here.
     """
 
-    def __init__(self, url: str, *, pepper: str = "", connect_timeout_s: float = 5.0,
-                 echo: bool = False) -> None:
+    def __init__(self, url: str, *, pepper: str = "", connect_timeout_s: float = 5.0, echo: bool = False) -> None:
         self.url = sa.make_url(url)
         self.pepper = pepper
         self.engine = sa.create_engine(self.url, echo=echo, **_engine_kwargs(self.url, connect_timeout_s))

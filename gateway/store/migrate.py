@@ -16,10 +16,10 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Callable
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-import sqlalchemy as sa
 
 import migrations
 from gateway.store.db import DEFAULT_URL

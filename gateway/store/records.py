@@ -26,13 +26,13 @@ class Policy:
     cache_isolation: bool = True  # tenant salt in the block hash
 
     def __post_init__(self) -> None:
-        for name in ("requests_per_minute", "tokens_per_minute", "max_concurrent",
-                     "max_active_branches"):
+        for name in ("requests_per_minute", "tokens_per_minute", "max_concurrent", "max_active_branches"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or null")
         if self.kv_retention_blocks is not None and (
-                not isinstance(self.kv_retention_blocks, int) or self.kv_retention_blocks < 0):
+            not isinstance(self.kv_retention_blocks, int) or self.kv_retention_blocks < 0
+        ):
             raise ValueError("kv_retention_blocks must be a non-negative integer or null")
         if not isinstance(self.priority, int) or not 0 <= self.priority <= MAX_PRIORITY:
             raise ValueError(f"priority must be an integer in 0..{MAX_PRIORITY}")

@@ -20,16 +20,16 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from gateway.store.records import SwitchOutcome
 from gateway.store import repository
 from gateway.store.db import Database, StoreUnavailable
-from gateway.store.records import UsageRecord
+from gateway.store.records import SwitchOutcome, UsageRecord
 from planner.types import Decision
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,9 @@ Entry = Callable[[Session], Any]  # writes one event into a session
 class EventSink:
     """Buffered writer of store events; see the module docstring for the contract."""
 
-    def __init__(self, db: Database, *, config: SinkConfig | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, db: Database, *, config: SinkConfig | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.db = db
         self.config = config or SinkConfig()
         self._clock = clock
@@ -102,12 +103,16 @@ class EventSink:
         at = self._clock() if t is None else t
         self._append(lambda s: repository.add_switch_event(s, t=at, outcome=outcome, reason=reason, who=who))
 
-    def record_audit(self, *, actor: str, action: str, target: str, before: Any = None, after: Any = None,
-                     t: float | None = None) -> None:
+    def record_audit(
+        self, *, actor: str, action: str, target: str, before: Any = None, after: Any = None, t: float | None = None
+    ) -> None:
         at = self._clock() if t is None else t
         before, after = repository.json_safe(before), repository.json_safe(after)  # snapshot now
-        self._append(lambda s: repository.add_audit(s, actor=actor, action=action, target=target,
-                                                    before=before, after=after, t=at))
+        self._append(
+            lambda s: repository.add_audit(
+                s, actor=actor, action=action, target=target, before=before, after=after, t=at
+            )
+        )
 
     def record_override(self, *, key: str, value: Any, who: str, t: float | None = None) -> None:
         at = self._clock() if t is None else t
@@ -149,8 +154,16 @@ class EventSink:
 
     @staticmethod
     def _write_usage(session: Session, key: UsageKey, counts: list[int]) -> None:
-        repository.add_usage(session, tenant_id=key[0], minute=key[1], model=key[2], requests=counts[0],
-                             prompt_tokens=counts[1], cached_tokens=counts[2], completion_tokens=counts[3])
+        repository.add_usage(
+            session,
+            tenant_id=key[0],
+            minute=key[1],
+            model=key[2],
+            requests=counts[0],
+            prompt_tokens=counts[1],
+            cached_tokens=counts[2],
+            completion_tokens=counts[3],
+        )
 
     def _write(self, batch: list[Entry], usage: dict[UsageKey, list[int]]) -> int:
         """Write everything in one transaction; on a non-connectivity error fall
@@ -246,8 +259,7 @@ class EventSink:
                 delay = self.config.flush_interval_s
             else:
                 delay = min(self.config.retry_max_s, max(delay * 2, self.config.retry_initial_s))
-                log.warning("store unreachable; %d events buffered, retry in %.1fs",
-                            self.stats.pending_events, delay)
+                log.warning("store unreachable; %d events buffered, retry in %.1fs", self.stats.pending_events, delay)
 
     def start(self) -> None:
         """Start the background writer on the running event loop (idempotent)."""
@@ -272,5 +284,8 @@ class EventSink:
                     break
         left = self.stats
         if left.pending_events or left.pending_usage_rows:
-            log.error("event sink stopped with %d events and %d usage rows unwritten",
-                      left.pending_events, left.pending_usage_rows)
+            log.error(
+                "event sink stopped with %d events and %d usage rows unwritten",
+                left.pending_events,
+                left.pending_usage_rows,
+            )

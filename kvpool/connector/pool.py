@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole,
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
 )
 
 from kvpool.events import BlocksDropped, BlocksSaved, publish
@@ -180,9 +182,15 @@ class _SchedulerSide:
             else:
                 break  # store full of pinned blocks: load a shorter prefix
         first = sources[0][0]
-        dev = tuple(device[first:first + len(local_slots)])
-        item = LoadItem(request.request_id, dev, tuple(local_slots), tuple(s[1] for s in sources[:len(local_slots)]),
-                        tuple(reads), layerwise=p.get("mode") == "layerwise")
+        dev = tuple(device[first : first + len(local_slots)])
+        item = LoadItem(
+            request.request_id,
+            dev,
+            tuple(local_slots),
+            tuple(s[1] for s in sources[: len(local_slots)]),
+            tuple(reads),
+            layerwise=p.get("mode") == "layerwise",
+        )
         for s in staging[n_staged:]:
             self.index.release(s)
         self.index.pin(item.local_slots)
@@ -232,7 +240,7 @@ class _SchedulerSide:
             item = self.inflight_saves.pop(rid, None)
             if item is None:
                 continue
-            for h, s in zip(item.hashes, item.slots):
+            for h, s in zip(item.hashes, item.slots, strict=False):
                 self.index.commit(h, s)
             self.index.unpin(item.slots)
             worker_rid, hashes = self.save_meta.pop(rid)
@@ -250,14 +258,15 @@ class _SchedulerSide:
             return
         self.index.unpin(item.local_slots)
         staged = {r.local_slot for r in item.remote}
-        for h, s in zip(item.hashes, item.local_slots):
+        for _h, s in zip(item.hashes, item.local_slots, strict=False):
             if s in staged:
                 self.index.release(s)  # staging only; the block stays the peer's
 
     def _publish_saved(self, rid: str, blocks: list[tuple[str, int | None]]) -> None:
         if self.c.events_socket:
-            publish(self.c.events_socket,
-                    BlocksSaved(rid=rid, blocks=tuple((h, s) for h, s in blocks if s is not None)))
+            publish(
+                self.c.events_socket, BlocksSaved(rid=rid, blocks=tuple((h, s) for h, s in blocks if s is not None))
+            )
 
     def _publish_dropped(self, dropped: list[tuple[str, int]]) -> None:
         if dropped and self.c.events_socket:

@@ -81,15 +81,24 @@ class WorkerSide:
             raise RuntimeError(f"KV layout is {offset} B per block, scheduler expects {self.block_bytes} B")
         self.before_forward = all(t.device.type == "cpu" for t in kv_caches.values())
         self.store = HostBlockStore(StoreConfig(block_bytes=self.block_bytes, capacity_blocks=self.capacity))
-        info = AgentInfo(node_id=self.node_id, agent_name="", metadata_b64="", region_base=0,
-                         block_bytes=self.block_bytes, capacity_blocks=self.capacity)
+        info = AgentInfo(
+            node_id=self.node_id,
+            agent_name="",
+            metadata_b64="",
+            region_base=0,
+            block_bytes=self.block_bytes,
+            capacity_blocks=self.capacity,
+        )
         if self.use_nixl:
             from kvpool.transport.nixl import NixlTransport, NixlTransportConfig
 
             self.transport = NixlTransport(self.node_id, self.store, NixlTransportConfig(progress_interval_s=0.05))
             info = dataclasses.replace(
-                info, agent_name=self.node_id, region_base=self.store.buffer.data_ptr(),
-                metadata_b64=base64.b64encode(self.transport.local_descriptor()).decode())
+                info,
+                agent_name=self.node_id,
+                region_base=self.store.buffer.data_ptr(),
+                metadata_b64=base64.b64encode(self.transport.local_descriptor()).decode(),
+            )
         info.write(self.run_dir)
 
     def close(self) -> None:
@@ -164,7 +173,7 @@ class WorkerSide:
         included) into "recompute": it runs inside vLLM's forward pass."""
         try:
             return self._pull_remote(load)
-        except Exception:  # noqa: BLE001 - the engine must survive a bad peer
+        except Exception:
             log.exception("KV pull for %s failed; blocks will be recomputed", load.req_id)
             return False
 
@@ -174,7 +183,7 @@ class WorkerSide:
                 self._copy_to_device(list(load.local_slots), list(load.device_blocks))
             else:
                 self._fail(load)
-        except Exception:  # noqa: BLE001 - any failure means "recompute", never a hang
+        except Exception:
             log.exception("async KV load for %s failed; blocks will be recomputed", load.req_id)
             self._fail(load)
         finally:
@@ -202,15 +211,21 @@ class WorkerSide:
                 if time.monotonic() < self._bad_peers.get(node, 0.0):
                     return False  # failed recently: recompute at once instead of waiting on it again
                 self._ensure_peer(node)
-                self.transport.read_blocks_sync(node, [r.remote_slot for r in reads], [r.local_slot for r in reads],
-                                                timeout_s=PULL_TIMEOUT_S)
+                self.transport.read_blocks_sync(
+                    node, [r.remote_slot for r in reads], [r.local_slot for r in reads], timeout_s=PULL_TIMEOUT_S
+                )
         except (TransferError, ValueError, httpx.HTTPError) as exc:
-            log.warning("KV pull for %s from %s failed: %s; skipping that peer for %.0f s",
-                        load.req_id, node, exc, BAD_PEER_COOLDOWN_S)
+            log.warning(
+                "KV pull for %s from %s failed: %s; skipping that peer for %.0f s",
+                load.req_id,
+                node,
+                exc,
+                BAD_PEER_COOLDOWN_S,
+            )
             self._bad_peers[node] = time.monotonic() + BAD_PEER_COOLDOWN_S
             self.transport.remove_peer(node)  # a restarted peer comes back with new metadata
             return False
-        expected = dict(zip(load.local_slots, load.hashes))
+        expected = dict(zip(load.local_slots, load.hashes, strict=False))
         assert self.store is not None
         for r in load.remote:
             if self.store.tags[r.local_slot].numpy().tobytes() != hash_tag(expected[r.local_slot]):
@@ -232,8 +247,8 @@ class WorkerSide:
         dev = torch.tensor(device_blocks, dtype=torch.long)
         dst = torch.tensor(slots, dtype=torch.long)
         for _, view, off in self.layers:
-            self.store.data[dst, off:off + view.shape[1]] = view.index_select(0, dev)
-        for s, h in zip(slots, hashes):
+            self.store.data[dst, off : off + view.shape[1]] = view.index_select(0, dev)
+        for s, h in zip(slots, hashes, strict=False):
             self.store.tags[s].copy_(torch.frombuffer(bytearray(hash_tag(h)), dtype=torch.uint8))
 
     def _copy_to_device(self, slots: list[int], device_blocks: list[int], only: str | None = None) -> None:
@@ -242,7 +257,7 @@ class WorkerSide:
         dev = torch.tensor(device_blocks, dtype=torch.long)
         for name, view, off in self.layers:
             if only is None or name == only:
-                view.index_copy_(0, dev, self.store.data.index_select(0, src)[:, off:off + view.shape[1]])
+                view.index_copy_(0, dev, self.store.data.index_select(0, src)[:, off : off + view.shape[1]])
 
 
 def _block_views(t: torch.Tensor) -> list[torch.Tensor]:

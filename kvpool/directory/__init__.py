@@ -46,7 +46,17 @@ def create_directory(backend: str = "memory", **options: Any) -> BlockDirectory:
 
 
 __all__ = [
-    "BRANCH_TRANSITIONS", "BlockDirectory", "BranchEvent", "BranchInfo", "BranchState",
-    "BranchStateError", "DIRECTORY_BACKENDS", "DirectoryError", "DirectoryStats", "Location",
-    "MemoryDirectory", "PrefixHit", "create_directory",
+    "BRANCH_TRANSITIONS",
+    "BlockDirectory",
+    "BranchEvent",
+    "BranchInfo",
+    "BranchState",
+    "BranchStateError",
+    "DIRECTORY_BACKENDS",
+    "DirectoryError",
+    "DirectoryStats",
+    "Location",
+    "MemoryDirectory",
+    "PrefixHit",
+    "create_directory",
 ]

@@ -77,7 +77,8 @@ if tonumber(now) > tonumber(redis.call('HGET', k, 'last')) then
 end
 """
 
-OPEN_BRANCH = """
+OPEN_BRANCH = (
+    """
 local p, id, tenant, now, parent, session = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local k = p..':br:'..id
 if redis.call('EXISTS', k) == 0 then
@@ -87,20 +88,30 @@ if redis.call('EXISTS', k) == 0 then
   redis.call('ZADD', p..':size', 0, id)
   redis.call('SADD', p..':tbr:'..tenant, id)
 else
-""" + _TOUCH_BODY + """
+"""
+    + _TOUCH_BODY
+    + """
 end
 return 0
 """
+)
 
-TOUCH = """
+TOUCH = (
+    """
 local p, id, now = ARGV[1], ARGV[2], ARGV[3]
-""" + _TOUCH_BODY + """
+"""
+    + _TOUCH_BODY
+    + """
 return 0
 """
+)
 
-REFERENCE = """
+REFERENCE = (
+    """
 local p, id, now = ARGV[1], ARGV[2], ARGV[3]
-""" + _TOUCH_BODY + """
+"""
+    + _TOUCH_BODY
+    + """
 local tenant = redis.call('HGET', k, 'tenant')
 local added = 0
 for i = 4, #ARGV do
@@ -114,6 +125,7 @@ end
 if added > 0 then redis.call('ZINCRBY', p..':size', added, id) end
 return added
 """
+)
 
 # ARGV: p, id, cutoff ('' = finish unconditionally; else expire only if
 # last <= cutoff, so a touch from another replica wins the race).

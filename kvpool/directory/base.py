@@ -132,9 +132,7 @@ class BlockDirectory(Protocol):
     """
 
     # -- locations -----------------------------------------------------
-    def publish(
-        self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float
-    ) -> None:
+    def publish(self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float) -> None:
         """Node now holds each (block_hash, slot); access time := now."""
 
     def unpublish(self, node_id: str, block_hashes: Sequence[str]) -> None:
@@ -252,6 +250,7 @@ def order_victims(entries: Sequence[tuple[str, float | None, int]]) -> list[str]
     Unreferenced before referenced; within each, least recently used first
     (never-accessed first); ties by hash for determinism.
     """
+
     def key(e: tuple[str, float | None, int]) -> tuple[bool, float, str]:
         h, at, refs = e
         return (refs > 0, float("-inf") if at is None else at, h)

@@ -46,9 +46,7 @@ class MemoryDirectory:
         self._hit_blocks = 0
 
     # -- locations -----------------------------------------------------
-    def publish(
-        self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float
-    ) -> None:
+    def publish(self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float) -> None:
         self._node_block_bytes[node_id] = block_bytes
         access = self._node_access.setdefault(node_id, {})
         for block_hash, slot in locations:
@@ -157,7 +155,9 @@ class MemoryDirectory:
         stale = sorted(
             # Same comparison as the Redis backend (last <= now - ttl), so the
             # two agree at the boundary.
-            b for b, br in self._branches.items() if br.last_active_at <= now - idle_ttl_s
+            b
+            for b, br in self._branches.items()
+            if br.last_active_at <= now - idle_ttl_s
         )
         for b in stale:
             self._release(b, BranchEvent.EXPIRE)
@@ -209,8 +209,14 @@ class MemoryDirectory:
     @staticmethod
     def _info(branch_id: str, br: _Branch, state: BranchState) -> BranchInfo:
         return BranchInfo(
-            branch_id, br.tenant_id, br.parent_id, br.session_id, state,
-            br.opened_at, br.last_active_at, len(br.blocks),
+            branch_id,
+            br.tenant_id,
+            br.parent_id,
+            br.session_id,
+            state,
+            br.opened_at,
+            br.last_active_at,
+            len(br.blocks),
         )
 
 

@@ -42,8 +42,16 @@ class RedisDirectory:
         self._p = prefix
         self._scripts = {
             name: client.register_script(getattr(lua, name))
-            for name in ("PUBLISH", "UNPUBLISH", "DROP_NODE", "TOUCH_BLOCKS",
-                         "OPEN_BRANCH", "TOUCH", "REFERENCE", "RELEASE")
+            for name in (
+                "PUBLISH",
+                "UNPUBLISH",
+                "DROP_NODE",
+                "TOUCH_BLOCKS",
+                "OPEN_BRANCH",
+                "TOUCH",
+                "REFERENCE",
+                "RELEASE",
+            )
         }
 
     @classmethod
@@ -62,9 +70,7 @@ class RedisDirectory:
         return int(self._r.delete(*keys)) if keys else 0
 
     # -- locations -----------------------------------------------------
-    def publish(
-        self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float
-    ) -> None:
+    def publish(self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float) -> None:
         flat: list[object] = []
         for h, slot in locations:
             flat += [h, int(slot)]
@@ -181,7 +187,7 @@ class RedisDirectory:
     def choose_victims(self, node_id: str, n: int) -> list[str]:
         held = self._r.zrange(self._k("held", node_id), 0, -1, withscores=True)
         refs = self.ref_counts([h for h, _ in held])
-        entries = [(h, at, r) for (h, at), r in zip(held, refs)]
+        entries = [(h, at, r) for (h, at), r in zip(held, refs, strict=False)]
         return order_victims(entries)[: max(n, 0)]
 
     def eviction_order(self, node_id: str, candidates: Sequence[str]) -> list[str]:
@@ -190,7 +196,7 @@ class RedisDirectory:
             return []
         times = self._r.zmscore(self._k("held", node_id), unique)
         refs = self.ref_counts(unique)
-        return order_victims(list(zip(unique, times, refs)))
+        return order_victims(list(zip(unique, times, refs, strict=False)))
 
     def stats(self) -> DirectoryStats:
         pipe = self._r.pipeline(transaction=True)
@@ -206,7 +212,7 @@ class RedisDirectory:
         held = pipe.execute() if nodes else []
         return DirectoryStats(
             blocks=int(nblocks or 0),
-            bytes=sum(c * int(bb) for c, bb in zip(held, nodes.values())),
+            bytes=sum(c * int(bb) for c, bb in zip(held, nodes.values(), strict=False)),
             referenced_blocks=int(nrefs),
             active_branches=int(nactive),
             lookups=int(counters.get("lookups", 0)),
@@ -216,7 +222,7 @@ class RedisDirectory:
 
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
-    return dict(zip(flat[::2], flat[1::2]))
+    return dict(zip(flat[::2], flat[1::2], strict=False))
 
 
 def _info(branch_id: str, f: dict[str, str], state: BranchState) -> BranchInfo:

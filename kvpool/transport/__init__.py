@@ -22,7 +22,16 @@ from kvpool.transport.nixl import NixlTransport, NixlTransportConfig
 TRANSPORTS: dict[str, type] = {"nixl": NixlTransport, "fake": FakeTransport}
 
 __all__ = [
-    "BlockTransport", "FakeFabric", "FakeTransport", "NixlTransport", "NixlTransportConfig",
-    "PeerUnavailable", "TRANSPORTS", "TransferError", "TransferHandle", "TransferState",
-    "TransferTimeout", "contiguous_runs",
+    "BlockTransport",
+    "FakeFabric",
+    "FakeTransport",
+    "NixlTransport",
+    "NixlTransportConfig",
+    "PeerUnavailable",
+    "TRANSPORTS",
+    "TransferError",
+    "TransferHandle",
+    "TransferState",
+    "TransferTimeout",
+    "contiguous_runs",
 ]

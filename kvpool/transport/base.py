@@ -85,9 +85,7 @@ class BlockTransport(Protocol):
 
     def peers(self) -> list[str]: ...
 
-    def read_blocks(
-        self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int]
-    ) -> TransferHandle:
+    def read_blocks(self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int]) -> TransferHandle:
         """Start reading remote_slots[i] into local_slots[i]. Never blocks on
         the peer. Raises PeerUnavailable at once for unknown/dead peers and
         ValueError for slot lists of unequal length or out of range."""
@@ -124,8 +122,9 @@ _MAGIC = b"KVPT"
 
 def encode_descriptor(layout: PeerLayout, payload: bytes) -> bytes:
     node = layout.node_id.encode()
-    head = _HEADER.pack(_MAGIC, 1, layout.block_bytes, layout.capacity_blocks,
-                        layout.base_addr, layout.tags_offset, len(node))
+    head = _HEADER.pack(
+        _MAGIC, 1, layout.block_bytes, layout.capacity_blocks, layout.base_addr, layout.tags_offset, len(node)
+    )
     return head + node + payload
 
 
@@ -143,13 +142,13 @@ def contiguous_runs(remote_slots: Sequence[int], local_slots: Sequence[int]) -> 
     """Merge pairwise slots into runs (remote_start, local_start, count) where
     both sides advance by one slot; order of the input is kept."""
     runs: list[tuple[int, int, int]] = []
-    for r, l in zip(remote_slots, local_slots):
+    for r, loc in zip(remote_slots, local_slots, strict=False):
         if runs:
             r0, l0, n = runs[-1]
-            if r == r0 + n and l == l0 + n:
+            if r == r0 + n and loc == l0 + n:
                 runs[-1] = (r0, l0, n + 1)
                 continue
-        runs.append((r, l, 1))
+        runs.append((r, loc, 1))
     return runs
 
 

@@ -40,8 +40,9 @@ class FakeFabric:
 
 
 class FakeHandle:
-    def __init__(self, transport: FakeTransport, peer: str, remote: list[int], local: list[int],
-                 deadline: float) -> None:
+    def __init__(
+        self, transport: FakeTransport, peer: str, remote: list[int], local: list[int], deadline: float
+    ) -> None:
         self._t, self._peer, self._remote, self._local = transport, peer, remote, local
         self._deadline = deadline
         self._polls_left = transport.fabric.polls_to_complete
@@ -92,16 +93,14 @@ class FakeHandle:
 class FakeTransport:
     """BlockTransport over a FakeFabric; see kvpool.transport.base."""
 
-    def __init__(self, node_id: str, store: HostBlockStore, fabric: FakeFabric,
-                 timeout_s: float = 5.0) -> None:
+    def __init__(self, node_id: str, store: HostBlockStore, fabric: FakeFabric, timeout_s: float = 5.0) -> None:
         self.node_id, self.store, self.fabric, self.timeout_s = node_id, store, fabric, timeout_s
         self._peers: dict[str, PeerLayout] = {}
         fabric.stores[node_id] = store
         fabric.dead.discard(node_id)
 
     def local_descriptor(self) -> bytes:
-        layout = PeerLayout(self.node_id, self.store.block_bytes, self.store.capacity_blocks,
-                            0, self.store.tags_offset)
+        layout = PeerLayout(self.node_id, self.store.block_bytes, self.store.capacity_blocks, 0, self.store.tags_offset)
         return encode_descriptor(layout, b"fake")
 
     def add_peer(self, node_id: str, descriptor: bytes) -> None:
@@ -118,18 +117,17 @@ class FakeTransport:
     def peers(self) -> list[str]:
         return sorted(self._peers)
 
-    def read_blocks(self, node_id: str, remote_slots: Sequence[int],
-                    local_slots: Sequence[int]) -> FakeHandle:
+    def read_blocks(self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int]) -> FakeHandle:
         layout = self._peers.get(node_id)
         if layout is None or node_id in self.fabric.dead or node_id not in self.fabric.stores:
             raise PeerUnavailable(f"peer {node_id} is not available")
         check_slots(remote_slots, local_slots, layout.capacity_blocks, self.store.capacity_blocks)
         self.fabric.reads += 1
-        return FakeHandle(self, node_id, list(remote_slots), list(local_slots),
-                          time.monotonic() + self.timeout_s)
+        return FakeHandle(self, node_id, list(remote_slots), list(local_slots), time.monotonic() + self.timeout_s)
 
-    def read_blocks_sync(self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int],
-                         timeout_s: float | None = None) -> None:
+    def read_blocks_sync(
+        self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int], timeout_s: float | None = None
+    ) -> None:
         self.read_blocks(node_id, remote_slots, local_slots).wait(timeout_s)
 
     def progress(self) -> None:

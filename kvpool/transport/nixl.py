@@ -47,9 +47,7 @@ def _nixl() -> tuple[Any, Any, tuple[type[Exception], ...], type[Exception]]:
     from nixl._api import nixl_agent, nixl_agent_config
 
     bindings = sys.modules[nixl_agent.__module__.rsplit(".", 1)[0] + "._bindings"]
-    errors = tuple(
-        getattr(bindings, n) for n in dir(bindings) if n.startswith("nixl") and n.endswith("Error")
-    )
+    errors = tuple(getattr(bindings, n) for n in dir(bindings) if n.startswith("nixl") and n.endswith("Error"))
     return nixl_agent, nixl_agent_config, errors, bindings.nixlRemoteDisconnectError
 
 
@@ -74,8 +72,7 @@ class _Peer:
 class NixlHandle:
     """A read in two phases (data, then tags); see TransferHandle."""
 
-    def __init__(self, transport: NixlTransport, peer: str, runs: list[tuple[int, int, int]],
-                 deadline: float) -> None:
+    def __init__(self, transport: NixlTransport, peer: str, runs: list[tuple[int, int, int]], deadline: float) -> None:
         self._t, self._peer, self._runs, self._deadline = transport, peer, runs, deadline
         self._phase = 0
         self._xfer: Any = None
@@ -126,8 +123,7 @@ class NixlHandle:
 class NixlTransport:
     """BlockTransport over NIXL; see kvpool.transport.base for the contract."""
 
-    def __init__(self, node_id: str, store: HostBlockStore,
-                 config: NixlTransportConfig | None = None) -> None:
+    def __init__(self, node_id: str, store: HostBlockStore, config: NixlTransportConfig | None = None) -> None:
         nixl_agent, nixl_agent_config, self._nixl_errors, self._disconnect = _nixl()
         self.node_id, self.store = node_id, store
         self.config = config or NixlTransportConfig()
@@ -149,8 +145,9 @@ class NixlTransport:
 
     # -- peers ---------------------------------------------------------
     def local_descriptor(self) -> bytes:
-        layout = PeerLayout(self.node_id, self.store.block_bytes, self.store.capacity_blocks,
-                            self._base, self.store.tags_offset)
+        layout = PeerLayout(
+            self.node_id, self.store.block_bytes, self.store.capacity_blocks, self._base, self.store.tags_offset
+        )
         with self._lock:
             return encode_descriptor(layout, self._agent.get_agent_metadata())
 
@@ -178,8 +175,7 @@ class NixlTransport:
         return sorted(n for n, p in self._peers.items() if not p.dead)
 
     # -- reads ---------------------------------------------------------
-    def read_blocks(self, node_id: str, remote_slots: Sequence[int],
-                    local_slots: Sequence[int]) -> NixlHandle:
+    def read_blocks(self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int]) -> NixlHandle:
         peer = self._peers.get(node_id)
         if peer is None or peer.dead:
             raise PeerUnavailable(f"peer {node_id} is {'dead' if peer else 'unknown'}")
@@ -187,8 +183,9 @@ class NixlTransport:
         runs = contiguous_runs(remote_slots, local_slots)
         return NixlHandle(self, node_id, runs, time.monotonic() + self.config.timeout_s)
 
-    def read_blocks_sync(self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int],
-                         timeout_s: float | None = None) -> None:
+    def read_blocks_sync(
+        self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int], timeout_s: float | None = None
+    ) -> None:
         self.read_blocks(node_id, remote_slots, local_slots).wait(timeout_s)
 
     def progress(self) -> None:
@@ -212,13 +209,15 @@ class NixlTransport:
             lbase = self._base + self.store.tags_offset
         else:
             unit, rbase, lbase = self.store.block_bytes, peer.layout.base_addr, self._base
-        local = [(lbase + l * unit, n * unit, 0) for _, l, n in runs]
+        local = [(lbase + loc * unit, n * unit, 0) for _, loc, n in runs]
         remote = [(rbase + r * unit, n * unit, 0) for r, _, n in runs]
         with self._lock:
             try:
                 handle = self._agent.initialize_xfer(
-                    "READ", self._agent.get_xfer_descs(local, "DRAM"),
-                    self._agent.get_xfer_descs(remote, "DRAM"), peer.agent_name,
+                    "READ",
+                    self._agent.get_xfer_descs(local, "DRAM"),
+                    self._agent.get_xfer_descs(remote, "DRAM"),
+                    peer.agent_name,
                 )
                 try:
                     status = self._agent.transfer(handle)

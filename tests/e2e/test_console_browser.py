@@ -18,20 +18,29 @@ import httpx
 import pytest
 
 from admin_ui.cli import console_command
-from tests.integration.console_live import LiveAdminApi, live_admin_api
+from testing.console_live import LiveAdminApi, live_admin_api
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-output" / "screenshots"
 PAGES = ["Cluster", "Planner", "History", "Tenants", "Cache"]
 
 if not os.path.exists(CHROMIUM):
-    pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium and chromium-driver "
-                "(make browser-deps) to run the browser tests", allow_module_level=True)
+    pytest.skip(
+        f"{CHROMIUM} is missing: install Debian's chromium and chromium-driver "
+        "(make browser-deps) to run the browser tests",
+        allow_module_level=True,
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright for Python is not installed")
 
 
@@ -105,8 +114,7 @@ def settle(page: sync_api.Page) -> None:
     page.wait_for_timeout(1200)
 
 
-def test_every_page_renders_and_is_captured(browser: sync_api.Browser, console_url: str,
-                                            api: LiveAdminApi) -> None:
+def test_every_page_renders_and_is_captured(browser: sync_api.Browser, console_url: str, api: LiveAdminApi) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = logged_in_page(browser, console_url, api.tokens["operator"])
     page.locator(".node-tile").first.wait_for()
@@ -126,8 +134,9 @@ def test_every_page_renders_and_is_captured(browser: sync_api.Browser, console_u
     page.close()
 
 
-def test_pin_split_through_the_ui_and_read_it_back(browser: sync_api.Browser, console_url: str,
-                                                   api: LiveAdminApi) -> None:
+def test_pin_split_through_the_ui_and_read_it_back(
+    browser: sync_api.Browser, console_url: str, api: LiveAdminApi
+) -> None:
     page = logged_in_page(browser, console_url, api.tokens["operator"])
     visit(page, "Planner")
     prefill = page.get_by_label("Prefill nodes")
@@ -142,11 +151,13 @@ def test_pin_split_through_the_ui_and_read_it_back(browser: sync_api.Browser, co
     page.get_by_text("Done.").wait_for()
     settle(page)
     page.screenshot(path=str(SHOTS / "planner-pinned.png"), full_page=True)
-    pins = httpx.get(api.url + "/admin/pins", timeout=10,
-                     headers={"Authorization": f"Bearer {api.tokens['viewer']}"}).json()
+    pins = httpx.get(
+        api.url + "/admin/pins", timeout=10, headers={"Authorization": f"Bearer {api.tokens['viewer']}"}
+    ).json()
     assert pins["split"] == 3
-    cluster = httpx.get(api.url + "/admin/cluster", timeout=10,
-                        headers={"Authorization": f"Bearer {api.tokens['viewer']}"}).json()
+    cluster = httpx.get(
+        api.url + "/admin/cluster", timeout=10, headers={"Authorization": f"Bearer {api.tokens['viewer']}"}
+    ).json()
     assert cluster["split"] == [3, 1]
     page.close()
 
@@ -162,8 +173,7 @@ def test_history_csv_download(browser: sync_api.Browser, console_url: str, api: 
     page.close()
 
 
-def test_viewer_write_controls_are_disabled(browser: sync_api.Browser, console_url: str,
-                                            api: LiveAdminApi) -> None:
+def test_viewer_write_controls_are_disabled(browser: sync_api.Browser, console_url: str, api: LiveAdminApi) -> None:
     page = logged_in_page(browser, console_url, api.tokens["viewer"])
     visit(page, "Planner")
     assert page.get_by_role("button", name="Pin split", exact=True).is_disabled()

@@ -43,9 +43,15 @@ KUBE_VERSION = ("1", "33")
 
 # Kinds the fake cluster serves: groupVersion -> [(plural, Kind, namespaced)].
 API_RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
-    "v1": [("configmaps", "ConfigMap", True), ("secrets", "Secret", True), ("services", "Service", True),
-           ("serviceaccounts", "ServiceAccount", True), ("persistentvolumeclaims", "PersistentVolumeClaim", True),
-           ("pods", "Pod", True), ("namespaces", "Namespace", False)],
+    "v1": [
+        ("configmaps", "ConfigMap", True),
+        ("secrets", "Secret", True),
+        ("services", "Service", True),
+        ("serviceaccounts", "ServiceAccount", True),
+        ("persistentvolumeclaims", "PersistentVolumeClaim", True),
+        ("pods", "Pod", True),
+        ("namespaces", "Namespace", False),
+    ],
     "apps/v1": [("deployments", "Deployment", True), ("statefulsets", "StatefulSet", True)],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True)],
     "batch/v1": [("jobs", "Job", True)],
@@ -63,10 +69,21 @@ def default_library() -> pathlib.Path:
 
 
 def _resource_list(group_version: str) -> dict:
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
-            "resources": [{"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
-                           "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}
-                          for plural, kind, namespaced in API_RESOURCES[group_version]]}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": [
+            {
+                "name": plural,
+                "singularName": kind.lower(),
+                "namespaced": namespaced,
+                "kind": kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            }
+            for plural, kind, namespaced in API_RESOURCES[group_version]
+        ],
+    }
 
 
 def _group_list() -> dict:
@@ -91,24 +108,34 @@ class _FakeApiServer(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/version":
             major, minor = KUBE_VERSION
-            return self._send(200, {"major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.0",
-                                    "platform": "linux/amd64"})
+            return self._send(
+                200, {"major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.0", "platform": "linux/amd64"}
+            )
         if path == "/api":
             return self._send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
         if path == "/apis":
             return self._send(200, _group_list())
         if path == "/api/v1":
             return self._send(200, _resource_list("v1"))
-        if path.startswith("/apis/") and path.count("/") == 3 and path[len("/apis/"):] in API_RESOURCES:
-            return self._send(200, _resource_list(path[len("/apis/"):]))
-        return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                                "code": 404, "message": f"{path} not found"})
+        if path.startswith("/apis/") and path.count("/") == 3 and path[len("/apis/") :] in API_RESOURCES:
+            return self._send(200, _resource_list(path[len("/apis/") :]))
+        return self._send(
+            404,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "reason": "NotFound",
+                "code": 404,
+                "message": f"{path} not found",
+            },
+        )
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._send(201, json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
 
     def log_message(self, *args: object) -> None:
@@ -118,12 +145,17 @@ class _FakeApiServer(BaseHTTPRequestHandler):
 def _kubeconfig(port: int, namespace: str) -> str:
     # As YAML: helm-sdkpy tells a kubeconfig's content from a file path by
     # markers such as "apiVersion:", which JSON's quoted keys lack.
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
-        "users": [{"name": "fake", "user": {"token": "fake"}}],
-    }, sort_keys=False)
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+            "users": [{"name": "fake", "user": {"token": "fake"}}],
+        },
+        sort_keys=False,
+    )
 
 
 class _Helm:
@@ -136,8 +168,11 @@ class _Helm:
         lib.helm_sdkpy_free.argtypes = [ctypes.c_void_p]
         self.handle = ctypes.c_ulonglong()
         kubeconfig = _kubeconfig(port, namespace)
-        self.check(lib.helm_sdkpy_config_create(namespace.encode(), kubeconfig.encode(), None, b"{}",
-                                                ctypes.byref(self.handle)))
+        self.check(
+            lib.helm_sdkpy_config_create(
+                namespace.encode(), kubeconfig.encode(), None, b"{}", ctypes.byref(self.handle)
+            )
+        )
 
     def check(self, rc: int) -> None:
         if rc == 0:
@@ -169,13 +204,30 @@ def render(library: pathlib.Path, chart: str, values: dict, release: str, namesp
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         helm = _Helm(library, server.server_address[1], namespace)
-        options = {"create_namespace": False, "wait": False, "timeout_seconds": 60, "wait_for_jobs": False,
-                   "server_side_apply": "false", "force_conflicts": False, "disable_openapi_validation": True,
-                   "skip_schema_validation": False, "rollback_on_failure": False, "take_ownership": False}
+        options = {
+            "create_namespace": False,
+            "wait": False,
+            "timeout_seconds": 60,
+            "wait_for_jobs": False,
+            "server_side_apply": "false",
+            "force_conflicts": False,
+            "disable_openapi_validation": True,
+            "skip_schema_validation": False,
+            "rollback_on_failure": False,
+            "take_ownership": False,
+        }
         out = ctypes.c_void_p()
-        helm.check(helm.lib.helm_sdkpy_install(helm.handle, release.encode(), chart.encode(),
-                                               json.dumps(values).encode(), b"", json.dumps(options).encode(),
-                                               ctypes.byref(out)))
+        helm.check(
+            helm.lib.helm_sdkpy_install(
+                helm.handle,
+                release.encode(),
+                chart.encode(),
+                json.dumps(values).encode(),
+                b"",
+                json.dumps(options).encode(),
+                ctypes.byref(out),
+            )
+        )
         return helm.take_json(out)["manifest"]
     finally:
         server.shutdown()
@@ -194,8 +246,16 @@ def main() -> int:
         # so set Helm's up and start again: release records in memory, Helm's
         # cache/config/data and the discovery cache in a throwaway folder.
         home = tempfile.mkdtemp(prefix="helm-render-")
-        env = dict(os.environ, HELM_DRIVER="memory", HOME=home, HELM_CACHE_HOME=home, HELM_CONFIG_HOME=home,
-                   HELM_DATA_HOME=home, KUBECACHEDIR=home, HELM_RENDER_TMP_HOME=home)
+        env = dict(
+            os.environ,
+            HELM_DRIVER="memory",
+            HOME=home,
+            HELM_CACHE_HOME=home,
+            HELM_CONFIG_HOME=home,
+            HELM_DATA_HOME=home,
+            KUBECACHEDIR=home,
+            HELM_RENDER_TMP_HOME=home,
+        )
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     key = "lint" if args.lint else "manifest"
     try:

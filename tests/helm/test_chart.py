@@ -57,9 +57,17 @@ SCENARIOS: dict[str, dict] = {
     },
     "many-gateways-rdma-monitoring": {
         "gateway": {"replicas": 6, "podDisruptionBudget": {"minAvailable": 4}},
-        "workers": {"replicas": 16, "gpus": 8, "hostStore": {"sizeGi": 512}, "runtimeClassName": "nvidia",
-                    "nixl": {"rdma": {"enabled": True}, "ucxNetDevices": "mlx5_0:1,mlx5_1:1",
-                             "extraEnv": {"UCX_RNDV_THRESH": "8192"}}},
+        "workers": {
+            "replicas": 16,
+            "gpus": 8,
+            "hostStore": {"sizeGi": 512},
+            "runtimeClassName": "nvidia",
+            "nixl": {
+                "rdma": {"enabled": True},
+                "ucxNetDevices": "mlx5_0:1,mlx5_1:1",
+                "extraEnv": {"UCX_RNDV_THRESH": "8192"},
+            },
+        },
         "console": {"enabled": False},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
     },
@@ -78,9 +86,11 @@ SCENARIOS: dict[str, dict] = {
 def helm_library() -> pathlib.Path:
     library = default_library()
     if not library.exists():
-        pytest.skip(f"helm-sdkpy's library not at {library}; `make test` installs it "
-                    "(pip install --no-deps --only-binary=:all: --python-version 3.12 "
-                    "--target .venv/helm-sdkpy helm-sdkpy==0.1.32)")
+        pytest.skip(
+            f"helm-sdkpy's library not at {library}; `make test` installs it "
+            "(pip install --no-deps --only-binary=:all: --python-version 3.12 "
+            "--target .venv/helm-sdkpy helm-sdkpy==0.1.32)"
+        )
     return library
 
 
@@ -88,9 +98,22 @@ def helm_render(values: dict, tmp_path: pathlib.Path) -> tuple[list[dict], str |
     """(objects, None) or ([], Helm's error message)."""
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
-    proc = subprocess.run([sys.executable, str(RENDER_SCRIPT), str(CHART), str(values_file),
-                           "--release", RELEASE, "--namespace", NAMESPACE],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(RENDER_SCRIPT),
+            str(CHART),
+            str(values_file),
+            "--release",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     if result["error"]:
@@ -102,8 +125,9 @@ _rendered: dict[str, list[dict]] = {}
 
 
 @pytest.fixture(params=list(SCENARIOS))
-def scenario(request: pytest.FixtureRequest, helm_library: pathlib.Path,
-             tmp_path: pathlib.Path) -> tuple[str, list[dict]]:
+def scenario(
+    request: pytest.FixtureRequest, helm_library: pathlib.Path, tmp_path: pathlib.Path
+) -> tuple[str, list[dict]]:
     name = request.param
     if name not in _rendered:
         objects, error = helm_render(SCENARIOS[name], tmp_path)
@@ -120,6 +144,7 @@ def render(helm_library: pathlib.Path, tmp_path: pathlib.Path):
             assert error is None, error
             _rendered[scenario_name] = objects
         return {(o["kind"], o["metadata"]["name"]): o for o in _rendered[scenario_name]}
+
     return _render
 
 
@@ -156,8 +181,10 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(scenario: tuple[
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 path = ".".join(str(p) for p in exc.path)
-                pytest.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes "
-                            f"{version} at {path}: {exc.message}")
+                pytest.fail(
+                    f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes "
+                    f"{version} at {path}: {exc.message}"
+                )
 
 
 def check_service_monitor(obj: dict) -> None:
@@ -167,14 +194,24 @@ def check_service_monitor(obj: dict) -> None:
         "properties": {
             "apiVersion": {"const": "monitoring.coreos.com/v1"},
             "spec": {
-                "type": "object", "required": ["selector", "endpoints"],
+                "type": "object",
+                "required": ["selector", "endpoints"],
                 "properties": {
                     "selector": {"type": "object", "required": ["matchLabels"]},
-                    "endpoints": {"type": "array", "minItems": 1, "items": {
-                        "type": "object", "required": ["port", "path"],
-                        "properties": {"port": {"type": "string"}, "path": {"type": "string"},
-                                       "interval": {"type": "string", "pattern": r"^\d+[smh]$"},
-                                       "scrapeTimeout": {"type": "string", "pattern": r"^\d+[smh]$"}}}},
+                    "endpoints": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["port", "path"],
+                            "properties": {
+                                "port": {"type": "string"},
+                                "path": {"type": "string"},
+                                "interval": {"type": "string", "pattern": r"^\d+[smh]$"},
+                                "scrapeTimeout": {"type": "string", "pattern": r"^\d+[smh]$"},
+                            },
+                        },
+                    },
                 },
             },
         },
@@ -196,8 +233,7 @@ def test_services_select_pods_and_name_their_ports(scenario: tuple[str, list[dic
     workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
     for svc in (o for o in objects if o["kind"] == "Service"):
         selector = svc["spec"]["selector"]
-        matches = [w for w in workloads
-                   if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+        matches = [w for w in workloads if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
         assert len(matches) == 1, f"Service {svc['metadata']['name']} selects {len(matches)} workloads"
         port_names = {p["name"] for c in pod_spec(matches[0])["containers"] for p in c.get("ports", [])}
         for port in svc["spec"]["ports"]:
@@ -210,9 +246,11 @@ def test_workload_selectors_match_their_pods(scenario: tuple[str, list[dict]]) -
         assert w["spec"]["selector"]["matchLabels"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
     pods = {o["metadata"]["name"]: o for o in objects if o["kind"] in ("Deployment", "StatefulSet")}
     for pdb in (o for o in objects if o["kind"] == "PodDisruptionBudget"):
-        selected = [p for p in pods.values()
-                    if pdb["spec"]["selector"]["matchLabels"].items()
-                    <= p["spec"]["template"]["metadata"]["labels"].items()]
+        selected = [
+            p
+            for p in pods.values()
+            if pdb["spec"]["selector"]["matchLabels"].items() <= p["spec"]["template"]["metadata"]["labels"].items()
+        ]
         assert [p["metadata"]["name"] for p in selected] == [f"{PREFIX}-gateway"]
 
 
@@ -220,9 +258,15 @@ def test_secret_references_resolve(scenario: tuple[str, list[dict]]) -> None:
     name, objects = scenario
     values = SCENARIOS[name]
     rendered = {o["metadata"]["name"]: set(o.get("data", {})) for o in objects if o["kind"] == "Secret"}
-    external = {s for s in (values.get("adminToken", {}).get("existingSecret"),
-                            values.get("externalDatabase", {}).get("existingSecret"),
-                            values.get("externalRedis", {}).get("existingSecret")) if s}
+    external = {
+        s
+        for s in (
+            values.get("adminToken", {}).get("existingSecret"),
+            values.get("externalDatabase", {}).get("existingSecret"),
+            values.get("externalRedis", {}).get("existingSecret"),
+        )
+        if s
+    }
     for w in (o for o in objects if o["kind"] in ("Deployment", "StatefulSet")):
         spec = pod_spec(w)
         for c in spec["containers"] + spec.get("initContainers", []):
@@ -232,8 +276,9 @@ def test_secret_references_resolve(scenario: tuple[str, list[dict]]) -> None:
                     continue
                 if ref["name"] in external:
                     continue
-                assert ref["key"] in rendered.get(ref["name"], set()), \
+                assert ref["key"] in rendered.get(ref["name"], set()), (
                     f"{w['metadata']['name']}/{c['name']}: {env['name']} -> missing {ref['name']}[{ref['key']}]"
+                )
 
 
 # -- what each part must carry ------------------------------------------------
@@ -242,13 +287,19 @@ def test_secret_references_resolve(scenario: tuple[str, list[dict]]) -> None:
 def test_default_release_has_every_part(render) -> None:
     objs = render("default")
     expected = {
-        ("Deployment", f"{PREFIX}-gateway"), ("Service", f"{PREFIX}-gateway"),
+        ("Deployment", f"{PREFIX}-gateway"),
+        ("Service", f"{PREFIX}-gateway"),
         ("PodDisruptionBudget", f"{PREFIX}-gateway"),
-        ("StatefulSet", f"{PREFIX}-worker"), ("Service", f"{PREFIX}-worker-peers"),
-        ("Deployment", f"{PREFIX}-console"), ("Service", f"{PREFIX}-console"),
-        ("StatefulSet", f"{PREFIX}-postgresql"), ("Service", f"{PREFIX}-postgresql"),
-        ("StatefulSet", f"{PREFIX}-redis"), ("Service", f"{PREFIX}-redis"),
-        ("Secret", f"{PREFIX}-secrets"), ("ServiceAccount", PREFIX),
+        ("StatefulSet", f"{PREFIX}-worker"),
+        ("Service", f"{PREFIX}-worker-peers"),
+        ("Deployment", f"{PREFIX}-console"),
+        ("Service", f"{PREFIX}-console"),
+        ("StatefulSet", f"{PREFIX}-postgresql"),
+        ("Service", f"{PREFIX}-postgresql"),
+        ("StatefulSet", f"{PREFIX}-redis"),
+        ("Service", f"{PREFIX}-redis"),
+        ("Secret", f"{PREFIX}-secrets"),
+        ("ServiceAccount", PREFIX),
         ("ConfigMap", f"{PREFIX}-dashboard"),
     }
     assert expected <= set(objs), expected - set(objs)
@@ -269,8 +320,10 @@ def test_gateway_probes_ports_and_disruption_budget(render) -> None:
     env = env_of(gw)
     assert env["EVOLVING_DB_URL"]["valueFrom"]["secretKeyRef"] == {"name": f"{PREFIX}-secrets", "key": "dbUrl"}
     assert env["EVOLVING_DIRECTORY_URL"]["valueFrom"]["secretKeyRef"]["key"] == "redisUrl"
-    assert env["EVOLVING_CLUSTER_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": f"{PREFIX}-secrets",
-                                                                          "key": "clusterToken"}
+    assert env["EVOLVING_CLUSTER_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": f"{PREFIX}-secrets",
+        "key": "clusterToken",
+    }
     assert env["EVOLVING_PLANNER"]["value"] == "evolving" and env["EVOLVING_PLANNER_MODE"]["value"] == "advisory"
     init = pod_spec(deploy)["initContainers"][0]
     assert init["command"] == ["evolving-infra", "db", "upgrade"]
@@ -313,8 +366,9 @@ def test_workers_get_gpus_shared_memory_and_ucx(render) -> None:
     env = env_of(worker)
     assert env["UCX_TLS"]["value"] == "tcp,sm,self,cuda_copy,cuda_ipc"
     assert env["UCX_NET_DEVICES"]["value"] == "all"
-    assert {"--host=0.0.0.0", "--port=8100", "--node-id=$(POD_NAME)", "--block-size=32",
-            "--kv-store-gib=64"} <= set(worker["args"])
+    assert {"--host=0.0.0.0", "--port=8100", "--node-id=$(POD_NAME)", "--block-size=32", "--kv-store-gib=64"} <= set(
+        worker["args"]
+    )
     assert env["EVOLVING_CLUSTER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "clusterToken"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(sts)["tolerations"]
     peers = objs[("Service", f"{PREFIX}-worker-peers")]
@@ -385,8 +439,8 @@ def test_gateway_env_and_flags_are_ones_the_gateway_reads(scenario: tuple[str, l
     `evolving-infra gateway` accepts."""
     import re
 
-    from gateway import settings as settings_module
     from cli.main import build_parser
+    from gateway import settings as settings_module
 
     name, objects = scenario
     documented = set(re.findall(r"\bEVOLVING_[A-Z_]+\b", settings_module.__doc__ or ""))
@@ -412,8 +466,7 @@ def test_service_monitor_scrapes_the_gateway_metrics(render) -> None:
     objs = render("many-gateways-rdma-monitoring")
     sm = objs[("ServiceMonitor", f"{PREFIX}-gateway")]
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s",
-                                        "scrapeTimeout": "10s"}]
+    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}]
     svc = objs[("Service", f"{PREFIX}-gateway")]
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert ("Deployment", f"{PREFIX}-console") not in objs
@@ -425,15 +478,19 @@ def test_dashboard_configmap_carries_the_dashboard_file(render) -> None:
     assert json.loads(cm["data"]["evolving-infra.json"]) == json.loads(DASHBOARD.read_text())
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"postgresql": {"enabled": False}}, "externalDatabase.url"),
-    ({"redis": {"enabled": False}, "gateway": {"replicas": 2}}, "gateway.replicas > 1 needs a shared KV directory"),
-    ({"workers": {"replicas": 0}}, "workers.replicas must be >= 1"),
-    ({"adminToken": {"value": "short"}}, "adminToken.value must be at least 16 characters"),
-    ({"gateway": {"settings": {"blockSize": 16}}}, "gateway.settings.blockSize must be a positive multiple of 32"),
-])
-def test_inconsistent_values_fail_the_render(helm_library: pathlib.Path, tmp_path: pathlib.Path,
-                                             values: dict, message: str) -> None:
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"postgresql": {"enabled": False}}, "externalDatabase.url"),
+        ({"redis": {"enabled": False}, "gateway": {"replicas": 2}}, "gateway.replicas > 1 needs a shared KV directory"),
+        ({"workers": {"replicas": 0}}, "workers.replicas must be >= 1"),
+        ({"adminToken": {"value": "short"}}, "adminToken.value must be at least 16 characters"),
+        ({"gateway": {"settings": {"blockSize": 16}}}, "gateway.settings.blockSize must be a positive multiple of 32"),
+    ],
+)
+def test_inconsistent_values_fail_the_render(
+    helm_library: pathlib.Path, tmp_path: pathlib.Path, values: dict, message: str
+) -> None:
     objects, error = helm_render(values, tmp_path)
     assert not objects and error and message in error
 
@@ -446,8 +503,13 @@ def test_admin_token_value_is_used(helm_library: pathlib.Path, tmp_path: pathlib
 
 
 def test_helm_lint_finds_no_warning_or_error(helm_library: pathlib.Path) -> None:
-    proc = subprocess.run([sys.executable, str(RENDER_SCRIPT), str(CHART), "--lint"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(RENDER_SCRIPT), str(CHART), "--lint"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["error"] is None, result["error"]

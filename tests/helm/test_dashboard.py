@@ -26,10 +26,16 @@ DASHBOARD = ROOT / "helm" / "evolving-infra" / "dashboards" / "evolving-infra.js
 
 # -- Grafana dashboard -----------------------------------------------------------
 
-_DATASOURCE = {"type": "object", "required": ["type", "uid"],
-               "properties": {"type": {"const": "prometheus"}, "uid": {"const": "${datasource}"}}}
-_GRID = {"type": "object", "required": ["x", "y", "w", "h"],
-         "properties": {k: {"type": "integer", "minimum": 0} for k in "xywh"}}
+_DATASOURCE = {
+    "type": "object",
+    "required": ["type", "uid"],
+    "properties": {"type": {"const": "prometheus"}, "uid": {"const": "${datasource}"}},
+}
+_GRID = {
+    "type": "object",
+    "required": ["x", "y", "w", "h"],
+    "properties": {k: {"type": "integer", "minimum": 0} for k in "xywh"},
+}
 DASHBOARD_SCHEMA = {
     "type": "object",
     "required": ["uid", "title", "schemaVersion", "panels", "templating", "time"],
@@ -38,26 +44,46 @@ DASHBOARD_SCHEMA = {
         "title": {"type": "string", "minLength": 1},
         "schemaVersion": {"type": "integer", "minimum": 30},
         "time": {"type": "object", "required": ["from", "to"]},
-        "templating": {"type": "object", "required": ["list"], "properties": {"list": {"type": "array", "items": {
-            "type": "object", "required": ["name", "type"]}}}},
-        "panels": {"type": "array", "minItems": 1, "items": {
+        "templating": {
             "type": "object",
-            "required": ["id", "type", "title", "gridPos"],
-            "properties": {"id": {"type": "integer"}, "gridPos": _GRID, "title": {"type": "string", "minLength": 1}},
-            "if": {"properties": {"type": {"const": "row"}}},
-            "then": {"properties": {"panels": {"type": "array"}}},
-            "else": {
-                "required": ["datasource", "targets", "fieldConfig"],
+            "required": ["list"],
+            "properties": {"list": {"type": "array", "items": {"type": "object", "required": ["name", "type"]}}},
+        },
+        "panels": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["id", "type", "title", "gridPos"],
                 "properties": {
-                    "type": {"enum": ["timeseries", "stat", "gauge", "bargauge", "table", "heatmap", "text"]},
-                    "datasource": _DATASOURCE,
-                    "targets": {"type": "array", "minItems": 1, "items": {
-                        "type": "object", "required": ["refId", "expr"],
-                        "properties": {"refId": {"type": "string"}, "expr": {"type": "string", "minLength": 1},
-                                       "datasource": _DATASOURCE}}},
+                    "id": {"type": "integer"},
+                    "gridPos": _GRID,
+                    "title": {"type": "string", "minLength": 1},
+                },
+                "if": {"properties": {"type": {"const": "row"}}},
+                "then": {"properties": {"panels": {"type": "array"}}},
+                "else": {
+                    "required": ["datasource", "targets", "fieldConfig"],
+                    "properties": {
+                        "type": {"enum": ["timeseries", "stat", "gauge", "bargauge", "table", "heatmap", "text"]},
+                        "datasource": _DATASOURCE,
+                        "targets": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "required": ["refId", "expr"],
+                                "properties": {
+                                    "refId": {"type": "string"},
+                                    "expr": {"type": "string", "minLength": 1},
+                                    "datasource": _DATASOURCE,
+                                },
+                            },
+                        },
+                    },
                 },
             },
-        }},
+        },
     },
 }
 
@@ -97,9 +123,16 @@ def test_dashboard_json_structure() -> None:
 
 # -- the dashboard queries only what the gateway exports -------------------------
 
-_SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
-                    "summary": ("_sum", "_count", ""), "gauge": ("",), "info": ("_info",),
-                    "stateset": ("",), "gaugehistogram": ("_bucket", "_gsum", "_gcount"), "unknown": ("",)}
+_SERIES_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count", ""),
+    "gauge": ("",),
+    "info": ("_info",),
+    "stateset": ("",),
+    "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
+    "unknown": ("",),
+}
 
 
 def exported_series(exposition: str) -> set[str]:
@@ -159,8 +192,12 @@ def test_every_dashboard_metric_is_exported_by_the_gateway(gateway_exposition: s
 def test_alert_rules_in_the_operations_guide_use_exported_metrics(gateway_exposition: str) -> None:
     exported = exported_series(gateway_exposition)
     guide = (ROOT / "docs" / "operations.md").read_text()
-    rules = [doc for block in re.findall(r"```yaml\n(.*?)```", guide, re.S)
-             for doc in yaml.safe_load_all(block) if doc and doc.get("kind") == "PrometheusRule"]
+    rules = [
+        doc
+        for block in re.findall(r"```yaml\n(.*?)```", guide, re.S)
+        for doc in yaml.safe_load_all(block)
+        if doc and doc.get("kind") == "PrometheusRule"
+    ]
     assert rules, "docs/operations.md has no PrometheusRule example"
     exprs = [r["expr"] for rule in rules for g in rule["spec"]["groups"] for r in g["rules"]]
     used = {m for e in exprs for m in re.findall(r"\b(evolving_[A-Za-z0-9_:]+)", e)}

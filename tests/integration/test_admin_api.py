@@ -5,67 +5,19 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
 from gateway.admin import bootstrap_admin_token, build_admin_router
-from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
-from gateway.store.records import SwitchOutcome
 from gateway.http_errors import install_error_handlers
 from gateway.store import Database, EventSink, repository
-from planner.types import Decision, PlannerMode
-from tests.integration.conftest_store import migrated_db, store_url  # noqa: F401 (fixtures)
-
-
-class FakeClusterControl:
-    """In-memory ClusterControl + ClusterHistory: two nodes, records calls."""
-
-    def __init__(self) -> None:
-        self.phases = {"n0": "prefill", "n1": "decode"}
-        self.node_pins: dict[str, str] = {}
-        self.split_pin: int | None = None
-        self.mode = "auto"
-        self.calls: list[tuple[Any, ...]] = []
-
-    async def snapshot(self) -> ClusterSnapshot:
-        nodes = [NodeSnapshot(node_id=n, url=f"http://{n}", phase=p, draining_to=None, healthy=True,
-                              pinned_phase=self.node_pins.get(n), queue=1, running=2, kv_usage=0.5,
-                              tokens_per_s=100.0) for n, p in self.phases.items()]
-        prefill = sum(p == "prefill" for p in self.phases.values())
-        return ClusterSnapshot(nodes=nodes, split=(prefill, len(nodes) - prefill), split_pin=self.split_pin,
-                               directory={"blocks": 10.0}, top_branches=[{"branch_id": "b", "blocks": 3}])
-
-    async def planner_state(self) -> PlannerState:
-        return PlannerState(mode=PlannerMode(self.mode), planner="online")
-
-    async def set_mode(self, mode: str) -> None:
-        self.mode = mode
-
-    async def pin_split(self, prefill_nodes: int | None) -> None:
-        self.split_pin = prefill_nodes
-
-    async def pin_node(self, node_id: str, phase: str | None) -> None:
-        if phase is None:
-            self.node_pins.pop(node_id, None)
-        else:
-            self.node_pins[node_id] = phase
-
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
-        self.calls.append(("switch", node_id, to_phase, reason, who))
-        before, self.phases[node_id] = self.phases[node_id], to_phase
-        return SwitchOutcome(node_id, before, to_phase, drain_s=0.5, migrate_s=1.0, total_s=1.6, outcome="ok")
-
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *,
-                           who: str) -> list[SwitchOutcome]:
-        self.split_pin, self.node_pins = split_pin, dict(node_pins)
-        return []
-
-    async def split_history(self, since_s: float) -> list[SplitSample]:
-        self.calls.append(("history", since_s))
-        return [SplitSample(t=1.0, prefill=1, decode=1, tokens_per_s=50.0)]
+from gateway.store.records import SwitchOutcome
+from planner.types import Decision
+from testing.fake_cluster import FakeClusterControl
 
 
 class Admin:
@@ -119,14 +71,27 @@ async def test_whoami_and_auth(admin: Admin) -> None:
 async def test_viewer_reads_but_cannot_write(admin: Admin) -> None:
     viewer = await _viewer(admin)
     c = admin.client
-    for path in ["/admin/cluster", "/admin/planner", "/admin/pins", "/admin/switches", "/admin/decisions",
-                 "/admin/tenants", "/admin/audit", "/admin/cluster/history"]:
+    for path in [
+        "/admin/cluster",
+        "/admin/planner",
+        "/admin/pins",
+        "/admin/switches",
+        "/admin/decisions",
+        "/admin/tenants",
+        "/admin/audit",
+        "/admin/cluster/history",
+    ]:
         assert (await c.get(path, headers=viewer)).status_code == 200, path
-    writes = [("PUT", "/admin/planner/mode", {"mode": "manual"}), ("PUT", "/admin/pins/split", {"prefill_nodes": 1}),
-              ("DELETE", "/admin/pins/split", None), ("PUT", "/admin/pins/nodes/n0", {"phase": "decode"}),
-              ("POST", "/admin/switch", {"node_id": "n0", "to_phase": "decode"}),
-              ("POST", "/admin/tenants", {"name": "x"}), ("POST", "/admin/tokens", {"name": "x", "role": "operator"}),
-              ("GET", "/admin/tokens", None)]
+    writes = [
+        ("PUT", "/admin/planner/mode", {"mode": "manual"}),
+        ("PUT", "/admin/pins/split", {"prefill_nodes": 1}),
+        ("DELETE", "/admin/pins/split", None),
+        ("PUT", "/admin/pins/nodes/n0", {"phase": "decode"}),
+        ("POST", "/admin/switch", {"node_id": "n0", "to_phase": "decode"}),
+        ("POST", "/admin/tenants", {"name": "x"}),
+        ("POST", "/admin/tokens", {"name": "x", "role": "operator"}),
+        ("GET", "/admin/tokens", None),
+    ]
     for method, path, body in writes:
         r = await c.request(method, path, json=body, headers=viewer)
         assert r.status_code == 403, (method, path, r.text)
@@ -151,15 +116,25 @@ async def test_cluster_planner_pins_and_switch(admin: Admin) -> None:
     r = await c.put("/admin/pins/split", json={"prefill_nodes": 3}, headers=op)
     assert r.status_code == 400 and r.json()["error"]["param"] == "prefill_nodes"
     assert (await c.put("/admin/pins/nodes/n1", json={"phase": "decode"}, headers=op)).json() == {
-        "split": 1, "nodes": {"n1": "decode"}}
+        "split": 1,
+        "nodes": {"n1": "decode"},
+    }
     assert (await c.put("/admin/pins/nodes/zz", json={"phase": "decode"}, headers=op)).status_code == 404
     assert (await c.get("/admin/pins", headers=op)).json() == {"split": 1, "nodes": {"n1": "decode"}}
     assert (await c.delete("/admin/pins/split", headers=op)).json()["split"] is None
 
     r = await c.post("/admin/switch", json={"node_id": "n0", "to_phase": "decode", "reason": "drill"}, headers=op)
     assert r.status_code == 200
-    assert r.json() == {"node_id": "n0", "from_phase": "prefill", "to_phase": "decode", "drain_s": 0.5,
-                        "migrate_s": 1.0, "total_s": 1.6, "outcome": "ok", "detail": ""}
+    assert r.json() == {
+        "node_id": "n0",
+        "from_phase": "prefill",
+        "to_phase": "decode",
+        "drain_s": 0.5,
+        "migrate_s": 1.0,
+        "total_s": 1.6,
+        "outcome": "ok",
+        "detail": "",
+    }
     assert admin.control.calls[-1] == ("switch", "n0", "decode", "drill", "bootstrap")
     assert (await c.post("/admin/switch", json={"node_id": "zz", "to_phase": "decode"}, headers=op)).status_code == 404
 
@@ -179,12 +154,28 @@ async def test_cluster_planner_pins_and_switch(admin: Admin) -> None:
 async def test_switch_and_decision_history(admin: Admin) -> None:
     with admin.db.session() as s:
         for i in range(5):
-            repository.add_switch_event(s, t=100.0 + i, reason="planner" if i % 2 else "manual drill",
-                                        who="planner" if i % 2 else "alice",
-                                        outcome=SwitchOutcome(f"n{i % 2}", "prefill", "decode", 1, 2, 3, "ok"))
-            repository.add_decision(s, mode="auto", decision=Decision(
-                t=200.0 + i, planner="online", current_split=(1, 1), chosen_split=(1, 1), actions=(),
-                acted=i == 4, reason=f"r{i}", confidence=0.5, inputs={"x": 1.0}))
+            repository.add_switch_event(
+                s,
+                t=100.0 + i,
+                reason="planner" if i % 2 else "manual drill",
+                who="planner" if i % 2 else "alice",
+                outcome=SwitchOutcome(f"n{i % 2}", "prefill", "decode", 1, 2, 3, "ok"),
+            )
+            repository.add_decision(
+                s,
+                mode="auto",
+                decision=Decision(
+                    t=200.0 + i,
+                    planner="online",
+                    current_split=(1, 1),
+                    chosen_split=(1, 1),
+                    actions=(),
+                    acted=i == 4,
+                    reason=f"r{i}",
+                    confidence=0.5,
+                    inputs={"x": 1.0},
+                ),
+            )
     c, op = admin.client, admin.operator
     r = (await c.get("/admin/switches", params={"node": "n1", "limit": 1, "offset": 1}, headers=op)).json()
     assert r["total"] == 2 and [i["t"] for i in r["items"]] == [101.0]
@@ -206,8 +197,9 @@ async def test_switch_and_decision_history(admin: Admin) -> None:
 
 async def test_tenant_key_policy_crud_with_audit(admin: Admin) -> None:
     c, op = admin.client, admin.operator
-    r = await c.post("/admin/tenants", json={"name": "acme", "id": "acme", "policy": {"requests_per_minute": 5}},
-                     headers=op)
+    r = await c.post(
+        "/admin/tenants", json={"name": "acme", "id": "acme", "policy": {"requests_per_minute": 5}}, headers=op
+    )
     assert r.status_code == 201 and r.json()["id"] == "acme"
     assert (await c.post("/admin/tenants", json={"name": "acme"}, headers=op)).status_code == 409
     assert (await c.get("/admin/tenants", headers=op)).json()["total"] == 1
@@ -236,13 +228,30 @@ async def test_tenant_key_policy_crud_with_audit(admin: Admin) -> None:
     assert (await c.get("/admin/tenants/acme/policy", headers=op)).json() == new
 
     with admin.db.session() as s:
-        repository.add_usage(s, tenant_id="acme", minute=600, model="m", requests=2, prompt_tokens=10,
-                             cached_tokens=4, completion_tokens=3)
-        repository.add_usage(s, tenant_id="acme", minute=660, model="m", requests=1, prompt_tokens=1,
-                             cached_tokens=0, completion_tokens=1)
+        repository.add_usage(
+            s,
+            tenant_id="acme",
+            minute=600,
+            model="m",
+            requests=2,
+            prompt_tokens=10,
+            cached_tokens=4,
+            completion_tokens=3,
+        )
+        repository.add_usage(
+            s,
+            tenant_id="acme",
+            minute=660,
+            model="m",
+            requests=1,
+            prompt_tokens=1,
+            cached_tokens=0,
+            completion_tokens=1,
+        )
     usage = (await c.get("/admin/tenants/acme/usage", params={"since": 600, "until": 660}, headers=op)).json()
-    assert usage["items"] == [{"minute": 600, "model": "m", "requests": 2, "prompt_tokens": 10,
-                               "cached_tokens": 4, "completion_tokens": 3}]
+    assert usage["items"] == [
+        {"minute": 600, "model": "m", "requests": 2, "prompt_tokens": 10, "cached_tokens": 4, "completion_tokens": 3}
+    ]
 
     assert (await c.delete("/admin/tenants/acme", headers=op)).status_code == 204
     assert (await c.get("/admin/tenants/acme", headers=op)).status_code == 404

@@ -17,9 +17,16 @@ pytestmark = pytest.mark.vllm
 
 def test_disagg_bench_short_run_is_identical(vllm_cluster):
     url_a, url_b = vllm_cluster.url("wA"), vllm_cluster.url("wB")
-    r = disagg_bench.run_bench(url_a, url_b, prompt_tokens=330, output_tokens=24,
-                               migration_output_tokens=3700, migrate_after_tokens=30, seed=3,
-                               verify_after=256)
+    r = disagg_bench.run_bench(
+        url_a,
+        url_b,
+        prompt_tokens=330,
+        output_tokens=24,
+        migration_output_tokens=3700,
+        migrate_after_tokens=30,
+        seed=3,
+        verify_after=256,
+    )
     assert r["identical_tokens"], r
     assert r["migration_identical_tokens"], r
     assert r["decode_computed_prompt_tokens"] == 330 - 320  # 10 full blocks pulled; B computes the tail
@@ -31,8 +38,15 @@ def test_disagg_bench_short_run_is_identical(vllm_cluster):
 
 def test_prefetch_bench_short_run_pulls_every_prefix(vllm_cluster):
     url_p, url_c = vllm_cluster.url("wA"), vllm_cluster.url("wB")
-    workload = prefetch_bench.Workload(sessions=2, turns=2, base_tokens=(1200, 1600), tool_tokens=(40, 120),
-                                       assistant_tokens=(16, 32), think_s=(0.01, 0.05), seed=5)
+    workload = prefetch_bench.Workload(
+        sessions=2,
+        turns=2,
+        base_tokens=(1200, 1600),
+        tool_tokens=(40, 120),
+        assistant_tokens=(16, 32),
+        think_s=(0.01, 0.05),
+        seed=5,
+    )
     r = prefetch_bench.run_bench(url_p, url_c, workload)
     assert r["first_tokens_identical"], r
     for mode in ("async", "layerwise"):

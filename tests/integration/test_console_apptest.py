@@ -13,7 +13,7 @@ import httpx
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.integration.console_live import LiveAdminApi, live_admin_api
+from testing.console_live import LiveAdminApi, live_admin_api
 
 APP = str(pathlib.Path(__file__).resolve().parents[2] / "admin_ui" / "app.py")
 
@@ -69,8 +69,9 @@ def test_unreachable_admin_api_is_an_error_message_not_a_traceback(monkeypatch: 
     assert any("Cannot reach the admin API" in e for e in errors(at))
 
 
-def test_cluster_page_draws_tiles_by_phase_and_marks_draining(api: LiveAdminApi,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cluster_page_draws_tiles_by_phase_and_marks_draining(
+    api: LiveAdminApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
     at = log_in(console(api.url, monkeypatch), api.tokens["operator"])
     assert at.title[0].value == "Cluster"  # the default page
     picture = at.html[0].value
@@ -85,8 +86,9 @@ def test_cluster_page_draws_tiles_by_phase_and_marks_draining(api: LiveAdminApi,
     assert at.toggle(key="cluster_auto_refresh").value is True
 
 
-def test_planner_pins_split_after_confirmation_and_shows_result(api: LiveAdminApi,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_planner_pins_split_after_confirmation_and_shows_result(
+    api: LiveAdminApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
     at = open_page(log_in(console(api.url, monkeypatch), api.tokens["operator"]), "planner")
     assert charts(at) == 1  # predictions with confidence bands
     at.number_input(key="pin_split_prefill").set_value(3).run()

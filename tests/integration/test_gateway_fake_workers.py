@@ -10,47 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
+from core import Phase
+from gateway.app import create_app
+from gateway.serving.tokenize import PromptTokenizer
+from gateway.settings import GatewaySettings
 from testing.fake_worker import FakeWorker
 from testing.fake_worker_app import create_fake_worker_app
-from testing.tiny_tokenizer import write_tiny_tokenizer
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from gateway.serving.tokenize import PromptTokenizer
-from core import Phase
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> PromptTokenizer:
-    return PromptTokenizer.from_dir(str(write_tiny_tokenizer(tmp_path_factory.mktemp("tok"))))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.asynccontextmanager
-async def serve(app) -> AsyncIterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+from testing.stacks import serve
 
 
 class Stack:
@@ -66,8 +38,9 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def stack(tokenizer: PromptTokenizer, phases: list[Phase], *, delay: float = 0.0,
-                **settings) -> AsyncIterator[Stack]:
+async def stack(
+    tokenizer: PromptTokenizer, phases: list[Phase], *, delay: float = 0.0, **settings
+) -> AsyncIterator[Stack]:
     workers = {}
     vocab_hi = tokenizer.vocab_size
     async with contextlib.AsyncExitStack() as es:
@@ -75,27 +48,35 @@ async def stack(tokenizer: PromptTokenizer, phases: list[Phase], *, delay: float
             w = FakeWorker(f"w{i}", phase=phase, token_delay_s=delay, token_range=(10, vocab_hi))
             url = await es.enter_async_context(serve(create_fake_worker_app(w)))
             workers[url] = w
-        cfg = GatewaySettings(model_name="demo", worker_urls=tuple(workers), heartbeat_interval_s=0.05,
-                              local_prefill_max_tokens=8, max_body_bytes=64 * 1024, **settings)
+        cfg = GatewaySettings(
+            model_name="demo",
+            worker_urls=tuple(workers),
+            heartbeat_interval_s=0.05,
+            local_prefill_max_tokens=8,
+            max_body_bytes=64 * 1024,
+            **settings,
+        )
         app = create_app(cfg, tokenizer=tokenizer)
         gw = await es.enter_async_context(serve(app))
         yield Stack(gw, workers, app)
 
 
-MESSAGES = [{"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "Agents call tools, read their results and continue the conversation."}]
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Agents call tools, read their results and continue the conversation."},
+]
 
 
 async def test_openai_client_non_stream_and_stream(tokenizer):
     async with stack(tokenizer, [Phase.PREFILL, Phase.DECODE]) as s:
         models = await s.client.models.list()
         assert [m.id for m in models.data] == ["demo"]
-        full = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=12,
-                                                      temperature=0)
+        full = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=12, temperature=0)
         assert full.choices[0].finish_reason == "length" and full.usage.completion_tokens == 12
         assert full.usage.prompt_tokens_details.cached_tokens == 0
-        stream = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=12,
-                                                        stream=True, stream_options={"include_usage": True})
+        stream = await s.client.chat.completions.create(
+            model="demo", messages=MESSAGES, max_tokens=12, stream=True, stream_options={"include_usage": True}
+        )
         text, usage, finish = "", None, None
         async for chunk in stream:
             if chunk.usage:
@@ -115,10 +96,13 @@ async def test_multi_turn_branch_cached_tokens_grow(tokenizer):
         cached = []
         for turn in range(3):
             r = await s.client.chat.completions.create(
-                model="demo", messages=msgs, max_tokens=8, extra_headers={"X-Branch-ID": "agent-1"})
+                model="demo", messages=msgs, max_tokens=8, extra_headers={"X-Branch-ID": "agent-1"}
+            )
             cached.append(r.usage.prompt_tokens_details.cached_tokens)
-            msgs += [{"role": "assistant", "content": r.choices[0].message.content},
-                     {"role": "user", "content": f"Tool result {turn}: the weather is sunny."}]
+            msgs += [
+                {"role": "assistant", "content": r.choices[0].message.content},
+                {"role": "user", "content": f"Tool result {turn}: the weather is sunny."},
+            ]
         assert cached[0] == 0 and cached[1] > 0 and cached[2] > cached[1]
         directory = s.runtime.directory
         assert directory.is_branch_active("default/agent-1")
@@ -133,8 +117,9 @@ async def test_finished_requests_carry_their_turn_gap_for_the_planner(tokenizer)
     the gap since its branch's previous request (planner.offered)."""
     async with stack(tokenizer, [Phase.PREFILL, Phase.DECODE], planner="none") as s:
         for _ in range(3):
-            await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4,
-                                                   extra_headers={"X-Branch-ID": "agent-gap"})
+            await s.client.chat.completions.create(
+                model="demo", messages=MESSAGES, max_tokens=4, extra_headers={"X-Branch-ID": "agent-gap"}
+            )
             await asyncio.sleep(0.3)
         await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=4)  # no branch
         samples = s.runtime.service.workload.peek()
@@ -149,8 +134,9 @@ async def test_switch_during_concurrent_streams_loses_nothing(tokenizer):
 
         async def run(msgs) -> str:
             out = ""
-            stream = await s.client.chat.completions.create(model="demo", messages=msgs, max_tokens=40,
-                                                            stream=True, temperature=0)
+            stream = await s.client.chat.completions.create(
+                model="demo", messages=msgs, max_tokens=40, stream=True, temperature=0
+            )
             async for chunk in stream:
                 for c in chunk.choices:
                     out += c.delta.content or ""
@@ -168,8 +154,7 @@ async def test_switch_during_concurrent_streams_loses_nothing(tokenizer):
 async def test_killed_worker_mid_stream(tokenizer):
     async with stack(tokenizer, [Phase.DECODE, Phase.DECODE], delay=0.004) as s:
         baseline = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=30)
-        stream = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=30,
-                                                        stream=True)
+        stream = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=30, stream=True)
         text, n = "", 0
         async for chunk in stream:
             for c in chunk.choices:
@@ -181,45 +166,54 @@ async def test_killed_worker_mid_stream(tokenizer):
         assert text == baseline.choices[0].message.content
 
     async with stack(tokenizer, [Phase.DECODE], delay=0.004) as s:
-        stream = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=30,
-                                                        stream=True)
+        stream = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=30, stream=True)
         with pytest.raises(openai.APIError):
             n = 0
-            async for chunk in stream:
+            async for _chunk in stream:
                 n += 1
                 if n == 5:
                     next(iter(s.workers.values())).kill()
         async with httpx.AsyncClient() as h:
-            resp = await h.post(f"{s.url}/v1/chat/completions",
-                                json={"model": "demo", "messages": MESSAGES, "max_tokens": 3})
+            resp = await h.post(
+                f"{s.url}/v1/chat/completions", json={"model": "demo", "messages": MESSAGES, "max_tokens": 3}
+            )
         assert resp.status_code in (502, 503) and "error" in resp.json()
 
 
-@pytest.mark.parametrize("body,status,code", [
-    (b"{not json", 400, None),
-    (b'{"model": "demo"}', 400, None),
-    (b'{"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2}', 400, None),
-    (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found"),
-    (b'{"model": "demo", "messages": [{"role": "user", "content": "' + b"x" * 70000 + b'"}]}', 413,
-     "payload_too_large"),
-    (b'{"model": "demo", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}', 400, None),
-])
+@pytest.mark.parametrize(
+    "body,status,code",
+    [
+        (b"{not json", 400, None),
+        (b'{"model": "demo"}', 400, None),
+        (b'{"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2}', 400, None),
+        (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found"),
+        (
+            b'{"model": "demo", "messages": [{"role": "user", "content": "' + b"x" * 70000 + b'"}]}',
+            413,
+            "payload_too_large",
+        ),
+        (b'{"model": "demo", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}', 400, None),
+    ],
+)
 async def test_malformed_requests_get_openai_errors_and_gateway_stays_up(tokenizer, body, status, code):
     async with stack(tokenizer, [Phase.DECODE]) as s:
         async with httpx.AsyncClient() as h:
-            r = await h.post(f"{s.url}/v1/chat/completions", content=body,
-                             headers={"content-type": "application/json"})
+            r = await h.post(f"{s.url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
             assert r.status_code == status, r.text
             err = r.json()["error"]
             assert err["type"] == "invalid_request_error" and err["message"]
             if code:
                 assert err["code"] == code
-            bad_branch = await h.post(f"{s.url}/v1/chat/completions", headers={"X-Branch-ID": "a/b"},
-                                      json={"model": "demo", "messages": MESSAGES})
+            bad_branch = await h.post(
+                f"{s.url}/v1/chat/completions",
+                headers={"X-Branch-ID": "a/b"},
+                json={"model": "demo", "messages": MESSAGES},
+            )
             assert bad_branch.status_code == 400
             assert (await h.get(f"{s.url}/v1/nothing")).json()["error"]["code"] == "not_found"
-            ok = await h.post(f"{s.url}/v1/chat/completions",
-                              json={"model": "demo", "messages": MESSAGES, "max_tokens": 2})
+            ok = await h.post(
+                f"{s.url}/v1/chat/completions", json={"model": "demo", "messages": MESSAGES, "max_tokens": 2}
+            )
             assert ok.status_code == 200
             assert (await h.get(f"{s.url}/healthz")).status_code == 200
             assert (await h.get(f"{s.url}/readyz")).status_code == 200

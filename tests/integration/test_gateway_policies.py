@@ -13,36 +13,31 @@ import asyncio
 import contextlib
 import pathlib
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
-from testing.fake_worker import FakeWorker
-from testing.fake_worker_app import create_fake_worker_app
-from testing.tiny_tokenizer import write_tiny_tokenizer
-from gateway.compose import ControlPlane
+from core import Phase
+from gateway.compose import ControlPlane, compose_app
 from gateway.serving.policy import GateConfig, StoreTenantGate
-from gateway.settings import GatewaySettings
-from gateway.store import SinkConfig, StoreUnavailable, repository
 from gateway.serving.tenancy import OpenTenantGate
 from gateway.serving.tokenize import PromptTokenizer
-from gateway.compose import compose_app
+from gateway.settings import GatewaySettings
+from gateway.store import SinkConfig, StoreUnavailable, repository
 from kvpool.directory import create_directory
 from planner.types import ClusterView, Decision, PlannerMode, SwitchAction
-from core import Phase
-from tests.integration.conftest_store import PG_URL, pg_admin, pg_database
-from tests.integration.test_gateway_fake_workers import serve
+from testing.fake_worker import FakeWorker
+from testing.fake_worker_app import create_fake_worker_app
+from testing.stacks import serve
+from testing.stores import PG_URL, pg_admin, pg_database
+from testing.waiting import wait_for
 
 FAST_SINK = SinkConfig(flush_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2)
 FAST_GATE = GateConfig(refresh_interval_s=0.2, admission_wait_s=0.5)
-LONG_TEXT = ("Agents call tools, read their results and continue the conversation with a cached prefix. " * 6)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> PromptTokenizer:
-    return PromptTokenizer.from_dir(str(write_tiny_tokenizer(tmp_path_factory.mktemp("tok"))))
+LONG_TEXT = "Agents call tools, read their results and continue the conversation with a cached prefix. " * 6
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -74,12 +69,26 @@ class ScriptedPlanner:
         w0 = next((n for n in view.nodes if n.node_id == "w0"), None)
         act = view.mode is PlannerMode.AUTO and not self.done and w0 is not None and w0.phase is Phase.PREFILL
         if not act:
-            return Decision(t=view.now, planner=self.name, current_split=split, chosen_split=split, actions=(),
-                            acted=False, reason="hold")
+            return Decision(
+                t=view.now,
+                planner=self.name,
+                current_split=split,
+                chosen_split=split,
+                actions=(),
+                acted=False,
+                reason="hold",
+            )
         self.done = True
-        return Decision(t=view.now, planner=self.name, current_split=split, chosen_split=(split[0] - 1, split[1] + 1),
-                        actions=(SwitchAction("w0", Phase.DECODE),), acted=True, reason="scripted move",
-                        confidence=0.99)
+        return Decision(
+            t=view.now,
+            planner=self.name,
+            current_split=split,
+            chosen_split=(split[0] - 1, split[1] + 1),
+            actions=(SwitchAction("w0", Phase.DECODE),),
+            acted=True,
+            reason="scripted move",
+            confidence=0.99,
+        )
 
 
 @dataclass
@@ -99,39 +108,74 @@ class Product:
 
     async def tenant(self, tenant_id: str, **policy: Any) -> str:
         """Create a tenant with `policy` through the admin API; returns a new API key."""
-        r = await self.http.post("/admin/tenants", json={"name": tenant_id, "id": tenant_id, "policy": policy},
-                                 headers=self.op())
+        r = await self.http.post(
+            "/admin/tenants", json={"name": tenant_id, "id": tenant_id, "policy": policy}, headers=self.op()
+        )
         assert r.status_code == 201, r.text
         r = await self.http.post(f"/admin/tenants/{tenant_id}/keys", json={"name": "k"}, headers=self.op())
         assert r.status_code == 201, r.text
         return r.json()["secret"]
 
-    async def chat(self, key: str | None, *, branch: str | None = None, model: str = "demo", max_tokens: int = 4,
-                   content: str = "Hello there, agent.", headers: dict[str, str] | None = None) -> httpx.Response:
+    async def chat(
+        self,
+        key: str | None,
+        *,
+        branch: str | None = None,
+        model: str = "demo",
+        max_tokens: int = 4,
+        content: str = "Hello there, agent.",
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         h = dict(headers or {})
         if key is not None:
             h["Authorization"] = f"Bearer {key}"
         if branch is not None:
             h["X-Branch-ID"] = branch
-        return await self.http.post("/v1/chat/completions", headers=h, json={
-            "model": model, "max_tokens": max_tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": content}]})
+        return await self.http.post(
+            "/v1/chat/completions",
+            headers=h,
+            json={
+                "model": model,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": content}],
+            },
+        )
 
 
 @contextlib.asynccontextmanager
-async def product(tokenizer: PromptTokenizer, data_dir: pathlib.Path, db_url: str, *,
-                  phases: tuple[Phase, ...] = (Phase.PREFILL, Phase.DECODE), delay: float = 0.0,
-                  planner: Any = None, admin_token: str | None = None, **settings: Any) -> AsyncIterator[Product]:
+async def product(
+    tokenizer: PromptTokenizer,
+    data_dir: pathlib.Path,
+    db_url: str,
+    *,
+    phases: tuple[Phase, ...] = (Phase.PREFILL, Phase.DECODE),
+    delay: float = 0.0,
+    planner: Any = None,
+    admin_token: str | None = None,
+    **settings: Any,
+) -> AsyncIterator[Product]:
     async with contextlib.AsyncExitStack() as es:
         urls = []
         for i, phase in enumerate(phases):
-            w = FakeWorker(f"w{i}", phase=phase, token_delay_s=delay, token_range=(10, tokenizer.vocab_size),
-                           block_size=16)
+            w = FakeWorker(
+                f"w{i}", phase=phase, token_delay_s=delay, token_range=(10, tokenizer.vocab_size), block_size=16
+            )
             urls.append(await es.enter_async_context(serve(create_fake_worker_app(w))))
-        cfg = GatewaySettings(model_name="demo", worker_urls=tuple(urls), heartbeat_interval_s=0.05,
-                              local_prefill_max_tokens=8, max_body_bytes=64 * 1024, block_size=16, db_url=db_url,
-                              data_dir=str(data_dir), planner_interval_s=0.05, secret_pepper="test-pepper",
-                              admin_token=admin_token, **settings)
+        cfg = GatewaySettings(
+            model_name="demo",
+            worker_urls=tuple(urls),
+            heartbeat_interval_s=0.05,
+            local_prefill_max_tokens=8,
+            max_body_bytes=64 * 1024,
+            block_size=16,
+            db_url=db_url,
+            data_dir=str(data_dir),
+            planner_interval_s=0.05,
+            secret_pepper="test-pepper",
+            admin_token=admin_token,
+            **settings,
+        )
         cp = ControlPlane.build(cfg, sink_config=FAST_SINK, gate_config=FAST_GATE)
         app = compose_app(cfg, control_plane=cp, planner=planner, tokenizer=tokenizer)
         url = await es.enter_async_context(serve(app))
@@ -152,18 +196,6 @@ def retry_after(r: httpx.Response) -> int:
     value = int(r.headers["retry-after"])
     assert value >= 1
     return value
-
-
-async def wait_for(cond: Callable[[], Any], timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 # -- policies -------------------------------------------------------------------
@@ -349,8 +381,9 @@ async def test_admin_auth_roles_and_one_audit_entry_per_write(tokenizer, tmp_pat
         # Validation and unknown routes: OpenAI-shaped too.
         r = await p.http.put("/admin/planner/mode", json={"mode": "bogus"}, headers=p.op())
         assert_openai_error(r, 400, "invalid_request_error", "invalid_value")
-        assert_openai_error(await p.http.get("/admin/nothing", headers=p.op()), 404, "invalid_request_error",
-                            "not_found")
+        assert_openai_error(
+            await p.http.get("/admin/nothing", headers=p.op()), 404, "invalid_request_error", "not_found"
+        )
 
         writes = [
             ("put", "/admin/tenants/acme/policy", {"requests_per_minute": 50}, "policy.update"),
@@ -366,8 +399,13 @@ async def test_admin_auth_roles_and_one_audit_entry_per_write(tokenizer, tmp_pat
             kwargs = {"json": body} if body is not None else {}
             r = await p.http.request(method.upper(), path, headers=p.op(), **kwargs)
             assert r.status_code == 200, (path, r.text)
-        expected = ["admin_token.bootstrap", "tenant.create", "api_key.create", "admin_token.create",
-                    *(w[3] for w in writes)]
+        expected = [
+            "admin_token.bootstrap",
+            "tenant.create",
+            "api_key.create",
+            "admin_token.create",
+            *(w[3] for w in writes),
+        ]
         actions = await wait_for(lambda: _when_len(audit_actions(), len(expected)))
         assert sorted(actions) == sorted(expected)  # exactly one entry per write, nothing for refusals
 
@@ -386,8 +424,9 @@ async def test_admin_and_planner_switches_recorded_and_overrides_restored(tokeni
         assert p.runtime.cluster.mode is PlannerMode.ADVISORY  # EVOLVING_PLANNER_MODE default
         await asyncio.sleep(0.3)
         assert not planner.done  # advisory: decisions only
-        r = await p.http.post("/admin/switch", json={"node_id": "w1", "to_phase": "prefill", "reason": "ops drill"},
-                              headers=p.op())
+        r = await p.http.post(
+            "/admin/switch", json={"node_id": "w1", "to_phase": "prefill", "reason": "ops drill"}, headers=p.op()
+        )
         assert r.status_code == 200 and r.json()["outcome"] == "ok"
         r = await p.http.put("/admin/planner/mode", json={"mode": "auto"}, headers=p.op())
         assert r.status_code == 200
@@ -401,8 +440,13 @@ async def test_admin_and_planner_switches_recorded_and_overrides_restored(tokeni
         items = await wait_for(switches)
         by_who = {i["who"]: i for i in items}
         manual, planned = by_who["bootstrap"], by_who["planner:scripted"]
-        assert (manual["node_id"], manual["from_phase"], manual["to_phase"], manual["reason"], manual["outcome"]) \
-            == ("w1", "decode", "prefill", "ops drill", "ok")
+        assert (manual["node_id"], manual["from_phase"], manual["to_phase"], manual["reason"], manual["outcome"]) == (
+            "w1",
+            "decode",
+            "prefill",
+            "ops drill",
+            "ok",
+        )
         assert (planned["node_id"], planned["to_phase"], planned["outcome"]) == ("w0", "decode", "ok")
         assert planned["reason"] == "planner: scripted move"
         for i in items:
@@ -451,11 +495,11 @@ async def test_db_outage_keeps_serving_and_usage_arrives_after(tokenizer, tmp_pa
                 for i in range(6):
                     r = await p.chat(key, branch=f"b{i}", headers={"X-Branch-Finished": "true"})
                     assert r.status_code == 200, r.text
-                r = await p.http.post("/admin/switch", json={"node_id": "w1", "to_phase": "prefill"},
-                                      headers=p.op())
+                r = await p.http.post("/admin/switch", json={"node_id": "w1", "to_phase": "prefill"}, headers=p.op())
                 assert r.status_code == 200  # control actions work; their records wait
-                assert_openai_error(await p.http.get("/admin/switches", headers=p.op()), 503, "server_error",
-                                    "store_unavailable")
+                assert_openai_error(
+                    await p.http.get("/admin/switches", headers=p.op()), 503, "server_error", "store_unavailable"
+                )
                 await wait_for(lambda: p.cp.sink.stats.failed_flushes >= 2)
             finally:
                 pg_admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
@@ -470,6 +514,7 @@ async def test_db_outage_keeps_serving_and_usage_arrives_after(tokenizer, tmp_pa
             rows = await wait_for(usage_rows)
             assert sum(r.requests for r in rows) == 7  # every request of the outage, none twice
             assert sum(r.completion_tokens for r in rows) == 7 * 4
+
             async def switch_total() -> bool:
                 r = await p.http.get("/admin/switches", headers=p.op())
                 return r.status_code == 200 and r.json()["total"] == 1

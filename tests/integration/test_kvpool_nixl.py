@@ -72,8 +72,8 @@ def test_batched_read_of_contiguous_and_scattered_blocks(peers: tuple[Peer, Peer
     assert local == list(range(7))
     transport.read_blocks_sync(node_id, remote, local)  # type: ignore[arg-type]
     assert store.commit(local, verify=True) == [True] * 7  # type: ignore[arg-type]
-    for r, l in zip(remote, local):
-        view = store.get_view(l)  # type: ignore[arg-type]
+    for r, loc in zip(remote, local, strict=False):
+        view = store.get_view(loc)  # type: ignore[arg-type]
         assert view[0].item() == _expected_first_byte(r)
         assert view[1:8].tolist() == list(range(1, 8))
     assert store.lookup_prefix([hashes[s] for s in remote]) == local

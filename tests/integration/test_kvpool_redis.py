@@ -11,7 +11,7 @@ import redis
 
 from kvpool.directory import BlockDirectory
 from kvpool.directory.redis_backend import RedisDirectory
-from tests.unit.kvpool.test_kvpool_directory_contract import BB, H, DirectoryContract
+from testing.directory_contract import BB, DirectoryContract, H
 
 pytestmark = pytest.mark.redis
 

@@ -21,13 +21,22 @@ def _salt() -> str:
 
 
 def _reference(cluster, node, prompt, sampling=GREEDY):
-    return cluster.generate(node, {"request_id": f"ref-{uuid.uuid4().hex[:8]}", "prompt_token_ids": prompt,
-                                   "role": "decode", "tenant_salt": _salt(), "sampling": sampling})["token_ids"]
+    return cluster.generate(
+        node,
+        {
+            "request_id": f"ref-{uuid.uuid4().hex[:8]}",
+            "prompt_token_ids": prompt,
+            "role": "decode",
+            "tenant_salt": _salt(),
+            "sampling": sampling,
+        },
+    )["token_ids"]
 
 
 def _prefill(cluster, salt, prompt=PROMPT):
-    out = cluster.generate("wA", {"request_id": f"p-{salt[:8]}", "prompt_token_ids": prompt, "role": "prefill",
-                                  "tenant_salt": salt})
+    out = cluster.generate(
+        "wA", {"request_id": f"p-{salt[:8]}", "prompt_token_ids": prompt, "role": "prefill", "tenant_salt": salt}
+    )
     assert out["saved_blocks"], out
     return out
 
@@ -39,24 +48,43 @@ def test_disaggregated_decode_is_identical_and_computes_little(vllm_cluster, mod
     salt = _salt()
     pre = _prefill(vllm_cluster, salt)
     assert len(pre["saved_blocks"]) == len(PROMPT) // 32
-    dec = vllm_cluster.generate("wB", {
-        "request_id": f"d-{salt[:8]}", "prompt_token_ids": PROMPT, "role": "decode", "tenant_salt": salt,
-        "sampling": GREEDY, "kv": {"load": pre["saved_blocks"], "peers": {"wA": vllm_cluster.url("wA")}, "mode": mode}})
+    dec = vllm_cluster.generate(
+        "wB",
+        {
+            "request_id": f"d-{salt[:8]}",
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": GREEDY,
+            "kv": {"load": pre["saved_blocks"], "peers": {"wA": vllm_cluster.url("wA")}, "mode": mode},
+        },
+    )
     assert dec["token_ids"] == ref
     assert dec["token_ids"][0] == pre["token_ids"][0]
     computed = len(PROMPT) - dec["cached_tokens"]
     assert computed <= 0.1 * len(PROMPT), dec
-    timing = [t for t in httpx.get(vllm_cluster.url("wB") + "/internal/requests", timeout=10).json()
-              if t["request_id"] == f"d-{salt[:8]}"]
+    timing = [
+        t
+        for t in httpx.get(vllm_cluster.url("wB") + "/internal/requests", timeout=10).json()
+        if t["request_id"] == f"d-{salt[:8]}"
+    ]
     assert [t["peer_blocks"] for t in timing] == [len(pre["saved_blocks"])]  # every block offered from wA
 
 
 def test_other_tenant_cannot_use_the_blocks(vllm_cluster):
     vllm_cluster.phases(wA="prefill", wB="decode")
     pre = _prefill(vllm_cluster, _salt())
-    dec = vllm_cluster.generate("wB", {
-        "request_id": "d-other", "prompt_token_ids": PROMPT, "role": "decode", "tenant_salt": _salt(),
-        "sampling": GREEDY, "kv": {"load": pre["saved_blocks"], "peers": {"wA": vllm_cluster.url("wA")}}})
+    dec = vllm_cluster.generate(
+        "wB",
+        {
+            "request_id": "d-other",
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": _salt(),
+            "sampling": GREEDY,
+            "kv": {"load": pre["saved_blocks"], "peers": {"wA": vllm_cluster.url("wA")}},
+        },
+    )
     assert dec["cached_tokens"] == 0
 
 
@@ -68,15 +96,31 @@ def test_failed_transfer_falls_back_to_recompute(vllm_cluster):
     # Point every block at a slot that holds something else: the tag check
     # on the reading side rejects them and vLLM recomputes.
     bogus = [{**b, "slot": (b["slot"] + 1) % 1000} for b in pre["saved_blocks"]]
-    dec = vllm_cluster.generate("wB", {
-        "request_id": "d-bogus", "prompt_token_ids": PROMPT, "role": "decode", "tenant_salt": salt,
-        "sampling": GREEDY, "kv": {"load": bogus, "peers": {"wA": vllm_cluster.url("wA")}}})
+    dec = vllm_cluster.generate(
+        "wB",
+        {
+            "request_id": "d-bogus",
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": GREEDY,
+            "kv": {"load": bogus, "peers": {"wA": vllm_cluster.url("wA")}},
+        },
+    )
     assert dec["token_ids"] == ref
     # And a peer that does not exist at all.
     dead = [{**b, "node_id": "ghost"} for b in pre["saved_blocks"]]
-    dec2 = vllm_cluster.generate("wB", {
-        "request_id": "d-ghost", "prompt_token_ids": PROMPT, "role": "decode", "tenant_salt": _salt(),
-        "sampling": GREEDY, "kv": {"load": dead, "peers": {"ghost": "http://127.0.0.1:9"}}})
+    dec2 = vllm_cluster.generate(
+        "wB",
+        {
+            "request_id": "d-ghost",
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": _salt(),
+            "sampling": GREEDY,
+            "kv": {"load": dead, "peers": {"ghost": "http://127.0.0.1:9"}},
+        },
+    )
     assert dec2["token_ids"] == ref
 
 
@@ -91,8 +135,14 @@ def _stream_and_migrate(cluster, rid: str, salt: str, sampling: dict) -> tuple[l
     reached = threading.Event()
 
     def stream():
-        body = {"request_id": rid, "prompt_token_ids": PROMPT, "role": "decode", "tenant_salt": salt,
-                "sampling": sampling, "stream": True}
+        body = {
+            "request_id": rid,
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": sampling,
+            "stream": True,
+        }
         try:
             with httpx.stream("POST", cluster.url("wB") + "/internal/generate", json=body, timeout=300) as r:
                 for line in r.iter_lines():
@@ -103,7 +153,7 @@ def _stream_and_migrate(cluster, rid: str, salt: str, sampling: dict) -> tuple[l
                             reached.set()
                         if chunk.get("finish_reason"):
                             final.update(chunk)
-        except BaseException as exc:  # surfaced by the caller
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
             errors.append(exc)
         finally:
             reached.set()
@@ -121,7 +171,9 @@ def _stream_and_migrate(cluster, rid: str, salt: str, sampling: dict) -> tuple[l
 
 def test_live_migration_continues_with_identical_tokens(vllm_cluster):
     vllm_cluster.phases(wA="decode", wB="decode")
-    total = 4096 - len(PROMPT)  # as long as the context allows: the migrate call lands mid-stream even on a busy machine
+    total = 4096 - len(
+        PROMPT
+    )  # as long as the context allows: the migrate call lands mid-stream even on a busy machine
     sampling = {"max_tokens": total, "ignore_eos": True}
     after = 256  # tokens compared after the resume (greedy: a shorter reference is a prefix of the long one)
     for attempt in range(4):
@@ -134,10 +186,17 @@ def test_live_migration_continues_with_identical_tokens(vllm_cluster):
     assert final["finish_reason"] == "migrated" and final["saved_blocks"]
     assert 0 < len(got) < total
     ref = _reference(vllm_cluster, "wA", PROMPT, {**sampling, "max_tokens": len(got) + after})
-    cont = vllm_cluster.generate("wA", {
-        "request_id": f"mig-cont-{salt[:6]}", "prompt_token_ids": PROMPT + got, "role": "decode", "tenant_salt": salt,
-        "sampling": {**sampling, "max_tokens": after},
-        "kv": {"load": final["saved_blocks"], "peers": {"wB": vllm_cluster.url("wB")}}})
+    cont = vllm_cluster.generate(
+        "wA",
+        {
+            "request_id": f"mig-cont-{salt[:6]}",
+            "prompt_token_ids": PROMPT + got,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": {**sampling, "max_tokens": after},
+            "kv": {"load": final["saved_blocks"], "peers": {"wB": vllm_cluster.url("wB")}},
+        },
+    )
     assert got + cont["token_ids"] == ref
     assert cont["cached_tokens"] >= len(PROMPT + got) - 64
     vllm_cluster.phases(wA="prefill", wB="decode")

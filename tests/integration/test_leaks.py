@@ -13,18 +13,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.integration.test_reliability_api import MODEL, ControlPlaneStack, control_plane_stack
 from core import Phase
+from testing.stacks import MODEL, ControlPlaneStack, control_plane_stack
 
 
-def replay(stack: ControlPlaneStack, key: str, *, agents: int, turns: int, max_tokens: int,
-           switch: tuple[str, str] | None = None) -> None:
+def replay(
+    stack: ControlPlaneStack,
+    key: str,
+    *,
+    agents: int,
+    turns: int,
+    max_tokens: int,
+    switch: tuple[str, str] | None = None,
+) -> None:
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=120)
 
     def agent(i: int) -> None:
@@ -35,8 +43,9 @@ def replay(stack: ControlPlaneStack, key: str, *, agents: int, turns: int, max_t
                 headers["X-Branch-Finished"] = "true"  # finished by header
             if i % 4 == 1:
                 headers["X-Parent-Branch-ID"] = f"leak-{i - 1}"  # a sub-agent
-            stream = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=max_tokens, stream=True,
-                                                    temperature=0, extra_headers=headers)
+            stream = client.chat.completions.create(
+                model=MODEL, messages=msgs, max_tokens=max_tokens, stream=True, temperature=0, extra_headers=headers
+            )
             text = ""
             for n, chunk in enumerate(stream):
                 for c in chunk.choices:
@@ -46,8 +55,9 @@ def replay(stack: ControlPlaneStack, key: str, *, agents: int, turns: int, max_t
                     break
             msgs += [{"role": "assistant", "content": text}, {"role": "user", "content": f"Tool output {t}: ok."}]
         if i % 3 == 1:
-            r = httpx.post(f"{stack.url}/v1/branches/leak-{i}/finish", headers={"Authorization": f"Bearer {key}"},
-                           timeout=10)
+            r = httpx.post(
+                f"{stack.url}/v1/branches/leak-{i}/finish", headers={"Authorization": f"Bearer {key}"}, timeout=10
+            )
             assert r.status_code == 200 and r.json()["finished"] is True
         # i % 3 == 2: never finished -> expires
 
@@ -55,15 +65,18 @@ def replay(stack: ControlPlaneStack, key: str, *, agents: int, turns: int, max_t
         futures = [pool.submit(agent, i) for i in range(agents)]
         if switch is not None:
             time.sleep(0.3)
-            stack.loop.run(stack.runtime.cluster.switch(switch[0], switch[1], reason="leak test", who="pytest"),
-                           timeout_s=120)
+            stack.loop.run(
+                stack.runtime.cluster.switch(switch[0], switch[1], reason="leak test", who="pytest"), timeout_s=120
+            )
         for f in futures:
             f.result(timeout=300)
     # A request that fails before it runs opens nothing.
-    bad = httpx.post(f"{stack.url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}",
-                                                                  "X-Branch-ID": "leak-bad"},
-                     json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**7},
-                     timeout=10)
+    bad = httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", "X-Branch-ID": "leak-bad"},
+        json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**7},
+        timeout=10,
+    )
     assert bad.status_code == 400
 
 
@@ -93,8 +106,7 @@ def wait_until(cond: Any, timeout_s: float = 30.0) -> None:
 
 @pytest.fixture
 def fake_stack(tmp_path: Any) -> Iterator[ControlPlaneStack]:
-    with control_plane_stack(tmp_path, phases=(Phase.PREFILL, Phase.DECODE, Phase.DECODE),
-                             token_delay_s=0.003) as s:
+    with control_plane_stack(tmp_path, phases=(Phase.PREFILL, Phase.DECODE, Phase.DECODE), token_delay_s=0.003) as s:
         yield s
 
 
@@ -118,8 +130,9 @@ def test_no_leaks_after_replay_vllm(vllm_cluster: Any, demo_model: str, tmp_path
     vllm_cluster.phases(wA="prefill", wB="decode")
     urls = (vllm_cluster.url("wA"), vllm_cluster.url("wB"))
     try:
-        with control_plane_stack(tmp_path, worker_urls=urls, model_dir=demo_model, model_name=MODEL,
-                                 local_prefill_max_tokens=16) as stack:
+        with control_plane_stack(
+            tmp_path, worker_urls=urls, model_dir=demo_model, model_name=MODEL, local_prefill_max_tokens=16
+        ) as stack:
             key = stack.tenant("leaks")
             replay(stack, key, agents=6, turns=2, max_tokens=12)
             expire_idle_branches(stack)

@@ -10,39 +10,39 @@ handling of rows the database rejects.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
 from gateway.admin import bootstrap_admin_token, build_admin_router
-from gateway.store.records import SwitchOutcome
-from gateway.store.migrate import db_upgrade
 from gateway.http_errors import install_error_handlers
 from gateway.serving.policy import StoreTenantGate
 from gateway.store import Database, EventSink, Policy, SinkConfig, repository
+from gateway.store.migrate import db_upgrade
+from gateway.store.records import SwitchOutcome, UsageRecord
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent
-from gateway.store.records import UsageRecord
 from planner.types import Decision
-from tests.integration.conftest_store import PG_URL, pg_admin, pg_database, sqlite_db  # noqa: F401
-from tests.integration.test_admin_api import FakeClusterControl
+from testing.fake_cluster import FakeClusterControl
+from testing.stores import PG_URL, pg_admin, pg_database
+from testing.waiting import wait_for
 
 FAST = SinkConfig(flush_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2)
 
 
 def decision(t: float) -> Decision:
-    return Decision(t=t, planner="online", current_split=(2, 2), chosen_split=(1, 3), actions=(), acted=False,
-                    reason="advisory", confidence=0.9)
-
-
-async def wait_for(cond: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+    return Decision(
+        t=t,
+        planner="online",
+        current_split=(2, 2),
+        chosen_split=(1, 3),
+        actions=(),
+        acted=False,
+        reason="advisory",
+        confidence=0.9,
+    )
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ Asserts exact statuses, Retry-After and OpenAI-shaped bodies."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Annotated
 
 import httpx
 import pytest
@@ -17,7 +18,6 @@ from gateway.http_errors import install_error_handlers
 from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.store import Database, EventSink, Policy, repository
 from gateway.store.records import UsageRecord
-from tests.integration.conftest_store import sqlite_db  # noqa: F401 (fixture)
 
 
 class FakeClock:
@@ -49,14 +49,18 @@ class Harness:
         install_error_handlers(app)
 
         @app.post("/v1/chat/completions")
-        async def chat(body: ChatBody, authorization: Annotated[str | None, Header()] = None,
-                       x_branch_id: Annotated[str | None, Header()] = None) -> dict[str, object]:
+        async def chat(
+            body: ChatBody,
+            authorization: Annotated[str | None, Header()] = None,
+            x_branch_id: Annotated[str | None, Header()] = None,
+        ) -> dict[str, object]:
             key = authorization.removeprefix("Bearer ") if authorization else None
             tenant = await self.gate.authenticate(key)
             if x_branch_id is not None:
                 self.gate.check_branch_limit(tenant, self.active_branches.get(tenant.tenant_id, 0))
-            async with self.gate.admit(tenant, model=body.model, prompt_tokens=body.prompt_tokens,
-                                       max_tokens=body.max_tokens):
+            async with self.gate.admit(
+                tenant, model=body.model, prompt_tokens=body.prompt_tokens, max_tokens=body.max_tokens
+            ):
                 await self.hold.wait()
             self.gate.record_usage(UsageRecord(tenant.tenant_id, body.model, body.prompt_tokens, 0, 1))
             return {"tenant": tenant.tenant_id, "salt": tenant.cache_salt}
@@ -70,8 +74,9 @@ class Harness:
             _, secret = repository.create_api_key(s, tenant_id=t.id, pepper=self.db.pepper)
         return t.id, secret
 
-    async def chat(self, key: str | None, *, model: str = "m", branch: str | None = None,
-                   **extra: int) -> httpx.Response:
+    async def chat(
+        self, key: str | None, *, model: str = "m", branch: str | None = None, **extra: int
+    ) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         if branch:
             headers["X-Branch-ID"] = branch

@@ -6,186 +6,27 @@ header injection). The gateway runs on real HTTP in front of fake workers
 admin API); the property is always: no 5xx, no crash, no hang, errors are
 OpenAI-shaped.
 
-`control_plane_stack` is shared with test_security.py and test_leaks.py.
+The stack is `testing.stacks.control_plane_stack`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import pathlib
 import socket
-import threading
-from typing import Any, AsyncIterator, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import Phase as HypothesisPhase
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from bench.chaos_bench import control_plane_app
-from testing.fake_worker import FakeWorker
-from testing.fake_worker_app import create_fake_worker_app
-from testing.tiny_tokenizer import write_tiny_tokenizer
-from gateway.admin import bootstrap_admin_token
-from gateway.store.migrate import db_upgrade
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.serving.openai.service import BRANCH_ID_RE
-from gateway.serving.policy import GateConfig, StoreTenantGate
-from gateway.settings import GatewaySettings
-from gateway.store import Database, EventSink, Policy, SinkConfig, repository
-from gateway.serving.tokenize import PromptTokenizer
-from gateway.worker_client import WorkerRejected
-from workers.protocol import GenerateChunk, GenerateRequest
-from core import Phase, Role
-
-MODEL = "demo"
-MAX_BODY = 64 * 1024
+from testing.stacks import MAX_BODY, MODEL, ControlPlaneStack, assert_openai_error, control_plane_stack
 
 
-# -- harness (shared) ------------------------------------------------------------
-@dataclasses.dataclass
-class ContextLimitedWorker(FakeWorker):
-    """A fake worker that, like the real engine (`WorkerEngine.validate`),
-    refuses prompt + max_tokens beyond its context with a non-retryable 400."""
-
-    max_model_len: int = 1024
-
-    async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        wanted = len(req.prompt_token_ids) + (1 if req.role is Role.PREFILL else req.sampling.max_tokens)
-        if wanted > self.max_model_len:
-            self._check_alive()
-            raise WorkerRejected(f"prompt ({len(req.prompt_token_ids)} tokens) + max_tokens exceeds the model's "
-                                 f"context length {self.max_model_len}", status=400, retryable=False)
-        async for chunk in super().generate_stream(req):
-            yield chunk
-
-
-class LoopThread:
-    """An event loop in a daemon thread: servers live there, sync tests call in."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any, timeout_s: float = 60.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _serve(app: Any) -> tuple[str, uvicorn.Server, asyncio.Task[None]]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    return f"http://127.0.0.1:{port}", server, task
-
-
-@dataclasses.dataclass
-class ControlPlaneStack:
-    url: str
-    app: Any
-    db: Database
-    sink: EventSink
-    gate: StoreTenantGate
-    workers: dict[str, FakeWorker]
-    operator: str
-    loop: LoopThread
-
-    @property
-    def runtime(self) -> Any:
-        return self.app.state.runtime
-
-    def tenant(self, name: str, policy: Policy | None = None) -> str:
-        """Create a tenant (id == name) with one key; returns the key."""
-        with self.db.session() as s:
-            repository.create_tenant(s, name=name, tenant_id=name, policy=policy or Policy())
-            _, secret = repository.create_api_key(s, tenant_id=name, pepper=self.db.pepper)
-        return secret
-
-    def admin_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.operator}"}
-
-
-@contextlib.contextmanager
-def control_plane_stack(tmp: pathlib.Path, *, phases: tuple[Phase, ...] = (Phase.PREFILL, Phase.DECODE),
-                        token_delay_s: float = 0.0, worker_urls: tuple[str, ...] = (), model_dir: str | None = None,
-                        **overrides: Any) -> Iterator[ControlPlaneStack]:
-    """Gateway + control plane (SQLite) + fake workers on localhost, in a loop thread.
-
-    With `worker_urls` (and `model_dir` for the tokenizer) the gateway fronts
-    those (real) workers instead of fakes.
-    """
-    tokenizer = PromptTokenizer.from_dir(model_dir or str(write_tiny_tokenizer(tmp / "tok")))
-    url = f"sqlite:///{tmp / 'store.db'}"
-    db_upgrade(url)
-    db = Database(url, pepper="test-pepper")
-    operator = bootstrap_admin_token(db, None)
-    assert operator is not None
-    sink = EventSink(db, config=SinkConfig(flush_interval_s=0.1))
-    gate = StoreTenantGate(db, sink, config=GateConfig(refresh_interval_s=0.5))
-    loop = LoopThread()
-    servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
-    workers: dict[str, FakeWorker] = {}
-
-    async def up() -> ControlPlaneStack:
-        for i, phase in enumerate(() if worker_urls else phases):
-            w = ContextLimitedWorker(f"w{i}", phase=phase, token_delay_s=token_delay_s,
-                                     token_range=(10, tokenizer.vocab_size))
-            wurl, server, task = await _serve(create_fake_worker_app(w))
-            servers.append((server, task))
-            workers[wurl] = w
-        fake = {"worker_urls": tuple(workers), "block_size": 16} if not worker_urls else {"worker_urls": worker_urls}
-        cfg = GatewaySettings(**{"model_name": MODEL, "heartbeat_interval_s": 0.05, "local_prefill_max_tokens": 8,
-                                 "max_body_bytes": MAX_BODY, **fake, **overrides})
-        app = control_plane_app(cfg, db, sink, gate, tokenizer=tokenizer)
-        gurl, server, task = await _serve(app)
-        servers.append((server, task))
-        return ControlPlaneStack(gurl, app, db, sink, gate, workers, operator, loop)
-
-    async def down() -> None:
-        for server, task in reversed(servers):
-            server.should_exit = True
-            await asyncio.wait([task], timeout=10)
-
-    try:
-        yield loop.run(up())
-    finally:
-        with contextlib.suppress(Exception):
-            loop.run(down())
-        loop.close()
-        db.dispose()
-
-
-def assert_openai_error(r: httpx.Response | Any, status: int | None = None) -> dict[str, Any]:
-    if status is not None:
-        assert r.status_code == status, r.text
-    err = r.json()["error"]
-    assert isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str), err
-    assert set(err) >= {"message", "type", "param", "code"}
-    return err
-
-
-# -- fixtures -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneStack]:
     with control_plane_stack(tmp_path_factory.mktemp("reliability-api")) as s:
@@ -202,8 +43,9 @@ def _ok_chat(**extra: Any) -> dict[str, Any]:
 
 
 def _still_serving(stack: ControlPlaneStack, key: str) -> None:
-    r = httpx.post(f"{stack.url}/v1/chat/completions", json=_ok_chat(), timeout=10,
-                   headers={"Authorization": f"Bearer {key}"})
+    r = httpx.post(
+        f"{stack.url}/v1/chat/completions", json=_ok_chat(), timeout=10, headers={"Authorization": f"Bearer {key}"}
+    )
     assert r.status_code == 200, r.text
     assert httpx.get(f"{stack.url}/readyz", timeout=5).status_code == 200
 
@@ -215,11 +57,18 @@ def openapi_with_bodies(app: Any) -> dict[str, Any]:
     size limit, so FastAPI cannot document them itself)."""
     spec = app.openapi()
     components = spec.setdefault("components", {}).setdefault("schemas", {})
-    headers = [{"name": h, "in": "header", "required": False,
-                "schema": {"type": "string", "pattern": BRANCH_ID_RE.pattern}}
-               for h in ("X-Branch-ID", "X-Parent-Branch-ID", "X-Session-ID")]
-    headers.append({"name": "X-Branch-Finished", "in": "header", "required": False,
-                    "schema": {"type": "string", "enum": ["true", "false"]}})
+    headers = [
+        {"name": h, "in": "header", "required": False, "schema": {"type": "string", "pattern": BRANCH_ID_RE.pattern}}
+        for h in ("X-Branch-ID", "X-Parent-Branch-ID", "X-Session-ID")
+    ]
+    headers.append(
+        {
+            "name": "X-Branch-Finished",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "enum": ["true", "false"]},
+        }
+    )
     for path, model in (("/v1/chat/completions", ChatCompletionRequest), ("/v1/completions", CompletionRequest)):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(schema.pop("$defs", {}))
@@ -251,14 +100,20 @@ def test_every_operation_answers_without_5xx(stack: ControlPlaneStack, key: str,
         auth = stack.admin_headers() if op.path.startswith("/admin") else {"Authorization": f"Bearer {key}"}
 
         # Failures are collected, not raised: shrinking a network case costs minutes.
-        @settings(max_examples=12, deadline=None, database=None, phases=[HypothesisPhase.generate], derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=12,
+            deadline=None,
+            database=None,
+            phases=[HypothesisPhase.generate],
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(case=op.as_strategy(generation_mode=generation))
         def check(case: Any) -> None:
-            where = f"{op.method.upper()} {op.path}"
+            where = f"{op.method.upper()} {op.path}"  # noqa: B023 - run below, before `op` changes
             what = f"(body={str(case.body)[:300]}, query={case.query}, headers={case.headers})"
             try:  # `requests` raises on a hang (timeout) or a dropped connection
-                r = case.call(base_url=stack.url, headers=auth, timeout=15)
+                r = case.call(base_url=stack.url, headers=auth, timeout=15)  # noqa: B023 - as above
             except Exception as exc:  # noqa: BLE001 - reported below with the case
                 failures.append(f"{where}: no answer: {exc!r} {what}")
                 return
@@ -280,14 +135,22 @@ def test_every_operation_answers_without_5xx(stack: ControlPlaneStack, key: str,
         pytest.fail("\n".join(failures[:10]), pytrace=False)
 
 
-@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck), derandomize=True,
-          phases=[HypothesisPhase.generate])
-@given(value=st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"),
-                     max_size=200))
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+    phases=[HypothesisPhase.generate],
+)
+@given(value=st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=200))
 def test_branch_header_values_are_validated_or_refused(stack: ControlPlaneStack, key: str, value: str) -> None:
-    r = httpx.post(f"{stack.url}/v1/chat/completions", json=_ok_chat(max_tokens=1), timeout=10,
-                   headers={"Authorization": f"Bearer {key}", "X-Branch-ID": value.encode("latin-1"),
-                            "X-Branch-Finished": "true"})
+    r = httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        json=_ok_chat(max_tokens=1),
+        timeout=10,
+        headers={"Authorization": f"Bearer {key}", "X-Branch-ID": value.encode("latin-1"), "X-Branch-Finished": "true"},
+    )
     stripped = value.strip(" \t")
     if stripped and BRANCH_ID_RE.match(stripped):
         assert r.status_code == 200, r.text
@@ -300,11 +163,19 @@ def test_branch_header_values_are_validated_or_refused(stack: ControlPlaneStack,
 
 
 # -- targeted -------------------------------------------------------------------------
-def _post(stack: ControlPlaneStack, key: str, content: bytes | Any, path: str = "/v1/chat/completions",
-          headers: dict[str, str] | None = None) -> httpx.Response:
-    return httpx.post(f"{stack.url}{path}", content=content, timeout=15,
-                      headers={"Authorization": f"Bearer {key}", "content-type": "application/json",
-                               **(headers or {})})
+def _post(
+    stack: ControlPlaneStack,
+    key: str,
+    content: bytes | Any,
+    path: str = "/v1/chat/completions",
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    return httpx.post(
+        f"{stack.url}{path}",
+        content=content,
+        timeout=15,
+        headers={"Authorization": f"Bearer {key}", "content-type": "application/json", **(headers or {})},
+    )
 
 
 def test_body_size_limit_declared_and_streamed(stack: ControlPlaneStack, key: str) -> None:
@@ -319,33 +190,40 @@ def test_body_size_limit_declared_and_streamed(stack: ControlPlaneStack, key: st
 
     assert assert_openai_error(_post(stack, key, chunks()), 413)["code"] == "payload_too_large"
     # A declared length over the limit is refused before the body is read.
-    raw = _raw(stack.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode()
-               + b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 999999999\r\n\r\n{}")
+    raw = _raw(
+        stack.url,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + key.encode()
+        + b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 999999999\r\n\r\n{}",
+    )
     assert raw.startswith(b"HTTP/1.1 413"), raw[:200]
     _still_serving(stack, key)
 
 
-@pytest.mark.parametrize("body", [
-    b'{"model": "demo", "messages": [{"role": "user", "content": "\xff\xfe\xfd"}]}',  # invalid UTF-8
-    b'\xef\xbb\xbf{"model": "demo"}',  # UTF-8 BOM
-    b"[" * 50_000,  # nesting bomb
-    b'{"model": "demo", "messages": [{"role": "user", "content": "\\ud800"}]}',  # lone surrogate
-    b'{"model": "demo", "messages": "hi"}',
-    b'{"model": 5, "messages": [{"role": "user", "content": "hi"}]}',
-    b'{"model": "demo", "messages": [{"role": "wizard", "content": "hi"}]}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "temperature": 1e308}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "temperature": -1}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "top_p": 0}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "seed": -1}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "seed": 18446744073709551616}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}',
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "stop": ' + b'["a"' + b',"a"' * 20 + b"]}",
-    b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "n": 1000000}',
-    b"",
-    b"null",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "demo", "messages": [{"role": "user", "content": "\xff\xfe\xfd"}]}',  # invalid UTF-8
+        b'\xef\xbb\xbf{"model": "demo"}',  # UTF-8 BOM
+        b"[" * 50_000,  # nesting bomb
+        b'{"model": "demo", "messages": [{"role": "user", "content": "\\ud800"}]}',  # lone surrogate
+        b'{"model": "demo", "messages": "hi"}',
+        b'{"model": 5, "messages": [{"role": "user", "content": "hi"}]}',
+        b'{"model": "demo", "messages": [{"role": "wizard", "content": "hi"}]}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "temperature": 1e308}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "temperature": -1}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "top_p": 0}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "seed": -1}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "seed": 18446744073709551616}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}',
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "stop": ' + b'["a"' + b',"a"' * 20 + b"]}",
+        b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "n": 1000000}',
+        b"",
+        b"null",
+    ],
+)
 def test_malformed_bodies_get_400(stack: ControlPlaneStack, key: str, body: bytes) -> None:
     assert_openai_error(_post(stack, key, body), 400)
 
@@ -353,18 +231,29 @@ def test_malformed_bodies_get_400(stack: ControlPlaneStack, key: str, body: byte
 @pytest.mark.parametrize("max_tokens", [2000, 1_000_000, 1_000_001, 10**9, 2**63, 10**30])
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 def test_giant_max_tokens_is_a_client_error(stack: ControlPlaneStack, key: str, max_tokens: int, path: str) -> None:
-    body = ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]} if "chat" in path
-            else {"model": MODEL, "prompt": "hi"})
-    r = httpx.post(f"{stack.url}{path}", json={**body, "max_tokens": max_tokens}, timeout=15,
-                   headers={"Authorization": f"Bearer {key}"})
+    body = (
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        if "chat" in path
+        else {"model": MODEL, "prompt": "hi"}
+    )
+    r = httpx.post(
+        f"{stack.url}{path}",
+        json={**body, "max_tokens": max_tokens},
+        timeout=15,
+        headers={"Authorization": f"Bearer {key}"},
+    )
     assert_openai_error(r, 400)
     _still_serving(stack, key)
 
 
 @pytest.mark.parametrize("prompt", [[-1], [10**12], [1.5], [[1, 2]], [], "", ["a", "b"]])
 def test_completion_prompt_shapes(stack: ControlPlaneStack, key: str, prompt: Any) -> None:
-    r = httpx.post(f"{stack.url}/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 2},
-                   timeout=15, headers={"Authorization": f"Bearer {key}"})
+    r = httpx.post(
+        f"{stack.url}/v1/completions",
+        json={"model": MODEL, "prompt": prompt, "max_tokens": 2},
+        timeout=15,
+        headers={"Authorization": f"Bearer {key}"},
+    )
     assert r.status_code in (200, 400), r.text
     if r.status_code == 400:
         assert_openai_error(r)
@@ -372,8 +261,10 @@ def test_completion_prompt_shapes(stack: ControlPlaneStack, key: str, prompt: An
 
 def test_unknown_model_and_paths(stack: ControlPlaneStack, key: str) -> None:
     auth = {"Authorization": f"Bearer {key}"}
-    err = assert_openai_error(httpx.post(f"{stack.url}/v1/chat/completions", json={**_ok_chat(), "model": "gpt-9"},
-                                         headers=auth, timeout=10), 404)
+    err = assert_openai_error(
+        httpx.post(f"{stack.url}/v1/chat/completions", json={**_ok_chat(), "model": "gpt-9"}, headers=auth, timeout=10),
+        404,
+    )
     assert err["code"] == "model_not_found"
     assert httpx.get(f"{stack.url}/v1/models/../../admin/tokens", headers=auth, timeout=10).status_code in (401, 404)
     assert_openai_error(httpx.get(f"{stack.url}/v1/models/nope", headers=auth, timeout=10), 404)
@@ -390,20 +281,30 @@ def _raw(url: str, request: bytes) -> bytes:
     return out
 
 
-@pytest.mark.parametrize("header", [
-    b"X-Branch-ID: a\r\nX-Branch-Finished: true",  # injected as a second header: ids stay validated
-    b"X-Branch-ID: a\rSet-Cookie: x=1",  # bare CR
-    b"X-Branch-ID: a\nSet-Cookie: x=1",  # bare LF
-    b"X-Branch-ID: a\x00b",  # NUL
-    b"X-Branch-ID: " + b"a" * 129,
-    b"X-Branch-ID: ../../etc/passwd",
-    b"X-Branch-ID: caf\xc3\xa9",
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"X-Branch-ID: a\r\nX-Branch-Finished: true",  # injected as a second header: ids stay validated
+        b"X-Branch-ID: a\rSet-Cookie: x=1",  # bare CR
+        b"X-Branch-ID: a\nSet-Cookie: x=1",  # bare LF
+        b"X-Branch-ID: a\x00b",  # NUL
+        b"X-Branch-ID: " + b"a" * 129,
+        b"X-Branch-ID: ../../etc/passwd",
+        b"X-Branch-ID: caf\xc3\xa9",
+    ],
+)
 def test_header_injection_in_branch_ids(stack: ControlPlaneStack, key: str, header: bytes) -> None:
     body = b'{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}'
-    req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode() +
-           b"\r\nContent-Type: application/json\r\n" + header + b"\r\nContent-Length: " +
-           str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    req = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + key.encode()
+        + b"\r\nContent-Type: application/json\r\n"
+        + header
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n\r\n"
+        + body
+    )
     raw = _raw(stack.url, req)
     status = int(raw.split(b" ", 2)[1])
     assert status in (200, 400), raw[:400]
@@ -416,33 +317,41 @@ def test_header_injection_in_branch_ids(stack: ControlPlaneStack, key: str, head
 
 def test_admin_api_rejects_garbage(stack: ControlPlaneStack, key: str) -> None:
     op = stack.admin_headers()
-    cases = [("POST", "/admin/switch", b'{"node_id": "w0", "to_phase": "sideways"}'),
-             ("POST", "/admin/switch", b'{"node_id": "' + b"x" * 10000 + b'", "to_phase": "decode"}'),
-             ("PUT", "/admin/pins/split", b'{"prefill_nodes": -1}'),
-             ("PUT", "/admin/pins/split", b'{"prefill_nodes": 99999999999999999999}'),
-             ("PUT", "/admin/planner/mode", b'{"mode": "\xff"}'),
-             ("POST", "/admin/tenants", b'{"name": ""}'),
-             ("POST", "/admin/tenants", b"[" * 50_000),
-             ("GET", "/admin/switches?limit=-5", b""), ("GET", "/admin/switches?since=yesterday", b""),
-             ("GET", "/admin/cluster/history?minutes=1e400", b"")]
+    cases = [
+        ("POST", "/admin/switch", b'{"node_id": "w0", "to_phase": "sideways"}'),
+        ("POST", "/admin/switch", b'{"node_id": "' + b"x" * 10000 + b'", "to_phase": "decode"}'),
+        ("PUT", "/admin/pins/split", b'{"prefill_nodes": -1}'),
+        ("PUT", "/admin/pins/split", b'{"prefill_nodes": 99999999999999999999}'),
+        ("PUT", "/admin/planner/mode", b'{"mode": "\xff"}'),
+        ("POST", "/admin/tenants", b'{"name": ""}'),
+        ("POST", "/admin/tenants", b"[" * 50_000),
+        ("GET", "/admin/switches?limit=-5", b""),
+        ("GET", "/admin/switches?since=yesterday", b""),
+        ("GET", "/admin/cluster/history?minutes=1e400", b""),
+    ]
     for method, path, body in cases:
-        r = httpx.request(method, f"{stack.url}{path}", content=body, timeout=15,
-                          headers={**op, "content-type": "application/json"})
+        r = httpx.request(
+            method, f"{stack.url}{path}", content=body, timeout=15, headers={**op, "content-type": "application/json"}
+        )
         assert 400 <= r.status_code < 500, (method, path, r.status_code, r.text[:200])
         assert_openai_error(r)
     assert httpx.get(f"{stack.url}/admin/cluster", headers=op, timeout=10).status_code == 200
     _still_serving(stack, key)
 
 
-@pytest.mark.parametrize("method,path,body", [
-    ("GET", "/admin/tenants?offset=100000000000000000000", None),
-    ("GET", "/admin/switches?offset=18446744073709551616", None),
-    ("GET", "/admin/decisions?offset=9223372036854775808", None),
-    ("POST", "/admin/tenants", {"name": "huge", "policy": {"requests_per_minute": 10**30}}),
-    ("POST", "/admin/tenants", {"name": "huge2", "policy": {"max_active_branches": 2**64}}),
-])
-def test_admin_huge_integers_are_client_errors(stack: ControlPlaneStack, method: str, path: str,
-                                               body: dict[str, Any] | None) -> None:
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("GET", "/admin/tenants?offset=100000000000000000000", None),
+        ("GET", "/admin/switches?offset=18446744073709551616", None),
+        ("GET", "/admin/decisions?offset=9223372036854775808", None),
+        ("POST", "/admin/tenants", {"name": "huge", "policy": {"requests_per_minute": 10**30}}),
+        ("POST", "/admin/tenants", {"name": "huge2", "policy": {"max_active_branches": 2**64}}),
+    ],
+)
+def test_admin_huge_integers_are_client_errors(
+    stack: ControlPlaneStack, method: str, path: str, body: dict[str, Any] | None
+) -> None:
     """Integers past 64 bits reach the database unchecked (OverflowError -> 500)."""
     r = httpx.request(method, f"{stack.url}{path}", json=body, headers=stack.admin_headers(), timeout=15)
     if r.status_code >= 500:

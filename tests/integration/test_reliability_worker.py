@@ -12,7 +12,8 @@ import http.server
 import json
 import threading
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -25,8 +26,15 @@ GREEDY = {"max_tokens": 8, "ignore_eos": True}
 
 def still_serving(cluster: Any, node: str = "wB") -> None:
     assert httpx.get(cluster.url(node) + "/readyz", timeout=10).status_code == 200
-    out = cluster.generate(node, {"request_id": f"alive-{uuid.uuid4().hex[:8]}", "prompt_token_ids": PROMPT[:40],
-                                  "role": "decode" if node == "wB" else "prefill", "sampling": {"max_tokens": 2}})
+    out = cluster.generate(
+        node,
+        {
+            "request_id": f"alive-{uuid.uuid4().hex[:8]}",
+            "prompt_token_ids": PROMPT[:40],
+            "role": "decode" if node == "wB" else "prefill",
+            "sampling": {"max_tokens": 2},
+        },
+    )
     assert out["token_ids"]
 
 
@@ -51,10 +59,16 @@ MALFORMED: list[tuple[str, str, bytes | str | None]] = [
     ("POST", "/internal/generate", json.dumps({**GOOD, "sampling": {"stop": ["a"] * 100}})),
     ("POST", "/internal/generate", json.dumps({**GOOD, "sampling": {"stop_token_ids": [-1]}})),
     ("POST", "/internal/generate", json.dumps({**GOOD, "tenant_salt": "s" * 1000})),
-    ("POST", "/internal/generate", json.dumps({**GOOD, "kv": {"load": [{"block_hash": "", "node_id": "x",
-                                                                         "slot": 0}]}})),
-    ("POST", "/internal/generate", json.dumps({**GOOD, "kv": {"load": [{"block_hash": "ab", "node_id": "x",
-                                                                         "slot": -1}]}})),
+    (
+        "POST",
+        "/internal/generate",
+        json.dumps({**GOOD, "kv": {"load": [{"block_hash": "", "node_id": "x", "slot": 0}]}}),
+    ),
+    (
+        "POST",
+        "/internal/generate",
+        json.dumps({**GOOD, "kv": {"load": [{"block_hash": "ab", "node_id": "x", "slot": -1}]}}),
+    ),
     ("POST", "/internal/generate", json.dumps({**GOOD, "kv": {"mode": "telepathy"}})),
     ("POST", "/internal/generate", json.dumps({**GOOD, "kv": {"peers": "http://evil"}})),
     ("POST", "/internal/abort", b'{"request_id": 5}'),
@@ -69,13 +83,14 @@ MALFORMED: list[tuple[str, str, bytes | str | None]] = [
 ]
 
 
-@pytest.mark.parametrize("method,path,body", MALFORMED, ids=[f"{m} {p} #{i}" for i, (m, p, _) in
-                                                               enumerate(MALFORMED)])
-def test_malformed_traffic_gets_a_clear_4xx(vllm_cluster: Any, method: str, path: str,
-                                            body: bytes | str | None) -> None:
+@pytest.mark.parametrize("method,path,body", MALFORMED, ids=[f"{m} {p} #{i}" for i, (m, p, _) in enumerate(MALFORMED)])
+def test_malformed_traffic_gets_a_clear_4xx(
+    vllm_cluster: Any, method: str, path: str, body: bytes | str | None
+) -> None:
     vllm_cluster.phases(wB="decode")
-    r = httpx.request(method, vllm_cluster.url("wB") + path, content=body, timeout=60,
-                      headers={"content-type": "application/json"})
+    r = httpx.request(
+        method, vllm_cluster.url("wB") + path, content=body, timeout=60, headers={"content-type": "application/json"}
+    )
     assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
     if r.status_code != 405:
         err = r.json()["error"]
@@ -85,8 +100,13 @@ def test_malformed_traffic_gets_a_clear_4xx(vllm_cluster: Any, method: str, path
 def test_worker_survives_the_whole_barrage_and_a_dropped_stream(vllm_cluster: Any) -> None:
     vllm_cluster.phases(wB="decode")
     # A client that disconnects mid-stream: the engine frees the request.
-    body = {"request_id": "drop-1", "prompt_token_ids": PROMPT, "role": "decode", "stream": True,
-            "sampling": {"max_tokens": 200, "ignore_eos": True}}
+    body = {
+        "request_id": "drop-1",
+        "prompt_token_ids": PROMPT,
+        "role": "decode",
+        "stream": True,
+        "sampling": {"max_tokens": 200, "ignore_eos": True},
+    }
     with httpx.stream("POST", vllm_cluster.url("wB") + "/internal/generate", json=body, timeout=60) as r:
         for line in r.iter_lines():
             if line:
@@ -107,7 +127,7 @@ def fake_peer(agent: dict[str, Any]) -> Iterator[str]:
     """A peer whose /internal/kv/agent answers `agent` (truncated metadata etc.)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             body = json.dumps(agent).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
@@ -128,14 +148,23 @@ def fake_peer(agent: dict[str, Any]) -> Iterator[str]:
 
 
 def _reference(cluster: Any) -> list[int]:
-    return cluster.generate("wB", {"request_id": f"ref-{uuid.uuid4().hex[:8]}", "prompt_token_ids": PROMPT,
-                                   "role": "decode", "tenant_salt": uuid.uuid4().hex, "sampling": GREEDY})["token_ids"]
+    return cluster.generate(
+        "wB",
+        {
+            "request_id": f"ref-{uuid.uuid4().hex[:8]}",
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": uuid.uuid4().hex,
+            "sampling": GREEDY,
+        },
+    )["token_ids"]
 
 
 def _prefilled(cluster: Any) -> tuple[str, list[dict[str, Any]]]:
     salt = uuid.uuid4().hex  # fresh: nothing of this prompt is cached on wB
-    out = cluster.generate("wA", {"request_id": f"p-{salt[:8]}", "prompt_token_ids": PROMPT, "role": "prefill",
-                                  "tenant_salt": salt})
+    out = cluster.generate(
+        "wA", {"request_id": f"p-{salt[:8]}", "prompt_token_ids": PROMPT, "role": "prefill", "tenant_salt": salt}
+    )
     assert out["saved_blocks"]
     return salt, out["saved_blocks"]
 
@@ -161,9 +190,17 @@ def test_failed_transfer_recomputes_and_worker_keeps_serving(vllm_cluster: Any, 
         load, peers = [{**b, "slot": b["slot"] + capacity} for b in blocks], {"wA": vllm_cluster.url("wA")}
     else:  # the peer is gone before the transfer starts
         load, peers = [{**b, "node_id": "gone"} for b in blocks], {"gone": "http://127.0.0.1:9"}
-    out = vllm_cluster.generate("wB", {
-        "request_id": f"tr-{uuid.uuid4().hex[:8]}", "prompt_token_ids": PROMPT, "role": "decode",
-        "tenant_salt": salt, "sampling": GREEDY, "kv": {"load": load, "peers": peers, "mode": mode}})
+    out = vllm_cluster.generate(
+        "wB",
+        {
+            "request_id": f"tr-{uuid.uuid4().hex[:8]}",
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": salt,
+            "sampling": GREEDY,
+            "kv": {"load": load, "peers": peers, "mode": mode},
+        },
+    )
     assert out["token_ids"] == ref  # recomputed, not garbage
     still_serving(vllm_cluster, "wB")
 
@@ -174,9 +211,15 @@ def scratch_worker(demo_model: str, tmp_path_factory: pytest.TempPathFactory) ->
     shared `vllm_cluster` must survive for the other tests."""
     from testing.worker_process import WorkerProcess
 
-    w = WorkerProcess(8434, "decode", demo_model, "wS", threads_bind="1",
-                      log_path=str(tmp_path_factory.mktemp("scratch") / "wS.log"),
-                      extra=["--run-dir", str(tmp_path_factory.mktemp("scratch-run")), "--kv-store-gib", "0.05"])
+    w = WorkerProcess(
+        8434,
+        "decode",
+        demo_model,
+        "wS",
+        threads_bind="1",
+        log_path=str(tmp_path_factory.mktemp("scratch") / "wS.log"),
+        extra=["--run-dir", str(tmp_path_factory.mktemp("scratch-run")), "--kv-store-gib", "0.05"],
+    )
     w.start()
     try:
         w.wait_ready(600)
@@ -196,22 +239,41 @@ def test_truncated_peer_metadata_recomputes_and_engine_survives(vllm_cluster: An
     def generate(body: dict[str, Any]) -> httpx.Response:
         return httpx.post(scratch_worker.url + "/internal/generate", json={**body, "stream": False}, timeout=120)
 
-    ref = generate({"request_id": "s-ref", "prompt_token_ids": PROMPT, "role": "decode",
-                    "tenant_salt": uuid.uuid4().hex, "sampling": GREEDY}).json()["token_ids"]
+    ref = generate(
+        {
+            "request_id": "s-ref",
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "tenant_salt": uuid.uuid4().hex,
+            "sampling": GREEDY,
+        }
+    ).json()["token_ids"]
     problems = []
     for mode in ("async", "layerwise"):
         for case, garbled in _truncations(agent).items():
             salt, blocks = _prefilled(vllm_cluster)
             node = f"t-{uuid.uuid4().hex[:6]}"  # a peer name the worker has never connected to
             with fake_peer({**garbled, "node_id": node}) as url:
-                r = generate({"request_id": f"s-{uuid.uuid4().hex[:8]}", "prompt_token_ids": PROMPT,
-                              "role": "decode", "tenant_salt": salt, "sampling": GREEDY,
-                              "kv": {"load": [{**b, "node_id": node} for b in blocks], "peers": {node: url},
-                                     "mode": mode}})
+                r = generate(
+                    {
+                        "request_id": f"s-{uuid.uuid4().hex[:8]}",
+                        "prompt_token_ids": PROMPT,
+                        "role": "decode",
+                        "tenant_salt": salt,
+                        "sampling": GREEDY,
+                        "kv": {"load": [{**b, "node_id": node} for b in blocks], "peers": {node: url}, "mode": mode},
+                    }
+                )
             if r.status_code != 200 or r.json()["token_ids"] != ref:
                 problems.append(f"{mode}/{case}: HTTP {r.status_code} {r.text[:120]}")
-            alive = generate({"request_id": f"s-alive-{uuid.uuid4().hex[:6]}", "prompt_token_ids": PROMPT[:40],
-                              "role": "decode", "sampling": {"max_tokens": 2}})
+            alive = generate(
+                {
+                    "request_id": f"s-alive-{uuid.uuid4().hex[:6]}",
+                    "prompt_token_ids": PROMPT[:40],
+                    "role": "decode",
+                    "sampling": {"max_tokens": 2},
+                }
+            )
             if alive.status_code != 200:
                 problems.append(f"{mode}/{case}: engine no longer serves (HTTP {alive.status_code})")
                 ready = httpx.get(scratch_worker.url + "/readyz", timeout=10)

@@ -15,20 +15,29 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from core import Phase
 from gateway import errors
-from gateway.store.records import SwitchOutcome
-from gateway.store.migrate import MIGRATION_LOCK_KEY, db_downgrade, db_revision, db_upgrade
 from gateway.store import Database, Policy, repository
 from gateway.store.credentials import TENANT_KEY_PREFIX, verify_secret
+from gateway.store.migrate import MIGRATION_LOCK_KEY, db_downgrade, db_revision, db_upgrade
+from gateway.store.records import SwitchOutcome
 from gateway.store.tables import Base
 from planner.types import Decision, SplitPrediction, SwitchAction
-from core import Phase
-from tests.integration.conftest_store import PG_URL, migrated_db, pg_database, store_url  # noqa: F401 (fixtures)
+from testing.stores import PG_URL, pg_database
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-STORE_TABLES = {"tenants", "api_keys", "tenant_policies", "planner_decisions", "switch_events", "overrides",
-                "audit_log", "usage_minutes", "admin_tokens"}
+STORE_TABLES = {
+    "tenants",
+    "api_keys",
+    "tenant_policies",
+    "planner_decisions",
+    "switch_events",
+    "overrides",
+    "audit_log",
+    "usage_minutes",
+    "admin_tokens",
+}
 
 
 def _tables(url: str) -> set[str]:
@@ -70,8 +79,16 @@ def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None
         with psycopg.connect(f"host=127.0.0.1 port=5432 user=postgres dbname={name}", autocommit=True) as holder:
             holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
             env = {**os.environ, "EVOLVING_DB_URL": url}
-            procs = [subprocess.Popen([sys.executable, "-m", "cli.main", "db", "upgrade"], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "-m", "cli.main", "db", "upgrade"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+                for _ in range(2)
+            ]
             try:
                 deadline = time.monotonic() + 60
                 waiting = 0
@@ -79,7 +96,9 @@ def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None
                     assert all(p.poll() is None for p in procs), "an upgrade finished while the lock was held"
                     waiting = holder.execute(
                         "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
-                        "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = %s", (name,)).fetchone()[0]
+                        "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = %s",
+                        (name,),
+                    ).fetchone()[0]
                     time.sleep(0.1)
                 assert waiting == 2, "the upgrades did not wait on the migration lock"
                 assert db_revision(url) is None  # nothing migrated behind the lock
@@ -95,9 +114,16 @@ def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None
 
 def test_tenant_key_policy_roundtrip(migrated_db: Database) -> None:
     db = migrated_db
-    policy = Policy(requests_per_minute=10, tokens_per_minute=1000, max_concurrent=2, priority=0,
-                    allowed_models=("m1", "m2"), max_active_branches=3, kv_retention_blocks=50,
-                    cache_isolation=False)
+    policy = Policy(
+        requests_per_minute=10,
+        tokens_per_minute=1000,
+        max_concurrent=2,
+        priority=0,
+        allowed_models=("m1", "m2"),
+        max_active_branches=3,
+        kv_retention_blocks=50,
+        cache_isolation=False,
+    )
     with db.session() as s:
         tenant = repository.create_tenant(s, name="acme", policy=policy, now=100.0)
         key, secret = repository.create_api_key(s, tenant_id=tenant.id, name="ci", pepper=db.pepper, now=101.0)
@@ -109,7 +135,8 @@ def test_tenant_key_policy_roundtrip(migrated_db: Database) -> None:
         assert repository.get_policy(s, tenant_id=tenant.id) == policy
         grants = repository.load_key_grants(s)
         assert [(g.key_id, g.tenant_id, g.tenant_name, g.policy) for g in grants] == [
-            (key.id, tenant.id, "acme", policy)]
+            (key.id, tenant.id, "acme", policy)
+        ]
         assert repository.load_key_grants(s, prefix="nope") == []
         with pytest.raises(errors.Conflict):
             repository.create_tenant(s, name="acme")
@@ -139,12 +166,30 @@ def test_tenant_paging(migrated_db: Database) -> None:
 
 
 def _decision(t: float, acted: bool) -> Decision:
-    pred = SplitPrediction(prefill_nodes=1, decode_nodes=3, throughput_rps=2.0, throughput_lo_rps=1.5,
-                           throughput_hi_rps=2.5, tokens_per_s=300.0, ttft_s=0.4, tpot_s=0.05, feasible=True,
-                           switch_cost_s=math.inf)
-    return Decision(t=t, planner="online", current_split=(2, 2), chosen_split=(1, 3),
-                    actions=(SwitchAction("n1", Phase.DECODE),), acted=acted, reason="decode-heavy",
-                    confidence=0.97, predictions=(pred,), inputs={"arrival_rps": 1.5, "bad": math.nan})
+    pred = SplitPrediction(
+        prefill_nodes=1,
+        decode_nodes=3,
+        throughput_rps=2.0,
+        throughput_lo_rps=1.5,
+        throughput_hi_rps=2.5,
+        tokens_per_s=300.0,
+        ttft_s=0.4,
+        tpot_s=0.05,
+        feasible=True,
+        switch_cost_s=math.inf,
+    )
+    return Decision(
+        t=t,
+        planner="online",
+        current_split=(2, 2),
+        chosen_split=(1, 3),
+        actions=(SwitchAction("n1", Phase.DECODE),),
+        acted=acted,
+        reason="decode-heavy",
+        confidence=0.97,
+        predictions=(pred,),
+        inputs={"arrival_rps": 1.5, "bad": math.nan},
+    )
 
 
 def test_decisions_and_switch_events(migrated_db: Database) -> None:
@@ -153,8 +198,12 @@ def test_decisions_and_switch_events(migrated_db: Database) -> None:
             repository.add_decision(s, decision=_decision(1000.0 + i, acted=i % 2 == 0), mode="auto")
         for i, outcome in enumerate(["ok", "failed", "ok"]):
             repository.add_switch_event(
-                s, t=2000.0 + i, outcome=SwitchOutcome(f"n{i % 2}", "prefill", "decode", 1.0, 2.0, 3.5, outcome),
-                reason="Planner: decode-heavy" if i else "manual", who="planner" if i else "alice")
+                s,
+                t=2000.0 + i,
+                outcome=SwitchOutcome(f"n{i % 2}", "prefill", "decode", 1.0, 2.0, 3.5, outcome),
+                reason="Planner: decode-heavy" if i else "manual",
+                who="planner" if i else "alice",
+            )
     with migrated_db.session() as s:
         rows, total = repository.list_decisions(s, acted=True)
         assert total == 2 and [r.t for r in rows] == [1002.0, 1000.0]
@@ -179,14 +228,32 @@ def test_usage_upsert_adds(migrated_db: Database) -> None:
     assert minute == 6_000_000
     for _ in range(2):
         with migrated_db.session() as s:
-            repository.add_usage(s, tenant_id="t1", minute=minute, model="m", requests=2, prompt_tokens=100,
-                                 cached_tokens=40, completion_tokens=7)
+            repository.add_usage(
+                s,
+                tenant_id="t1",
+                minute=minute,
+                model="m",
+                requests=2,
+                prompt_tokens=100,
+                cached_tokens=40,
+                completion_tokens=7,
+            )
     with migrated_db.session() as s:
-        repository.add_usage(s, tenant_id="t1", minute=minute + 60, model="m", requests=1, prompt_tokens=1,
-                             cached_tokens=0, completion_tokens=1)
+        repository.add_usage(
+            s,
+            tenant_id="t1",
+            minute=minute + 60,
+            model="m",
+            requests=1,
+            prompt_tokens=1,
+            cached_tokens=0,
+            completion_tokens=1,
+        )
         rows = repository.list_usage(s, tenant_id="t1")
         assert [(r.minute, r.requests, r.prompt_tokens, r.cached_tokens, r.completion_tokens) for r in rows] == [
-            (minute, 4, 200, 80, 14), (minute + 60, 1, 1, 0, 1)]
+            (minute, 4, 200, 80, 14),
+            (minute + 60, 1, 1, 0, 1),
+        ]
         assert len(repository.list_usage(s, tenant_id="t1", since=minute + 1)) == 1
         assert repository.list_usage(s, tenant_id="t2") == []
 
@@ -196,8 +263,15 @@ def test_overrides_and_audit(migrated_db: Database) -> None:
         repository.set_override(s, key=repository.SPLIT_PIN, value=2, who="alice")
         repository.set_override(s, key=repository.PLANNER_MODE, value="advisory", who="alice")
         repository.set_override(s, key=repository.NODE_PIN_PREFIX + "n1", value="prefill", who="bob")
-        repository.add_audit(s, actor="alice", action="pins.split", target="split", before={"prefill_nodes": None},
-                             after={"prefill_nodes": 2}, t=10.0)
+        repository.add_audit(
+            s,
+            actor="alice",
+            action="pins.split",
+            target="split",
+            before={"prefill_nodes": None},
+            after={"prefill_nodes": 2},
+            t=10.0,
+        )
         repository.add_audit(s, actor="bob", action="pins.node", target="node:n1", t=11.0)
     with migrated_db.session() as s:
         o = repository.get_overrides(s)
@@ -215,8 +289,7 @@ def test_admin_tokens(migrated_db: Database) -> None:
     db = migrated_db
     with db.session() as s:
         row, secret = repository.create_admin_token(s, name="ops", role="operator", pepper=db.pepper)
-        imported, same = repository.create_admin_token(s, name="env", role="viewer", pepper=db.pepper,
-                                                       secret="x" * 20)
+        imported, same = repository.create_admin_token(s, name="env", role="viewer", pepper=db.pepper, secret="x" * 20)
     assert same == "x" * 20
     with db.session() as s:
         assert repository.find_admin_token(s, secret=secret, pepper=db.pepper).id == row.id

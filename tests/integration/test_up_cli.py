@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -54,8 +54,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path, timeo
 @contextlib.contextmanager
 def process(argv: list[str], log: pathlib.Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
     try:
         yield proc
     finally:
@@ -71,19 +70,33 @@ def process(argv: list[str], log: pathlib.Path, env: dict[str, str]) -> Iterator
 @pytest.fixture
 def env() -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("EVOLVING_")}
-    return {**clean, "EVOLVING_SECRET_PEPPER": PEPPER, "EVOLVING_PLANNER_INTERVAL_S": "0.2",
-            "PYTHONPATH": str(ROOT)}
+    return {**clean, "EVOLVING_SECRET_PEPPER": PEPPER, "EVOLVING_PLANNER_INTERVAL_S": "0.2", "PYTHONPATH": str(ROOT)}
 
 
 def gateway_argv(port: int, worker: str, tok: pathlib.Path, data: pathlib.Path) -> list[str]:
     exe = shutil.which("evolving-infra", path=str(pathlib.Path(sys.executable).parent))
     base = [exe] if exe else [sys.executable, "-m", "cli.main"]
-    return [*base, "gateway", "--worker-urls", worker, "--model", str(tok), "--model-name", "demo",
-            "--port", str(port), "--data-dir", str(data), "--log-level", "info"]
+    return [
+        *base,
+        "gateway",
+        "--worker-urls",
+        worker,
+        "--model",
+        str(tok),
+        "--model-name",
+        "demo",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data),
+        "--log-level",
+        "info",
+    ]
 
 
-def test_gateway_command_serves_with_keys_and_prints_only_the_first_token(tmp_path: pathlib.Path,
-                                                                         env: dict[str, str]) -> None:
+def test_gateway_command_serves_with_keys_and_prints_only_the_first_token(
+    tmp_path: pathlib.Path, env: dict[str, str]
+) -> None:
     tok = write_tiny_tokenizer(tmp_path / "tok")
     data = tmp_path / "data"
     wport, gport = free_port(), free_port()

@@ -16,8 +16,16 @@ PROMPT = list(range(40, 140))
 
 
 def _decode(cluster, node, rid, max_tokens=8, **kw):
-    return cluster.generate(node, {"request_id": rid, "prompt_token_ids": PROMPT, "role": "decode",
-                                   "sampling": {"max_tokens": max_tokens, "ignore_eos": True}, **kw})
+    return cluster.generate(
+        node,
+        {
+            "request_id": rid,
+            "prompt_token_ids": PROMPT,
+            "role": "decode",
+            "sampling": {"max_tokens": max_tokens, "ignore_eos": True},
+            **kw,
+        },
+    )
 
 
 def test_import_vllm_and_transformers_beside_cpu_torch():
@@ -64,8 +72,11 @@ def test_switch_keeps_process_and_serves_new_phase(vllm_cluster):
     assert r["total_s"] < 5
     assert vllm_cluster.workers["wA"].proc.pid == pid_before and vllm_cluster.workers["wA"].proc.poll() is None
     assert len(_decode(vllm_cluster, "wA", "sw-after", max_tokens=4)["token_ids"]) == 4
-    wrong = httpx.post(vllm_cluster.url("wA") + "/internal/generate",
-                       json={"request_id": "sw-wrong", "prompt_token_ids": PROMPT, "role": "prefill"}, timeout=30)
+    wrong = httpx.post(
+        vllm_cluster.url("wA") + "/internal/generate",
+        json={"request_id": "sw-wrong", "prompt_token_ids": PROMPT, "role": "prefill"},
+        timeout=30,
+    )
     assert wrong.status_code == 409 and wrong.json()["error"]["retryable"] is True
     vllm_cluster.phases(wA="prefill")
 
@@ -77,8 +88,13 @@ def test_requests_during_switch_all_complete(vllm_cluster):
     vllm_cluster.phases(wB="decode")
 
     def run(i: int) -> list[int]:
-        body = {"request_id": f"dsw-{i}", "prompt_token_ids": PROMPT[: 30 + i], "role": "decode", "stream": False,
-                "sampling": {"max_tokens": 24, "ignore_eos": True}}
+        body = {
+            "request_id": f"dsw-{i}",
+            "prompt_token_ids": PROMPT[: 30 + i],
+            "role": "decode",
+            "stream": False,
+            "sampling": {"max_tokens": 24, "ignore_eos": True},
+        }
         for attempt in range(50):
             body["request_id"] = f"dsw-{i}-{attempt}"
             r = httpx.post(vllm_cluster.url("wB") + "/internal/generate", json=body, timeout=120)
@@ -90,34 +106,50 @@ def test_requests_during_switch_all_complete(vllm_cluster):
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(run, i) for i in range(8)]
-        switch = httpx.post(vllm_cluster.url("wB") + "/internal/phase",
-                            json={"phase": "prefill", "deadline_s": 60, "migrate": False}, timeout=120)
+        switch = httpx.post(
+            vllm_cluster.url("wB") + "/internal/phase",
+            json={"phase": "prefill", "deadline_s": 60, "migrate": False},
+            timeout=120,
+        )
         results = [f.result(timeout=300) for f in futures]
     assert switch.status_code == 200
     assert all(len(toks) in (1, 24) for toks in results)  # decode (24) or, after the flip, prefill (1)
     vllm_cluster.phases(wB="decode")
 
 
-@pytest.mark.parametrize("body,status", [
-    ({"request_id": "bad-1", "prompt_token_ids": [10**7], "role": "decode"}, 400),
-    ({"request_id": "bad-2", "prompt_token_ids": [], "role": "decode"}, 400),
-    ({"request_id": "bad 3!", "prompt_token_ids": [1], "role": "decode"}, 400),
-    ({"request_id": "bad-4", "prompt_token_ids": [1], "role": "decode", "sampling": {"max_tokens": 10**9}}, 400),
-    ({"request_id": "bad-5", "prompt_token_ids": [1, 2], "role": "decode", "sampling": {"max_tokens": 5000}}, 400),
-    ({"request_id": "bad-6", "prompt_token_ids": "abc", "role": "decode"}, 400),
-])
+@pytest.mark.parametrize(
+    "body,status",
+    [
+        ({"request_id": "bad-1", "prompt_token_ids": [10**7], "role": "decode"}, 400),
+        ({"request_id": "bad-2", "prompt_token_ids": [], "role": "decode"}, 400),
+        ({"request_id": "bad 3!", "prompt_token_ids": [1], "role": "decode"}, 400),
+        ({"request_id": "bad-4", "prompt_token_ids": [1], "role": "decode", "sampling": {"max_tokens": 10**9}}, 400),
+        ({"request_id": "bad-5", "prompt_token_ids": [1, 2], "role": "decode", "sampling": {"max_tokens": 5000}}, 400),
+        ({"request_id": "bad-6", "prompt_token_ids": "abc", "role": "decode"}, 400),
+    ],
+)
 def test_bad_input_gets_4xx_and_worker_keeps_serving(vllm_cluster, body, status):
     vllm_cluster.phases(wB="decode")
     r = httpx.post(vllm_cluster.url("wB") + "/internal/generate", json=body, timeout=30)
     assert r.status_code == status and "error" in r.json()
-    assert len(_decode(vllm_cluster, "wB", f"after-{body['request_id'].replace(' ', '_').replace('!', '')}",
-                       max_tokens=2)["token_ids"]) == 2
+    assert (
+        len(
+            _decode(vllm_cluster, "wB", f"after-{body['request_id'].replace(' ', '_').replace('!', '')}", max_tokens=2)[
+                "token_ids"
+            ]
+        )
+        == 2
+    )
 
 
 def test_malformed_bodies_and_unknown_ids(vllm_cluster):
     url = vllm_cluster.url("wB")
-    assert httpx.post(url + "/internal/generate", content=b"{not json", headers={"content-type": "application/json"},
-                      timeout=10).status_code == 400
+    assert (
+        httpx.post(
+            url + "/internal/generate", content=b"{not json", headers={"content-type": "application/json"}, timeout=10
+        ).status_code
+        == 400
+    )
     assert httpx.post(url + "/internal/phase", json={"phase": "sideways"}, timeout=10).status_code == 400
     r = httpx.post(url + "/internal/abort", json={"request_id": "never-seen"}, timeout=10)
     assert r.status_code == 200 and r.json()["aborted"] is False
@@ -138,8 +170,10 @@ def test_stats_carry_iteration_records(vllm_cluster):
     # attention pairs are u * (u + cached). (Not so for a later chunk of a long
     # prompt: it attends to the chunks before it, which are not "cached".)
     prefills = [r for r in recs if r["uncached_prompt_tokens"] > 0 and r["batch_size"] == 1]
-    assert prefills and all(r["attention_pairs"] == r["uncached_prompt_tokens"]
-                            * (r["uncached_prompt_tokens"] + r["cached_prompt_tokens"]) for r in prefills), prefills
+    assert prefills and all(
+        r["attention_pairs"] == r["uncached_prompt_tokens"] * (r["uncached_prompt_tokens"] + r["cached_prompt_tokens"])
+        for r in prefills
+    ), prefills
 
 
 def test_requests_carry_the_engines_first_token_latency(vllm_cluster):
@@ -153,6 +187,7 @@ def test_requests_carry_the_engines_first_token_latency(vllm_cluster):
     assert len(mine) == 1 and mine[0]["role"] == "decode"
     assert 0 < mine[0]["engine_ttft_s"] <= mine[0]["engine_e2e_s"] < wall
     assert mine[0]["peer_blocks"] == 0  # nothing offered from peers
-    later = httpx.get(vllm_cluster.url("wB") + "/internal/requests", params={"since": mine[0]["index"] + 1},
-                      timeout=10).json()
+    later = httpx.get(
+        vllm_cluster.url("wB") + "/internal/requests", params={"since": mine[0]["index"] + 1}, timeout=10
+    ).json()
     assert all(t["index"] > mine[0]["index"] for t in later)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import AsyncIterator, Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -22,10 +23,26 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
 from gateway.serving.openai import sse
-from gateway.serving.openai.schemas import (AssistantMessage, BranchFinished, ChatChoice, ChatCompletion,
-                                        ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest,
-                                        ModelCard, ModelList, Usage)
-from gateway.serving.openai.service import BranchContext, OpenAIService, Prepared, parse_branch_headers, parse_tool_calls
+from gateway.serving.openai.schemas import (
+    AssistantMessage,
+    BranchFinished,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionChoice,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+from gateway.serving.openai.service import (
+    BranchContext,
+    OpenAIService,
+    Prepared,
+    parse_branch_headers,
+    parse_tool_calls,
+)
 from gateway.serving.orchestrator import Finished
 from gateway.serving.tenancy import TenantContext
 
@@ -54,8 +71,9 @@ def parse_model(model: type[M], body: bytes) -> M:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err.get("loc", ()))
-        raise InvalidRequest(f"{err.get('msg', 'invalid request')}" + (f" (at {loc})" if loc else ""),
-                             param=loc or None) from exc
+        raise InvalidRequest(
+            f"{err.get('msg', 'invalid request')}" + (f" (at {loc})" if loc else ""), param=loc or None
+        ) from exc
 
 
 def bearer(request: Request) -> str | None:
@@ -78,8 +96,9 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: AsyncIterator[bytes], *, headers: dict[str, str],
-                 on_close: Callable[[], Awaitable[object]]) -> None:
+    def __init__(
+        self, body: AsyncIterator[bytes], *, headers: dict[str, str], on_close: Callable[[], Awaitable[object]]
+    ) -> None:
         super().__init__(headers={**headers, "cache-control": "no-cache"}, media_type=self.media_type)
         # Streamed with chunked encoding: no content-length.
         self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
@@ -110,12 +129,17 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
 
     def branch_of(request: Request, tenant: TenantContext) -> BranchContext:
         h = request.headers
-        return parse_branch_headers(tenant.tenant_id, branch_id=h.get("x-branch-id"),
-                                    parent_id=h.get("x-parent-branch-id"), session_id=h.get("x-session-id"),
-                                    finished=h.get("x-branch-finished"))
+        return parse_branch_headers(
+            tenant.tenant_id,
+            branch_id=h.get("x-branch-id"),
+            parent_id=h.get("x-parent-branch-id"),
+            session_id=h.get("x-session-id"),
+            finished=h.get("x-branch-finished"),
+        )
 
-    async def start(request: Request, model: type[ChatCompletionRequest] | type[CompletionRequest],
-                    prefix: str) -> tuple[Prepared, bool]:
+    async def start(
+        request: Request, model: type[ChatCompletionRequest] | type[CompletionRequest], prefix: str
+    ) -> tuple[Prepared, bool]:
         body = await read_body(request, max_body_bytes)
         req = parse_model(model, body)
         tenant = await authenticate(request)
@@ -149,12 +173,27 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
                 message, calls = parse_tool_calls(content)
                 reason = "tool_calls" if calls else reason
             out: BaseModel = ChatCompletion(
-                id=p.request_id, created=p.created, model=service.model_name, usage=usage,
-                choices=[ChatChoice(message=AssistantMessage(content=message or None if calls else message,
-                                                             tool_calls=calls or None), finish_reason=reason)])
+                id=p.request_id,
+                created=p.created,
+                model=service.model_name,
+                usage=usage,
+                choices=[
+                    ChatChoice(
+                        message=AssistantMessage(
+                            content=message or None if calls else message, tool_calls=calls or None
+                        ),
+                        finish_reason=reason,
+                    )
+                ],
+            )
         else:
-            out = Completion(id=p.request_id, created=p.created, model=service.model_name, usage=usage,
-                             choices=[CompletionChoice(text=content, finish_reason=done.finish_reason)])
+            out = Completion(
+                id=p.request_id,
+                created=p.created,
+                model=service.model_name,
+                usage=usage,
+                choices=[CompletionChoice(text=content, finish_reason=done.finish_reason)],
+            )
         return Response(out.model_dump_json(exclude_none=False), media_type=_JSON, headers=headers(p))
 
     @router.post("/v1/chat/completions")
@@ -170,8 +209,9 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
     @router.get("/v1/models")
     async def list_models(request: Request) -> Response:
         await authenticate(request)
-        return Response(ModelList(data=[ModelCard(id=service.model_name, created=0)]).model_dump_json(),
-                        media_type=_JSON)
+        return Response(
+            ModelList(data=[ModelCard(id=service.model_name, created=0)]).model_dump_json(), media_type=_JSON
+        )
 
     @router.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str, request: Request) -> Response:
@@ -182,19 +222,19 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
     @router.post("/v1/branches/{branch_id}/finish")
     async def finish_branch(branch_id: str, request: Request) -> Response:
         tenant = await authenticate(request)
-        branch = parse_branch_headers(tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None,
-                                      finished="true")
+        branch = parse_branch_headers(
+            tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None, finished="true"
+        )
         finished = service.directory.finish_branch(branch.key)
-        return Response(BranchFinished(id=branch.branch_id, finished=finished).model_dump_json(),
-                        media_type=_JSON)
+        return Response(BranchFinished(id=branch.branch_id, finished=finished).model_dump_json(), media_type=_JSON)
 
     return router
 
 
-async def _sse(service: OpenAIService, p: Prepared, endpoint: str, chat: bool,
-               stack: AsyncExitStack) -> AsyncIterator[bytes]:
-    enc = (sse.ChatChunkEncoder if chat else sse.CompletionChunkEncoder)(p.request_id, p.created,
-                                                                          service.model_name)
+async def _sse(
+    service: OpenAIService, p: Prepared, endpoint: str, chat: bool, stack: AsyncExitStack
+) -> AsyncIterator[bytes]:
+    enc = (sse.ChatChunkEncoder if chat else sse.CompletionChunkEncoder)(p.request_id, p.created, service.model_name)
     status = 200
     try:
         if chat:

@@ -68,7 +68,8 @@ class ChatMessage(_Request):
         if self.tool_calls:
             out["tool_calls"] = [
                 {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in self.tool_calls]
+                for c in self.tool_calls
+            ]
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
         return out
@@ -97,7 +98,7 @@ class _Sampling(_Request):
         return v
 
     @model_validator(mode="after")
-    def _check_unsupported(self) -> "_Sampling":
+    def _check_unsupported(self) -> _Sampling:
         if self.n not in (None, 1):
             raise ValueError("only n=1 is supported")
         if self.logprobs:
@@ -135,7 +136,7 @@ class CompletionRequest(_Sampling):
     best_of: int | None = None
 
     @model_validator(mode="after")
-    def _check_completion(self) -> "CompletionRequest":
+    def _check_completion(self) -> CompletionRequest:
         if self.echo or self.suffix or (self.best_of or 1) > 1:
             raise ValueError("echo, suffix and best_of > 1 are not supported")
         if isinstance(self.prompt, list):
@@ -158,9 +159,13 @@ class Usage(_Response):
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
     @classmethod
-    def of(cls, prompt: int, completion: int, cached: int) -> "Usage":
-        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                   prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
+    def of(cls, prompt: int, completion: int, cached: int) -> Usage:
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+        )
 
 
 class AssistantMessage(_Response):

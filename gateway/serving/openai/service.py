@@ -14,9 +14,11 @@ import json
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
+from core import FinishReason
 from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
 from gateway.directory import Directory
 from gateway.errors import InvalidRequest, NotFound
@@ -24,11 +26,10 @@ from gateway.metrics import GatewayMetrics
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest, FunctionCall, ToolCall
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.serving.tenancy import TenantContext, TenantGate
-from gateway.store.records import UsageRecord
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
+from gateway.store.records import UsageRecord
 from planner.offered import TurnGaps
 from planner.types import RequestSample
-from core import FinishReason
 from workers.protocol import SamplingOptions
 
 BRANCH_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -55,8 +56,9 @@ def _checked_id(value: str | None, header: str) -> str | None:
     return value
 
 
-def parse_branch_headers(tenant_id: str, *, branch_id: str | None, parent_id: str | None,
-                         session_id: str | None, finished: str | None) -> BranchContext:
+def parse_branch_headers(
+    tenant_id: str, *, branch_id: str | None, parent_id: str | None, session_id: str | None, finished: str | None
+) -> BranchContext:
     bid = _checked_id(branch_id, "X-Branch-ID")
     parent = _checked_id(parent_id, "X-Parent-Branch-ID")
     session = _checked_id(session_id, "X-Session-ID")
@@ -65,9 +67,14 @@ def parse_branch_headers(tenant_id: str, *, branch_id: str | None, parent_id: st
         raise InvalidRequest("X-Branch-Finished must be 'true' or 'false'", param="X-Branch-Finished")
     one_shot = bid is None
     bid = bid or f"req-{uuid.uuid4().hex}"
-    return BranchContext(key=f"{tenant_id}/{bid}", branch_id=bid,
-                         parent_key=f"{tenant_id}/{parent}" if parent else None, session_id=session,
-                         finish_at_end=one_shot or flag in ("true", "1"), one_shot=one_shot)
+    return BranchContext(
+        key=f"{tenant_id}/{bid}",
+        branch_id=bid,
+        parent_key=f"{tenant_id}/{parent}" if parent else None,
+        session_id=session,
+        finish_at_end=one_shot or flag in ("true", "1"),
+        one_shot=one_shot,
+    )
 
 
 def cache_salt(tenant_salt: str, model: str) -> str:
@@ -87,8 +94,12 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             continue
         args = obj.get("arguments", {})
-        calls.append(ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(
-            name=obj["name"], arguments=args if isinstance(args, str) else json.dumps(args))))
+        calls.append(
+            ToolCall(
+                id=f"call_{uuid.uuid4().hex[:24]}",
+                function=FunctionCall(name=obj["name"], arguments=args if isinstance(args, str) else json.dumps(args)),
+            )
+        )
     if not calls:
         return text, []
     return _TOOL_CALL_RE.sub("", text).strip(), calls
@@ -126,9 +137,18 @@ class Prepared:
 
 
 class OpenAIService:
-    def __init__(self, *, model_name: str, tokenizer: PromptTokenizer, orchestrator: Orchestrator,
-                 gate: TenantGate, directory: Directory, metrics: GatewayMetrics, default_max_tokens: int,
-                 workload: WorkloadFeed | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        tokenizer: PromptTokenizer,
+        orchestrator: Orchestrator,
+        gate: TenantGate,
+        directory: Directory,
+        metrics: GatewayMetrics,
+        default_max_tokens: int,
+        workload: WorkloadFeed | None = None,
+    ) -> None:
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.orchestrator = orchestrator
@@ -144,24 +164,35 @@ class OpenAIService:
         if model != self.model_name:
             raise NotFound(f"The model '{model}' does not exist", param="model", code="model_not_found")
 
-    def prepare(self, req: ChatCompletionRequest | CompletionRequest, tenant: TenantContext,
-                branch: BranchContext, prefix: str) -> Prepared:
+    def prepare(
+        self, req: ChatCompletionRequest | CompletionRequest, tenant: TenantContext, branch: BranchContext, prefix: str
+    ) -> Prepared:
         self.check_model(req.model)
         if isinstance(req, ChatCompletionRequest):
-            tokens = self.tokenizer.encode_chat([m.template_dict() for m in req.messages],
-                                                tools=req.tools, tool_choice=req.tool_choice)
+            tokens = self.tokenizer.encode_chat(
+                [m.template_dict() for m in req.messages], tools=req.tools, tool_choice=req.tool_choice
+            )
             max_tokens = req.requested_max_tokens() or self.default_max_tokens
         else:
             tokens = self._completion_tokens(req.prompt)
             max_tokens = req.max_tokens or self.default_max_tokens
         if not tokens:
             raise InvalidRequest("the prompt is empty after tokenization", param="prompt")
-        sampling = SamplingOptions(max_tokens=max_tokens, temperature=req.temperature if req.temperature is not None
-                                   else 1.0, top_p=req.top_p if req.top_p is not None else 1.0, seed=req.seed,
-                                   stop=req.stop_list())
+        sampling = SamplingOptions(
+            max_tokens=max_tokens,
+            temperature=req.temperature if req.temperature is not None else 1.0,
+            top_p=req.top_p if req.top_p is not None else 1.0,
+            seed=req.seed,
+            stop=req.stop_list(),
+        )
         request_id = f"{prefix}-{uuid.uuid4().hex}"
-        job = Job(request_id=request_id, prompt_token_ids=tokens, sampling=sampling,
-                  tenant_salt=cache_salt(tenant.cache_salt, self.model_name), branch_id=branch.key)
+        job = Job(
+            request_id=request_id,
+            prompt_token_ids=tokens,
+            sampling=sampling,
+            tenant_salt=cache_salt(tenant.cache_salt, self.model_name),
+            branch_id=branch.key,
+        )
         return Prepared(request_id, int(time.time()), tenant, branch, job, req.stop_list(), req.include_usage)
 
     def _completion_tokens(self, prompt: str | list[int] | list[str]) -> list[int]:
@@ -192,12 +223,20 @@ class OpenAIService:
         # budget, and again right before opening it (no await in between) so
         # concurrent openers cannot overshoot the cap.
         self._check_new_branch(p)
-        async with self.gate.admit(p.tenant, model=self.model_name, prompt_tokens=len(p.job.prompt_token_ids),
-                                   max_tokens=p.job.sampling.max_tokens):
+        async with self.gate.admit(
+            p.tenant,
+            model=self.model_name,
+            prompt_tokens=len(p.job.prompt_token_ids),
+            max_tokens=p.job.sampling.max_tokens,
+        ):
             self._check_new_branch(p)
-            self.directory.open_branch(p.branch.key, tenant_id=p.tenant.tenant_id, parent_id=p.branch.parent_key,
-                                   session_id=p.branch.session_id,
-                                   kv_retention_blocks=p.tenant.kv_retention_blocks)
+            self.directory.open_branch(
+                p.branch.key,
+                tenant_id=p.tenant.tenant_id,
+                parent_id=p.branch.parent_key,
+                session_id=p.branch.session_id,
+                kv_retention_blocks=p.tenant.kv_retention_blocks,
+            )
             try:
                 yield
             finally:
@@ -231,25 +270,42 @@ class OpenAIService:
                     yield ev
                     return
         # A stop string ended the text before the worker finished.
-        done = Finished(FinishReason.STOP, len(p.job.prompt_token_ids), cached, count, ttft, time.monotonic() - t0, phase)
+        done = Finished(
+            FinishReason.STOP, len(p.job.prompt_token_ids), cached, count, ttft, time.monotonic() - t0, phase
+        )
         self._account(p, done)
         yield done
 
     def _account(self, p: Prepared, done: Finished) -> None:
         now = time.time()
         arrival = now - done.e2e_s
-        gap = None if p.branch.one_shot else self.turn_gaps.finished(p.branch.key, arrival, now,
-                                                                     p.branch.finish_at_end)
-        self.workload.add(RequestSample(t=arrival, uncached_prompt_tokens=done.prompt_tokens - done.cached_tokens,
-                                          cached_prompt_tokens=done.cached_tokens,
-                                          output_tokens=done.completion_tokens, e2e_s=done.e2e_s, gap_s=gap))
+        gap = None if p.branch.one_shot else self.turn_gaps.finished(p.branch.key, arrival, now, p.branch.finish_at_end)
+        self.workload.add(
+            RequestSample(
+                t=arrival,
+                uncached_prompt_tokens=done.prompt_tokens - done.cached_tokens,
+                cached_prompt_tokens=done.cached_tokens,
+                output_tokens=done.completion_tokens,
+                e2e_s=done.e2e_s,
+                gap_s=gap,
+            )
+        )
         self.metrics.observe_finished(p.tenant.tenant_id, done)
-        self.gate.record_usage(UsageRecord(tenant_id=p.tenant.tenant_id, model=self.model_name,
-                                           prompt_tokens=done.prompt_tokens, cached_tokens=done.cached_tokens,
-                                           completion_tokens=done.completion_tokens))
+        self.gate.record_usage(
+            UsageRecord(
+                tenant_id=p.tenant.tenant_id,
+                model=self.model_name,
+                prompt_tokens=done.prompt_tokens,
+                cached_tokens=done.cached_tokens,
+                completion_tokens=done.completion_tokens,
+            )
+        )
 
     @staticmethod
     def usage_dict(done: Finished) -> dict[str, Any]:
-        return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
-                "total_tokens": done.prompt_tokens + done.completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
+        return {
+            "prompt_tokens": done.prompt_tokens,
+            "completion_tokens": done.completion_tokens,
+            "total_tokens": done.prompt_tokens + done.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+        }

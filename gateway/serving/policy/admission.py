@@ -41,13 +41,15 @@ class PriorityAdmission:
         heapq.heappush(self._waiters, (priority, next(self._seq), future))
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout=self.max_wait_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if future.done() and not future.cancelled():
                 return  # the slot was handed over just as the wait ended
             future.cancel()
             raise errors.RateLimited(
                 "The cluster is at capacity; try again shortly.",
-                retry_after_s=max(1.0, self.max_wait_s), code="cluster_saturated") from None
+                retry_after_s=max(1.0, self.max_wait_s),
+                code="cluster_saturated",
+            ) from None
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release()  # handed a slot we will not use

@@ -22,7 +22,7 @@ class TokenBucket:
         self._updated = now
 
     @classmethod
-    def per_minute(cls, limit: int, *, now: float) -> "TokenBucket":
+    def per_minute(cls, limit: int, *, now: float) -> TokenBucket:
         """`limit` per minute, with a burst of up to one minute's worth."""
         return cls(capacity=limit, rate_per_s=limit / 60.0, now=now)
 

