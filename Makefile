@@ -12,7 +12,7 @@ TORCH_PIN   := torch==2.13.0
 DEMO_MODEL  := data/demo-model
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast browser-deps clean
+.PHONY: setup demo test test-fast lint browser-deps clean
 
 setup: $(STAMP) $(DEMO_MODEL)/config.json
 
@@ -42,6 +42,15 @@ browser-deps:
 
 demo: setup
 	$(VENV)/bin/evolving-infra up --model $(DEMO_MODEL)
+
+# The habits, held by tools: ruff (lint and format), mypy (strict on the
+# pure cores, pyproject.toml [tool.mypy]), the import direction (import-linter
+# contracts in pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: setup browser-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -78,10 +78,19 @@ def encode(event: KVEvent) -> bytes:
 def _blocks(raw: Any) -> tuple[Block, ...]:
     if not isinstance(raw, list):
         raise EventDecodeError("blocks must be a list of [hash, slot]")
-    try:
-        return tuple((str(h), int(s)) for h, s in raw)
-    except (TypeError, ValueError) as exc:
-        raise EventDecodeError(f"bad block entry: {exc}") from exc
+    out: list[Block] = []
+    for entry in raw:
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], int)
+            and not isinstance(entry[1], bool)
+            and entry[1] >= 0
+        ):
+            raise EventDecodeError(f"bad block entry {entry!r}: want [hash string, slot >= 0]")
+        out.append((entry[0], entry[1]))
+    return tuple(out)
 
 
 def decode(data: bytes) -> KVEvent:
@@ -91,7 +100,8 @@ def decode(data: bytes) -> KVEvent:
         raise EventDecodeError(f"not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise EventDecodeError("not an object")
-    cls = _TYPES.get(body.pop("type", None))
+    kind = body.pop("type", None)
+    cls = _TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise EventDecodeError("unknown event type")
     if "blocks" in body:

@@ -107,6 +107,8 @@ class SlotIndex:
         self._ready: OrderedDict[str, int] = OrderedDict()  # LRU first
         self._pins: dict[int, int] = {}
         self._reserved: set[int] = set()
+        # Slots of superseded copies that a load still reads: freed at their last unpin.
+        self._retired: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._ready)
@@ -126,6 +128,9 @@ class SlotIndex:
             n = self._pins.get(s, 0) - 1
             if n <= 0:
                 self._pins.pop(s, None)
+                if s in self._retired:
+                    self._retired.discard(s)
+                    self._free.append(s)
             else:
                 self._pins[s] = n
 
@@ -155,7 +160,12 @@ class SlotIndex:
         self._reserved.discard(slot)
         old = self._ready.pop(block_hash, None)
         if old is not None and old != slot:
-            self._free.append(old)  # an older copy of the same block
+            # An older copy of the same block: free now, or at its last
+            # unpin if a load is still reading it.
+            if old in self._pins:
+                self._retired.add(old)
+            else:
+                self._free.append(old)
         self._ready[block_hash] = slot
 
     def release(self, slot: int) -> None:

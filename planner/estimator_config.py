@@ -12,8 +12,8 @@ class EstimatorConfig:
     max_prefill_batch / max_decode_batch: requests per iteration (≥ 1).
     kv_usable_fraction: share of a decode node's KV the scheduler may fill, (0, 1]:
         1 - vLLM's scheduler `watermark` (0 by default: it admits until its
-        blocks run out). At 0.9 the planner kept 5 of 9 prefill nodes where
-        6 served ~15 % more in the simulator's `shift` (docs/benchmarks-sim.md).
+        blocks run out); a margin here makes the planner keep too many prefill
+        nodes (docs/benchmarks-sim.md, fix 4).
     z: standard normal quantile of the confidence bounds (1.645 = one-sided 95 %).
     switch_to_prefill_s / switch_to_decode_s: seconds a node is out of
         service while it switches in place (drain + migrate), ≥ 0.

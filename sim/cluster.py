@@ -334,8 +334,9 @@ def _rare_gc_passes() -> Iterator[None]:
     """A run allocates millions of short-lived objects (events, segments,
     records) beside millions of live ones (the workload, finished rows).
     CPython's default thresholds (700, 10, 10) scan the young generation every
-    700 allocations and the live ones often: ~30 % of a 3,072-GPU run. Cycles
-    are still collected, only less often."""
+    700 allocations and the live ones often, a large share of a big run's
+    time (docs/benchmarks-sim.md, scale). Cycles are still collected, only
+    less often."""
     old = gc.get_threshold()
     gc.set_threshold(50_000, 50, 1_000)
     try:

@@ -4,13 +4,11 @@ On a CPU node vLLM binds the engine's compute threads to the cores in
 `VLLM_CPU_OMP_THREADS_BIND`; the worker's own process (asyncio loop, HTTP,
 output handling) is otherwise free to land on those cores and preempt a
 forward pass mid-step. Once the engine has started, the worker can move all of
-its own threads to other cores when asked (`--http-cpus auto|LIST`; measured
-on the 2-core test machine with one worker computing at a time: the spread
-of decode step times at one batch size fell from a coefficient of variation
-of ~0.4 to ~0.2). It is off by default: with two workers on two cores,
-"the other core" is the other engine's, and a busy neighbour then starves
-this worker's output handling (the fidelity slice's live TTFT went from
-3.1 s to 5.3 s).
+its own threads to other cores when asked (`--http-cpus auto|LIST`), which
+steadies step times when one worker computes at a time. It is off by
+default: with two workers on two cores, "the other core" is the other
+engine's, and a busy neighbour then starves this worker's output handling
+(both measured in docs/benchmarks.md).
 """
 
 from __future__ import annotations

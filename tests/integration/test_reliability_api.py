@@ -22,8 +22,8 @@ from hypothesis import Phase as HypothesisPhase
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
+from core.ids import ID_RE as BRANCH_ID_RE
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
-from gateway.serving.openai.service import BRANCH_ID_RE
 from testing.stacks import MAX_BODY, MODEL, ControlPlaneStack, assert_openai_error, control_plane_stack
 
 
@@ -58,7 +58,12 @@ def openapi_with_bodies(app: Any) -> dict[str, Any]:
     spec = app.openapi()
     components = spec.setdefault("components", {}).setdefault("schemas", {})
     headers = [
-        {"name": h, "in": "header", "required": False, "schema": {"type": "string", "pattern": BRANCH_ID_RE.pattern}}
+        {
+            "name": h,
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:\\-]{1,128}$"},
+        }
         for h in ("X-Branch-ID", "X-Parent-Branch-ID", "X-Session-ID")
     ]
     headers.append(

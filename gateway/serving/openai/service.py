@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import FinishReason
+from core.ids import ID_RE
 from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
 from gateway.directory import Directory
 from gateway.errors import InvalidRequest, NotFound
@@ -32,7 +33,6 @@ from planner.offered import TurnGaps
 from planner.types import RequestSample
 from workers.protocol import SamplingOptions
 
-BRANCH_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
@@ -51,7 +51,7 @@ class BranchContext:
 def _checked_id(value: str | None, header: str) -> str | None:
     if value is None or value == "":
         return None
-    if not BRANCH_ID_RE.match(value):
+    if not ID_RE.match(value):
         raise InvalidRequest(f"{header} must be 1-128 characters of [A-Za-z0-9._:-]", param=header)
     return value
 

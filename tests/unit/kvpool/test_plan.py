@@ -1,10 +1,13 @@
-"""`step_shape`: what one engine step computes, from a fake of vLLM's SchedulerOutput."""
+"""kvpool.plan: `step_shape` from a fake SchedulerOutput, the `SlotIndex` slot lifecycle
+(exact slots and dropped pairs), and `plan_prefix_sources` over literal offers."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kvpool.plan import step_shape
+import pytest
+
+from kvpool.plan import SlotIndex, plan_prefix_sources, step_shape
 
 
 def _fake_scheduler_output() -> SimpleNamespace:
@@ -28,3 +31,141 @@ def test_step_shape_sums_prefills_and_decodes_and_per_prompt_attention_pairs() -
         "generated_tokens": 1,
         "context_tokens": 41,
     }
+
+
+def _index(capacity: int, *hashes: str) -> SlotIndex:
+    """An index whose first len(hashes) slots hold `hashes`, committed in order (LRU first)."""
+    index = SlotIndex(capacity)
+    slots, dropped = index.reserve(len(hashes))
+    assert dropped == []
+    for h, s in zip(hashes, slots, strict=True):
+        index.commit(h, s)
+    return index
+
+
+def test_slot_index_rejects_an_empty_store() -> None:
+    with pytest.raises(ValueError):
+        SlotIndex(0)
+
+
+def test_fresh_index_hands_out_slots_from_zero() -> None:
+    index = SlotIndex(3)
+    assert index.reserve(2) == ([0, 1], [])
+    assert index.reserve(1) == ([2], [])
+    assert len(index) == 0
+
+
+def test_commit_then_lookup() -> None:
+    index = _index(3, "a", "b")
+    assert (index.lookup("a"), index.lookup("b"), index.lookup("z")) == (0, 1, None)
+    assert len(index) == 2
+
+
+def test_reserve_evicts_least_recently_used_first() -> None:
+    index = _index(3, "a", "b", "c")
+    assert index.reserve(2) == ([0, 1], [("a", 0), ("b", 1)])
+    assert (index.lookup("a"), index.lookup("c"), len(index)) == (None, 2, 1)
+
+
+def test_lookup_refreshes_lru_order() -> None:
+    index = _index(3, "a", "b", "c")
+    assert index.lookup("a") == 0
+    assert index.reserve(2) == ([1, 2], [("b", 1), ("c", 2)])
+
+
+def test_pinned_slots_are_never_evicted() -> None:
+    index = _index(3, "a", "b", "c")
+    index.pin([0, 2])
+    assert index.reserve(3) == ([1], [("b", 1)])
+    assert (index.lookup("a"), index.lookup("c")) == (0, 2)
+
+
+def test_pins_count_until_each_is_unpinned() -> None:
+    index = _index(2, "a", "b")
+    index.pin([0])
+    index.pin([0])
+    index.unpin([0])
+    assert index.reserve(2) == ([1], [("b", 1)])
+    index.unpin([0])
+    assert index.reserve(1) == ([0], [("a", 0)])
+
+
+def test_unpin_of_an_unpinned_slot_is_harmless() -> None:
+    index = _index(1, "a")
+    index.unpin([0])
+    assert index.reserve(1) == ([0], [("a", 0)])
+
+
+def test_reserved_slots_are_not_handed_out_twice() -> None:
+    index = SlotIndex(2)
+    assert index.reserve(2) == ([0, 1], [])
+    assert index.reserve(1) == ([], [])
+
+
+def test_release_returns_a_reserved_slot_to_the_free_list() -> None:
+    index = SlotIndex(2)
+    assert index.reserve(2) == ([0, 1], [])
+    index.release(1)
+    assert index.reserve(1) == ([1], [])
+
+
+def test_release_ignores_a_committed_slot() -> None:
+    index = _index(1, "a")
+    index.release(0)
+    assert index.lookup("a") == 0
+    assert index.reserve(1) == ([0], [("a", 0)])  # still a block to evict, not a free slot
+
+
+def test_committing_a_known_hash_to_a_new_slot_frees_the_old_one() -> None:
+    index = _index(2, "a")
+    assert index.reserve(1) == ([1], [])
+    index.commit("a", 1)
+    assert (index.lookup("a"), len(index)) == (1, 1)
+    assert index.reserve(1) == ([0], [])
+
+
+def test_recommitting_the_same_slot_keeps_it_out_of_the_free_list() -> None:
+    index = _index(1, "a")
+    index.commit("a", 0)
+    assert index.reserve(1) == ([0], [("a", 0)])
+
+
+def test_a_pinned_older_copy_is_not_handed_out_after_a_recommit() -> None:
+    index = _index(2, "a")
+    index.pin([0])  # a local load reads block "a" from slot 0
+    assert index.reserve(1) == ([1], [])  # a second save of the same block
+    index.commit("a", 1)
+    slots, _ = index.reserve(1)
+    assert 0 not in slots
+
+
+H = ["h0", "h1", "h2", "h3"]  # slots 0 and 1 hold h0 and h1 locally
+OFFERS = {2: ("h2", "n7", 5), 3: ("h3", "n8", 6)}
+L0, L1, R2, R3 = (0, "h0", None, 0), (1, "h1", None, 1), (2, "h2", "n7", 5), (3, "h3", "n8", 6)
+
+
+@pytest.mark.parametrize(
+    "start,max_blocks,remote,expected",
+    [
+        (0, 4, {}, [L0, L1]),  # local hits, then nothing for h2: the walk stops
+        (0, 4, OFFERS, [L0, L1, R2, R3]),  # remote offers continue the prefix
+        (0, 4, {2: ("hX", "n7", 5), 3: ("h3", "n8", 6)}, [L0, L1]),  # another hash offered: stop
+        (0, 3, OFFERS, [L0, L1, R2]),  # max_blocks: the exclusive end index
+        (0, 9, OFFERS, [L0, L1, R2, R3]),  # ... capped by the prompt's blocks
+        (1, 4, OFFERS, [L1, R2, R3]),  # start past the computed blocks
+        (2, 2, OFFERS, []),
+        (0, 1, {0: ("h0", "n7", 9)}, [L0]),  # a local copy wins over an offer
+    ],
+)
+def test_plan_prefix_sources(
+    start: int,
+    max_blocks: int,
+    remote: dict[int, tuple[str, str, int]],
+    expected: list[tuple[int, str, str | None, int]],
+) -> None:
+    assert plan_prefix_sources(H, start, max_blocks, _index(4, "h0", "h1"), remote) == expected
+
+
+def test_plan_prefix_sources_needs_a_contiguous_prefix() -> None:
+    index = _index(4, "h1")
+    assert plan_prefix_sources(H, 0, 4, index, {}) == []

@@ -11,9 +11,15 @@ from gateway.serving.policy.admission import PriorityAdmission
 
 
 async def test_unlimited_never_waits() -> None:
+    # max_wait_s=0: any acquire that queued would raise RateLimited at once.
     adm = PriorityAdmission(limit=None, max_wait_s=0.0)
+    async with asyncio.timeout(1.0):
+        for _ in range(100):
+            await adm.acquire(3)
+    assert (adm.in_use, adm.waiting) == (100, 0)
     for _ in range(100):
-        await adm.acquire(3)
+        adm.release()
+    assert adm.in_use == 0
 
 
 async def test_freed_slot_goes_to_best_priority_then_fifo() -> None:

@@ -1,0 +1,137 @@
+"""gateway.serving.segments: one request's progress across worker segments, in literal scenarios."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import FinishReason, Role
+from gateway.errors import UpstreamFailed
+from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
+
+
+def _progress(max_tokens: int = 4, max_node_failures: int = 2, max_migrations: int = 1) -> RequestProgress:
+    return RequestProgress("r", [1, 2, 3], max_tokens, max_node_failures, max_migrations)
+
+
+def _absorb(
+    p: RequestProgress,
+    tokens: list[int],
+    *,
+    cached: int = 0,
+    finish: FinishReason | None = None,
+    role: Role = Role.DECODE,
+    at: float = 0.0,
+) -> list[int]:
+    return p.absorb(tokens, cached_tokens=cached, finish=finish, role=role, elapsed_s=at)
+
+
+@pytest.mark.parametrize(
+    "reason,outcome",
+    [
+        (None, None),
+        (FinishReason.STOP, SegmentOutcome.FINISHED),
+        (FinishReason.LENGTH, SegmentOutcome.FINISHED),
+        (FinishReason.ABORT, SegmentOutcome.GAVE_UP),
+        (FinishReason.MIGRATED, SegmentOutcome.GAVE_UP),
+    ],
+)
+def test_segment_outcome(reason: FinishReason | None, outcome: SegmentOutcome | None) -> None:
+    assert segment_outcome(reason) is outcome
+
+
+def test_an_error_finish_is_not_a_segment_outcome() -> None:
+    with pytest.raises(ValueError):
+        segment_outcome(FinishReason.ERROR)
+
+
+def test_next_call_numbers_segments_and_asks_prefill_for_one_token() -> None:
+    p = _progress()
+    assert p.next_call(Role.PREFILL) == ("r.1", 1)
+    assert p.next_call(Role.DECODE) == ("r.1", 4)
+    p.started("n0")
+    assert _absorb(p, [10, 11, 12]) == [10, 11, 12]
+    assert p.next_call(Role.DECODE) == ("r.2", 1)
+    assert p.context() == [1, 2, 3, 10, 11, 12]
+    assert (p.first_segment, p.nodes) == (False, ["n0"])
+
+
+def test_budget_spent_ends_the_request_with_length() -> None:
+    p = _progress(max_tokens=2)
+    p.finish = FinishReason.STOP
+    assert p.budget_spent() is False
+    assert p.finish is FinishReason.STOP
+    _absorb(p, [10, 11])
+    assert p.budget_spent() is True
+    assert p.finish is FinishReason.LENGTH
+
+
+def test_absorb_cuts_tokens_to_the_budget() -> None:
+    p = _progress(max_tokens=4)
+    assert _absorb(p, [10, 11, 12, 13, 14, 15]) == [10, 11, 12, 13]
+    assert _absorb(p, [16]) == []
+    assert (p.generated, p.remaining) == ([10, 11, 12, 13], 0)
+
+
+def test_first_tokens_set_ttft_and_first_phase_once() -> None:
+    p = _progress()
+    _absorb(p, [], role=Role.PREFILL, at=0.1)
+    assert (p.ttft_s, p.first_phase) == (0.0, "")
+    _absorb(p, [10], role=Role.PREFILL, at=0.5)
+    _absorb(p, [11], role=Role.DECODE, at=0.9)
+    assert (p.ttft_s, p.first_phase) == (0.5, "prefill")
+
+
+def test_cached_is_set_by_the_first_chunk_with_tokens() -> None:
+    p = _progress()
+    _absorb(p, [], cached=7)
+    _absorb(p, [], cached=7, finish=FinishReason.MIGRATED)  # a segment given up says nothing yet
+    assert p.cached is None
+    _absorb(p, [10], cached=3)
+    _absorb(p, [11], cached=9)
+    assert p.cached == 3
+
+
+def test_cached_is_set_by_an_ending_finish_without_tokens() -> None:
+    p = _progress()
+    _absorb(p, [], cached=5, finish=FinishReason.STOP)
+    assert p.cached == 5
+
+
+@pytest.mark.parametrize(
+    "reason,role,next_,just_prefilled",
+    [
+        (FinishReason.STOP, Role.PREFILL, Next.DONE, False),
+        (FinishReason.STOP, Role.DECODE, Next.DONE, False),
+        (FinishReason.LENGTH, Role.PREFILL, Next.DECODE, True),  # the prefill's one token
+        (FinishReason.LENGTH, Role.DECODE, Next.DONE, False),
+    ],
+)
+def test_finished_segment(reason: FinishReason, role: Role, next_: Next, just_prefilled: bool) -> None:
+    p = _progress()
+    assert p.end_segment(SegmentOutcome.FINISHED, role, reason=reason) is next_
+    assert (p.finish, p.just_prefilled, p.resumes) == (reason, just_prefilled, 0)
+
+
+def test_gave_up_routes_again_until_too_many_migrations() -> None:
+    p = _progress(max_migrations=1)
+    p.just_prefilled = True
+    assert p.end_segment(SegmentOutcome.GAVE_UP, Role.DECODE, reason=FinishReason.MIGRATED) is Next.ROUTE_AGAIN
+    assert (p.migrations, p.resumes, p.just_prefilled, p.failures) == (1, 1, False, 0)
+    with pytest.raises(UpstreamFailed) as exc:
+        p.end_segment(SegmentOutcome.GAVE_UP, Role.DECODE, reason=FinishReason.ABORT)
+    assert (exc.value.code, exc.value.status) == ("too_many_migrations", 502)
+    assert exc.value.message == "request r migrated too often"
+    assert (p.migrations, p.resumes) == (2, 2)
+
+
+def test_failed_nodes_are_excluded_until_max_node_failures() -> None:
+    p = _progress(max_node_failures=2)
+    p.just_prefilled = True
+    _absorb(p, [10])
+    assert p.end_segment(SegmentOutcome.NODE_FAILED, Role.DECODE, node_id="n1", error="reset") is Next.ROUTE_AGAIN
+    assert (p.excluded, p.failures, p.resumes, p.just_prefilled, p.migrations) == ({"n1"}, 1, 1, True, 0)
+    with pytest.raises(UpstreamFailed) as exc:
+        p.end_segment(SegmentOutcome.NODE_FAILED, Role.DECODE, node_id="n2", error="boom")
+    assert exc.value.body()["error"]["code"] == "workers_failed"
+    assert exc.value.message == "request r failed on 2 workers after 1 tokens; last error: boom"
+    assert (p.excluded, p.failures, p.resumes) == ({"n1", "n2"}, 2, 2)
