@@ -89,17 +89,14 @@ def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -
 
 
 def serve(settings: GatewaySettings, log_level: str, control_plane: ControlPlane | None = None) -> None:
-    import uvicorn
-
     from gateway.compose import compose_app
+    from gateway.server import serve_app
 
-    # uvicorn picks uvloop and httptools when installed; no access log on the hot path.
-    uvicorn.run(
+    serve_app(
         compose_app(settings, control_plane=control_plane),
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        access_log=False,
         timeout_graceful_shutdown=5,
     )
 
