@@ -32,6 +32,7 @@ def demo_api_key(cp: ControlPlane, data_dir: str | pathlib.Path) -> str | None:
             repository.add_audit(
                 session,
                 actor="system",
+                actor_id="system",
                 action="tenant.create",
                 target=f"tenant:{tenant.id}",
                 after={"name": tenant.name},
@@ -40,6 +41,7 @@ def demo_api_key(cp: ControlPlane, data_dir: str | pathlib.Path) -> str | None:
         repository.add_audit(
             session,
             actor="system",
+            actor_id="system",
             action="api_key.create",
             target=f"api_key:{key.id}",
             after={"tenant_id": tenant.id, "name": key.name, "prefix": key.prefix},

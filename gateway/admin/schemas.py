@@ -255,7 +255,8 @@ class AuditOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: int
     t: float
-    actor: str
+    actor: str  # the admin token's name, or "system"
+    actor_id: str | None = None  # the admin token's id ("system"; None on rows older than this field)
     action: str
     target: str
     before: Any

@@ -92,6 +92,20 @@ def list_decisions(
     )
 
 
+def latest_decision_with_predictions(session: Session) -> PlannerDecision | None:
+    """The newest decision that carries a prediction per split (a planner
+    without enough data stores decisions with none), or None."""
+    dialect = session.get_bind().dialect.name
+    length = sa.func.jsonb_array_length if dialect == "postgresql" else sa.func.json_array_length
+    stmt = (
+        sa.select(PlannerDecision)
+        .where(PlannerDecision.predictions.is_not(None), length(PlannerDecision.predictions) > 0)
+        .order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc())
+        .limit(1)
+    )
+    return session.scalars(stmt).first()
+
+
 # -- switch events -----------------------------------------------------------
 
 
@@ -147,10 +161,13 @@ def add_audit(
     before: Any = None,
     after: Any = None,
     t: float | None = None,
+    actor_id: str | None = None,
 ) -> AuditEntry:
+    """`actor`: the admin token's name (or "system"); `actor_id`: its id (or "system")."""
     row = AuditEntry(
         t=time.time() if t is None else t,
         actor=actor,
+        actor_id=actor_id,
         action=action,
         target=target,
         before=json_safe(before),
@@ -166,6 +183,7 @@ def list_audit(
     since: float | None = None,
     until: float | None = None,
     actor: str | None = None,
+    actor_id: str | None = None,
     action: str | None = None,
     limit: int = 100,
     offset: int = 0,
@@ -174,6 +192,8 @@ def list_audit(
     stmt = _window(sa.select(AuditEntry), AuditEntry.t, since, until)
     if actor is not None:
         stmt = stmt.where(AuditEntry.actor == actor)
+    if actor_id is not None:
+        stmt = stmt.where(AuditEntry.actor_id == actor_id)
     if action is not None:
         stmt = stmt.where(AuditEntry.action == action)
     return _page(session, stmt.order_by(AuditEntry.t.desc(), AuditEntry.id.desc()), limit=limit, offset=offset)
