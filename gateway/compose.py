@@ -37,6 +37,7 @@ from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Overrides, SinkConfig, repository
+from gateway.store.db import StoreUnavailable
 from planner.types import Planner
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,18 @@ class ControlPlane:
         if isinstance(self.gate, StoreTenantGate):
             await self.gate.start()
         await self.restore(runtime.cluster)
+        await self.seed_predictions(runtime.cluster)
+
+    async def seed_predictions(self, cluster: ClusterRuntime) -> None:
+        """Show the last stored prediction per split until the planner makes a
+        new one (best effort: a store outage only leaves the page empty)."""
+        try:
+            latest = await self.db.run_async(repository.latest_predictions)
+        except StoreUnavailable:
+            log.warning("store unreachable; the planner's last predictions are not shown until it makes new ones")
+            return
+        if latest is not None:
+            cluster.seed_predictions(latest[1], latest[0])
 
     async def restore(self, cluster: ClusterRuntime) -> None:
         """Apply the persisted mode and pins; pins win, so realise them now."""

@@ -72,6 +72,7 @@ def planner_out(state: PlannerState) -> schemas.PlannerOut:
         planner=state.planner,
         last_decision=last,
         predictions=[schemas.PredictionOut(**dataclasses.asdict(p)) for p in state.predictions],
+        predictions_t=state.predictions_t,
     )
 
 

@@ -95,7 +95,10 @@ class PlannerOut(BaseModel):
     mode: Mode
     planner: str
     last_decision: LastDecisionOut | None
+    # The newest prediction per split, made at `predictions_t` (unix s): older than
+    # `last_decision` while the planner holds for lack of data.
     predictions: list[PredictionOut]
+    predictions_t: float | None = None
 
 
 class PlannerModeIn(BaseModel):

@@ -6,9 +6,10 @@ Each tick reads as decide -> one I/O step -> apply:
    finished-request samples from the OpenAI service, the cluster view
    (nodes, phases, pins, mode);
 2. decide: `planner.decide(view)` (pure);
-3. apply: record the decision (admin API state, event store), and in mode
-   `auto` carry out its switches through the cluster runtime, which
-   records each switch.
+3. apply: record the decision (admin API state; the event store except in
+   mode `manual`, where the planner only predicts for the operator's eyes
+   and decides nothing worth keeping), and in mode `auto` carry out its
+   switches through the cluster runtime, which records each switch.
 
 The planner never sees HTTP or the database; a failing switch is recorded
 and the next tick decides again from what actually happened.
@@ -86,7 +87,8 @@ class PlannerLoop:
         decision = self.planner.decide(view)
         runtime.planner_name = self.planner.name
         runtime.record_decision(decision)
-        self._persist(decision, view.mode.value)
+        if view.mode is not PlannerMode.MANUAL:
+            self._persist(decision, view.mode.value)
         if not (decision.acted and view.mode is PlannerMode.AUTO):
             return
         for action in decision.actions:
@@ -102,6 +104,6 @@ class PlannerLoop:
                 log.warning("planner switch of %s failed: %s", action.node_id, exc)
 
     def _persist(self, decision: Decision, mode: str) -> None:
-        """Every decision, acted on or not, goes to the event store (buffered)."""
+        """Every auto/advisory decision, acted on or not, goes to the event store (buffered)."""
         if self.sink is not None:
             self.sink(decision, mode)

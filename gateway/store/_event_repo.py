@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides, SwitchOutcome
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent, UsageMinute
-from planner.types import Decision
+from planner.types import Decision, SplitPrediction
 
 
 def json_safe(value: Any) -> Any:
@@ -92,9 +92,10 @@ def list_decisions(
     )
 
 
-def latest_decision_with_predictions(session: Session) -> PlannerDecision | None:
-    """The newest decision that carries a prediction per split (a planner
-    without enough data stores decisions with none), or None."""
+def latest_predictions(session: Session) -> tuple[float, tuple[SplitPrediction, ...]] | None:
+    """(t, prediction per split) of the newest decision that carries any (a
+    planner without enough data stores decisions with none), or None.
+    Floats stored as null (they were not finite) come back as infinity."""
     dialect = session.get_bind().dialect.name
     length = sa.func.jsonb_array_length if dialect == "postgresql" else sa.func.json_array_length
     stmt = (
@@ -103,7 +104,15 @@ def latest_decision_with_predictions(session: Session) -> PlannerDecision | None
         .order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc())
         .limit(1)
     )
-    return session.scalars(stmt).first()
+    row = session.scalars(stmt).first()
+    if row is None or not row.predictions:
+        return None
+    names = {f.name for f in dataclasses.fields(SplitPrediction)}
+    preds = tuple(
+        SplitPrediction(**{k: (math.inf if v is None else v) for k, v in p.items() if k in names})
+        for p in row.predictions
+    )
+    return row.t, preds
 
 
 # -- switch events -----------------------------------------------------------

@@ -245,10 +245,11 @@ def test_decisions_and_switch_events(migrated_db: Database) -> None:
         assert total == 2 and [r.t for r in rows] == [1002.0, 1001.0]
         rows, total = repository.list_decisions(s, limit=1, offset=3)
         assert total == 4 and rows[0].t == 1000.0
-        assert repository.latest_decision_with_predictions(s).t == 1003.0
+        t, (pred,) = repository.latest_predictions(s)
+        assert t == 1003.0 and pred == _decision(0.0, False).predictions[0]  # inf stored as null comes back
         repository.add_decision(s, decision=dataclasses.replace(_decision(1004.0, False), predictions=()), mode="auto")
     with migrated_db.session() as s:  # a later decision without predictions does not hide the last ones
-        assert repository.latest_decision_with_predictions(s).t == 1003.0
+        assert repository.latest_predictions(s)[0] == 1003.0
         rows, total = repository.list_switch_events(s, reason="DECODE-heavy")
         assert total == 2 and {r.outcome for r in rows} == {"ok", "failed"}
         rows, total = repository.list_switch_events(s, node_id="n0", outcome="ok")
