@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("--api-key", default=None, help="tenant API key (default: $OPENAI_API_KEY)")
     key.add_argument("--api-key-file", default=None, help="file holding the API key (e.g. data/demo-api-key)")
     p.add_argument("--model", default=None, help="model id (default: the first of /v1/models)")
-    p.add_argument("--tokenizer", default=None, help="local tokenizer folder to size prompts (default: ~4 chars/token)")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="local tokenizer folder to size prompts (default: about 2.5 characters per token)",
+    )
     p.add_argument("--traces", default=DEFAULT_TRACES, help=f"traces folder (default {DEFAULT_TRACES})")
     p.add_argument("--phase-s", type=float, default=plan.LoadConfig.phase_s, help="seconds per phase")
     p.add_argument(
@@ -63,12 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agents-prefill", type=int, default=plan.LoadConfig.agents_prefill)
     p.add_argument("--max-context", type=int, default=plan.LoadConfig.max_context_tokens, help="model context, tokens")
     p.add_argument("--decode-output-mean", type=int, default=plan.LoadConfig.decode_output_mean)
+    p.add_argument("--decode-output-max", type=int, default=plan.LoadConfig.decode_output_max)
     p.add_argument("--prefill-prompt", type=int, default=plan.LoadConfig.prefill_prompt_tokens, help="tokens")
     p.add_argument("--max-gap-s", type=float, default=plan.LoadConfig.max_gap_s, help="cap on tool time per turn")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report-s", type=float, default=15.0, help="progress line period without a terminal")
     p.add_argument("--json", action="store_true", help="one JSON object per phase on stdout")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per request")
+    p.add_argument("--wait-ready-s", type=float, default=0.0, help="wait this long for the gateway's /readyz")
     return p
 
 
@@ -84,6 +90,7 @@ def config_from_args(a: argparse.Namespace) -> plan.LoadConfig:
         agents_prefill=a.agents_prefill,
         max_context_tokens=a.max_context,
         decode_output_mean=a.decode_output_mean,
+        decode_output_max=a.decode_output_max,
         prefill_prompt_tokens=a.prefill_prompt,
         max_gap_s=a.max_gap_s,
         seed=a.seed,
@@ -143,7 +150,7 @@ class LoadRun:
     async def turn(self, headers: dict[str, str], t: plan.Turn) -> RequestResult:
         body = {
             "model": self.model,
-            "messages": [{"role": "user", "content": t.prompt}],
+            "messages": [{"role": "user", "content": t.prompt(headers["X-Branch-ID"])}],
             "max_tokens": t.max_tokens,
             "temperature": 0,
             "stream": True,
@@ -226,6 +233,16 @@ class LoadRun:
         return summary
 
 
+async def wait_ready(client: httpx.AsyncClient, timeout_s: float) -> None:
+    """Until /readyz answers 200 (at most `timeout_s`; then the first request says what is wrong)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if (await client.get("/readyz")).status_code == 200:
+                return
+        await asyncio.sleep(0.5)
+
+
 async def first_model(client: httpx.AsyncClient) -> str:
     r = await client.get("/v1/models")
     r.raise_for_status()
@@ -246,6 +263,7 @@ async def run(a: argparse.Namespace, config: plan.LoadConfig, key: str | None) -
     timeout = httpx.Timeout(a.timeout_s, connect=10.0)
     limits = httpx.Limits(max_connections=config.agents_decode + config.agents_prefill + 4)
     async with httpx.AsyncClient(base_url=a.base_url.rstrip("/"), headers=headers, timeout=timeout, limits=limits) as c:
+        await wait_ready(c, a.wait_ready_s)
         model = a.model or await first_model(c)
         load = LoadRun(c, model, f"load-{os.getpid()}-{int(time.time())}", json_out=a.json, report_s=a.report_s)
         loop = asyncio.get_running_loop()

@@ -33,15 +33,18 @@ from typing import Protocol
 
 import numpy as np
 
+# Tokens the chat template adds around a prompt (role headers), kept free of the context.
+TEMPLATE_TOKENS = 64
+
 
 class Codec(Protocol):
     """Token arithmetic on text, with the served model's tokenizer (or an estimate)."""
 
     def count(self, text: str) -> int: ...
 
-    def cut(self, text: str, head: int, total: int) -> str:
-        """`text` if it has at most `total` tokens, else its first `head`
-        tokens and its last `total - head`, as text."""
+    def cut(self, text: str, head: int, total: int) -> tuple[str, str]:
+        """(its first `head` tokens, the rest) of `text`, the rest cut to its
+        last `total - head` tokens when `text` has more than `total`."""
         ...
 
 
@@ -53,25 +56,28 @@ class TokenizerCodec:
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
-    def cut(self, text: str, head: int, total: int) -> str:
-        ids = self.encode(text)
-        return text if len(ids) <= total else self.decode(head_and_tail(ids, head, total))
+    def cut(self, text: str, head: int, total: int) -> tuple[str, str]:
+        ids = head_and_tail(self.encode(text), head, total)
+        return self.decode(ids[:head]), self.decode(ids[head:])
 
 
 @dataclass(frozen=True)
 class CharCodec:
-    """No tokenizer at hand: `chars_per_token` characters make one token."""
+    """No tokenizer at hand: `chars_per_token` characters make one token (the
+    demo model's tokenizer gives 2.5 on these traces; a rounder guess would
+    overfill a small context)."""
 
-    chars_per_token: float = 4.0
+    chars_per_token: float = 2.5
 
     def count(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token)
 
-    def cut(self, text: str, head: int, total: int) -> str:
+    def cut(self, text: str, head: int, total: int) -> tuple[str, str]:
+        h = int(head * self.chars_per_token)
         if self.count(text) <= total:
-            return text
-        h, t = int(head * self.chars_per_token), int((total - head) * self.chars_per_token)
-        return text[:h] + text[len(text) - t :]
+            return text[:h], text[h:]
+        t = int((total - head) * self.chars_per_token)
+        return text[:h], text[max(h, len(text) - t) :]
 
 
 class PhaseKind(str, enum.Enum):
@@ -123,6 +129,8 @@ class LoadConfig:
             raise ValueError("need 0 <= prefill_head_tokens < prefill_prompt_tokens")
         if self.prefill_prompt_tokens + self.prefill_output_max > self.max_context_tokens:
             raise ValueError("prefill_prompt_tokens + prefill_output_max must fit max_context_tokens")
+        if self.decode_output_max + 4 * TEMPLATE_TOKENS > self.max_context_tokens:
+            raise ValueError(f"decode_output_max must leave {4 * TEMPLATE_TOKENS} tokens of max_context_tokens")
         if self.max_gap_s < 0:
             raise ValueError("max_gap_s must be >= 0")
 
@@ -142,10 +150,19 @@ class SourceTurn:
 
 @dataclass(frozen=True)
 class Turn:
-    prompt: str
+    """One request of a replayed session. The prompt sent is `shared`, then a
+    line naming the agent's branch, then `own`: every replay of a session is
+    a different agent, so only `shared` (a tool's system prompt) is cached
+    across agents, while a session's own turns extend each other as in the trace."""
+
+    own: str
     max_tokens: int
     gap_s: float  # wait after the agent's previous turn ended
     last: bool  # the session's last turn: X-Branch-Finished
+    shared: str = ""
+
+    def prompt(self, branch: str) -> str:
+        return f"{self.shared}\n[agent {branch}]\n{self.own}" if self.shared else f"[agent {branch}]\n{self.own}"
 
 
 @dataclass(frozen=True)
@@ -196,10 +213,6 @@ def by_session(turns: Sequence[SourceTurn]) -> list[list[SourceTurn]]:
     return [g for g in groups.values() if g]
 
 
-# Tokens the chat template adds around a prompt (role headers), kept free of the context.
-TEMPLATE_TOKENS = 64
-
-
 def decode_sessions(turns: Sequence[SourceTurn], config: LoadConfig, codec: Codec, pdf: LengthPdf) -> list[Session]:
     """Decode-heavy sessions: the real conversation, long sampled answers."""
     rng = random.Random(config.seed)
@@ -208,9 +221,9 @@ def decode_sessions(turns: Sequence[SourceTurn], config: LoadConfig, codec: Code
     for group in by_session(turns):
         planned = []
         for i, t in enumerate(group):
-            prompt = codec.cut(t.prompt, room // 4, room)
+            head, rest = codec.cut(t.prompt, room // 4, room)
             n = pdf.sample_scaled(rng, config.decode_output_mean, 16, config.decode_output_max)
-            planned.append(Turn(prompt, n, min(t.gap_s, config.max_gap_s), i == len(group) - 1))
+            planned.append(Turn(head + rest, n, min(t.gap_s, config.max_gap_s), i == len(group) - 1))
         out.append(Session(group[0].session_id, tuple(planned)))
     return out
 
@@ -222,9 +235,9 @@ def prefill_sessions(turns: Sequence[SourceTurn], config: LoadConfig, codec: Cod
     for group in by_session(turns):
         planned = []
         for i, t in enumerate(group):
-            prompt = codec.cut(t.prompt, config.prefill_head_tokens, total)
+            head, rest = codec.cut(t.prompt, config.prefill_head_tokens, total)
             answer = max(1, min(codec.count(t.completion), config.prefill_output_max))
-            planned.append(Turn(prompt, answer, min(t.gap_s, config.max_gap_s), i == len(group) - 1))
+            planned.append(Turn(rest, answer, min(t.gap_s, config.max_gap_s), i == len(group) - 1, head))
         out.append(Session(group[0].session_id, tuple(planned)))
     return out
 

@@ -19,6 +19,7 @@ keys, no limits); the store, admin API and event history work as usual.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pathlib
 from dataclasses import dataclass
@@ -136,13 +137,28 @@ def admin_token_notice(cp: ControlPlane) -> str:
 
 
 def build_planner(settings: GatewaySettings) -> Planner | None:
-    """The planner named by `settings.planner` (None for "none")."""
+    """The planner named by `settings.planner` (None for "none").
+
+    The evolving planner is told what this gateway does: the router's
+    local-prefill threshold (which requests run whole on a decode node: the
+    workload's local/remote classes must be the router's), and that it may
+    go down to `planner_min_prefill` prefill nodes — the router serves with
+    none (decode nodes compute every prompt), so on a two-node cluster 0P/2D
+    is the only other split there is. The workers' engine limits reach it
+    per tick (`PlannerLoop.view`).
+    """
+    from planner.evolving import EvolvingConfig
     from planner.registry import make_planner
 
     if settings.planner == "none":
         return None
     if settings.planner == "static":  # holds the split `up` starts with
         return make_planner("static", prefill_nodes=len(settings.worker_urls) // 2)
+    if settings.planner == "evolving":
+        workload = dataclasses.replace(
+            EvolvingConfig().workload, local_prefill_max_tokens=settings.local_prefill_max_tokens
+        )
+        return make_planner("evolving", min_prefill=settings.planner_min_prefill, workload=workload)
     return make_planner(settings.planner)
 
 
