@@ -164,7 +164,7 @@ class LoadRun:
             async with self.client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")[:200]
-                    return RequestResult(False, time.perf_counter() - t0, error=f"HTTP {r.status_code}: {text}")
+                    return self._failed(t0, None, f"HTTP {r.status_code}: {text}")
                 async for line in r.aiter_lines():
                     if not line.startswith("data:") or line.strip() == "data: [DONE]":
                         continue
@@ -174,7 +174,7 @@ class LoadRun:
                     elif ttft is None and chunk.get("choices"):
                         ttft = time.perf_counter() - t0
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
-            return RequestResult(False, time.perf_counter() - t0, ttft, error=f"{type(exc).__name__}: {exc}")
+            return self._failed(t0, ttft, f"{type(exc).__name__}: {exc}")
         finally:
             self.in_flight -= 1
         details = usage.get("prompt_tokens_details") or {}
@@ -186,6 +186,9 @@ class LoadRun:
             int(details.get("cached_tokens", 0) or 0),
             int(usage.get("completion_tokens", 0)),
         )
+
+    def _failed(self, t0: float, ttft: float | None, error: str) -> RequestResult:
+        return RequestResult(False, time.perf_counter() - t0, ttft, error=error, interrupted=self.stopping.is_set())
 
     async def agent(self, i: int, deck: plan.SessionDeck, stats: PhaseStats, deadline: float) -> None:
         """Sessions one after another until the phase ends; the branch in flight is finished."""

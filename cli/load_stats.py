@@ -20,6 +20,7 @@ class RequestResult:
     cached_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None  # "HTTP 429: ...", "ReadTimeout: ..."
+    interrupted: bool = False  # failed while the load was stopping (the gateway going down): not an error
 
 
 @dataclass
@@ -38,7 +39,11 @@ class PhaseStats:
 
     @property
     def errors(self) -> int:
-        return sum(1 for r in self.results if not r.ok)
+        return sum(1 for r in self.results if not r.ok and not r.interrupted)
+
+    @property
+    def interrupted(self) -> int:
+        return sum(1 for r in self.results if r.interrupted)
 
     def summary(self, elapsed_s: float) -> dict[str, Any]:
         """The phase's numbers (the `--json` line)."""
@@ -52,7 +57,7 @@ class PhaseStats:
             for r in ok
             if r.ttft_s is not None and r.completion_tokens > 1
         ]
-        first_error = next((r.error for r in self.results if r.error), None)
+        first_error = next((r.error for r in self.results if r.error and not r.interrupted), None)
         return {
             "phase": self.number,
             "kind": self.kind.value,
@@ -60,6 +65,7 @@ class PhaseStats:
             "elapsed_s": round(elapsed_s, 1),
             "requests": len(self.results),
             "errors": self.errors,
+            "interrupted": self.interrupted,
             "prompt_tokens_mean": round(prompt / len(ok), 1) if ok else None,
             "cached_fraction": round(cached / prompt, 3) if prompt else None,
             "output_tokens_mean": round(completion / len(ok), 1) if ok else None,
@@ -75,9 +81,11 @@ class PhaseStats:
         """The one-line summary printed when the phase ends."""
         s = self.summary(elapsed_s)
         cached = "-" if s["cached_fraction"] is None else f"{s['cached_fraction']:.0%}"
+        interrupted = f", {s['interrupted']} cut short by the stop" if s["interrupted"] else ""
         text = (
             f"phase {s['phase']} {self.kind.label}: {s['elapsed_s']:.0f} s, {s['agents']} agents, "
-            f"{s['requests']} requests ({s['errors']} errors), prompt {s['prompt_tokens_mean'] or 0:.0f} tok "
+            f"{s['requests']} requests ({s['errors']} errors{interrupted}), "
+            f"prompt {s['prompt_tokens_mean'] or 0:.0f} tok "
             f"({cached} cached), output {s['output_tokens_mean'] or 0:.0f} tok, "
             f"TTFT p50 {fmt_s(s['ttft_p50_s'])} p95 {fmt_s(s['ttft_p95_s'])}, TPOT {fmt_s(s['tpot_mean_s'])}, "
             f"{s['output_tokens_per_s']:.0f} output tok/s"

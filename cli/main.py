@@ -10,7 +10,7 @@ message instead of breaking the other commands.
     evolving-infra worker --model DIR --port P --phase prefill|decode --node-id ID ...
     evolving-infra model init-demo DIR
     evolving-infra db upgrade [--url URL]
-    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos [args...]
+    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos|demo [args...]
     evolving-infra simulate|replay|console|load [args...]
 """
 
@@ -31,6 +31,7 @@ BENCHES: dict[str, str] = {
     "gateway": "bench.gateway_bench:main",
     "planner": "bench.planner_bench:main",
     "chaos": "bench.chaos_bench:main",
+    "demo": "bench.demo_bench:main",
 }
 PASSTHROUGH: dict[str, str] = {
     "worker": "workers.cli:run",

@@ -127,6 +127,12 @@ class Children:
     def get(self, name: str) -> subprocess.Popen[bytes] | None:
         return next((p for n, p in self.procs if n == name), None)
 
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        """Send `sig` to child `name`'s process group now (no wait; no-op if absent)."""
+        proc = self.get(name)
+        if proc is not None and proc.poll() is None:
+            _signal_group(proc.pid, sig)
+
     def dead(self, names: Sequence[str] | None = None) -> list[str]:
         return [n for n, p in self.procs if (names is None or n in names) and p.poll() is not None]
 

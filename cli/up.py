@@ -27,6 +27,8 @@ import pathlib
 import signal
 import sys
 import time
+from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import httpx
@@ -95,13 +97,27 @@ def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -
     return GatewaySettings.from_env(**overrides)
 
 
-def serve(settings: GatewaySettings, log_level: str, control_plane: ControlPlane | None = None) -> None:
+def serve(
+    settings: GatewaySettings,
+    log_level: str,
+    control_plane: ControlPlane | None = None,
+    on_exit: Callable[[], None] | None = None,
+) -> None:
+    """Serve the composed app until SIGINT/SIGTERM; `on_exit` runs first thing
+    when the signal arrives (`up` stops its load there, before the gateway
+    stops taking requests)."""
     import uvicorn
 
     from gateway.compose import compose_app
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if on_exit is not None:
+                on_exit()
+            super().handle_exit(sig, frame)
+
     # uvicorn picks uvloop and httptools when installed; no access log on the hot path.
-    uvicorn.run(
+    config = uvicorn.Config(
         compose_app(settings, control_plane=control_plane),
         host=settings.host,
         port=settings.port,
@@ -109,9 +125,14 @@ def serve(settings: GatewaySettings, log_level: str, control_plane: ControlPlane
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    server = Server(config)
+    server.run()
+    if not server.started:  # what uvicorn.run does: e.g. the port was taken after all
+        raise SystemExit(3)
 
 
 def run_gateway(args: argparse.Namespace) -> int:
+    from cli.startup_text import MODE_MEANING
     from gateway.compose import ControlPlane, admin_token_notice
 
     urls = tuple(u.strip().rstrip("/") for u in args.worker_urls.split(",") if u.strip())
@@ -122,6 +143,8 @@ def run_gateway(args: argparse.Namespace) -> int:
         f"store: {cp.db.url.render_as_string(hide_password=True)}",
         flush=True,
     )
+    mode = cp.planner_mode
+    print(f"planner:  {settings.planner}, mode {mode} ({MODE_MEANING.get(mode, '?')})", flush=True)
     print(admin_token_notice(cp), flush=True)
     serve(settings, args.log_level, cp)
     return 0
@@ -290,7 +313,8 @@ def run_up(args: argparse.Namespace) -> int:
             load=load_text,
         )
         print(startup_text(facts, admin_token_notice(control_plane)), flush=True)
-        serve(settings, args.log_level, control_plane)
+        # On Ctrl-C/SIGTERM the load stops first: it starts no new turn while the gateway drains.
+        serve(settings, args.log_level, control_plane, on_exit=lambda: children.signal("load", signal.SIGTERM))
     except KeyboardInterrupt:
         pass
     except RuntimeError as exc:  # a worker that died or never got ready: said plainly

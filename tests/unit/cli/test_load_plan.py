@@ -121,3 +121,12 @@ def test_phase_stats_summary_and_lines() -> None:
     assert "65% cached" in line and line.endswith("first error: HTTP 429: slow down")
     bar = stats.progress(5.0, 10.0, in_flight=3)
     assert "[############............]" in bar and "in flight 3" in bar
+
+
+def test_requests_cut_short_by_the_stop_are_not_errors() -> None:
+    stats = PhaseStats(1, plan.PhaseKind.PREFILL_HEAVY, agents=2)
+    stats.add(RequestResult(True, 0.2, 0.1, prompt_tokens=10, completion_tokens=2))
+    stats.add(RequestResult(False, 0.1, error="ConnectError: gone", interrupted=True))
+    s = stats.summary(5.0)
+    assert (s["errors"], s["interrupted"], s["first_error"]) == (0, 1, None)
+    assert "(0 errors, 1 cut short by the stop)" in stats.line(5.0)
