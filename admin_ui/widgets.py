@@ -104,7 +104,7 @@ def prediction_status(predictions_t: float | None, last_decision: dict[str, Any]
     text = f"Made at {fmt_time(predictions_t)} UTC, {fmt_age(now - predictions_t)} ago."
     decided = float(last_decision.get("t") or 0.0) if last_decision else 0.0
     if decided > predictions_t + 1e-6:
-        text += f" Since then it decides without predicting — {last_decision.get('reason')}" if last_decision else ""
+        text += f" Since then it decides without predicting: {last_decision.get('reason')}." if last_decision else ""
     return text
 
 

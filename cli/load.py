@@ -134,6 +134,11 @@ def make_codec(tokenizer: str | None) -> plan.Codec:
     )
 
 
+def _has_token(chunk: dict[str, Any]) -> bool:
+    """A chunk that carries output (the gateway's first chunk only names the role)."""
+    return any((c.get("delta") or {}).get("content") or c.get("finish_reason") for c in chunk.get("choices") or [])
+
+
 class LoadRun:
     """The agents of one phase at a time, through one HTTP client."""
 
@@ -171,7 +176,7 @@ class LoadRun:
                     chunk = json.loads(line[5:])
                     if chunk.get("usage"):
                         usage = chunk["usage"]
-                    elif ttft is None and chunk.get("choices"):
+                    if ttft is None and _has_token(chunk):
                         ttft = time.perf_counter() - t0
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
             return self._failed(t0, ttft, f"{type(exc).__name__}: {exc}")

@@ -105,7 +105,7 @@ class LoadConfig:
 
     phase_s: float = 180.0
     phases: tuple[PhaseKind, ...] = (PhaseKind.PREFILL_HEAVY, PhaseKind.DECODE_HEAVY)
-    agents_decode: int = 8
+    agents_decode: int = 24
     agents_prefill: int = 4
     max_context_tokens: int = 4096
     decode_output_mean: int = 384

@@ -95,7 +95,7 @@ def test_planner_pins_split_after_confirmation_and_shows_result(
     # Shown while idle, with their age and why nothing newer exists.
     caption = " ".join(c.value for c in at.caption)
     assert re.search(r"Made at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, (8\d|9\d) s ago|2 min ago", caption), caption
-    assert "decides without predicting — hold: insufficient data" in caption
+    assert "decides without predicting: hold: insufficient data." in caption
     at.number_input(key="pin_split_prefill").set_value(3).run()
     at.button(key="pin_split").click().run()
     assert any("3 prefill / 1 decode" in w.value for w in at.warning)

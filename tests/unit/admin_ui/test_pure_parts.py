@@ -166,7 +166,7 @@ def test_prediction_status_says_when_and_why_nothing_newer() -> None:
     assert fresh == "Made at 1970-01-01 00:16:40 UTC, 12 s ago."
     idle = prediction_status(1000.0, {"t": 4600.0, "reason": "hold: insufficient data"}, 4601.0)
     assert idle.startswith("Made at 1970-01-01 00:16:40 UTC, 60 min ago.")
-    assert idle.endswith("decides without predicting — hold: insufficient data")
+    assert idle.endswith("decides without predicting: hold: insufficient data.")
     assert [fmt_age(x) for x in (5, 600, 7200, 3 * 86400)] == ["5 s", "10 min", "2 h", "3 d"]
 
 
