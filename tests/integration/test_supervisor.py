@@ -100,3 +100,25 @@ def test_children_die_with_a_supervisor_that_was_sigkilled(tmp_path: pathlib.Pat
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
+
+
+def test_the_console_command_stops_streamlit_on_sigterm(tmp_path: pathlib.Path) -> None:
+    """`evolving-infra console` run on its own and stopped with SIGTERM leaves no Streamlit behind."""
+    port = free_port()
+    root = pathlib.Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "console", "--port", str(port), "--admin-url", "http://127.0.0.1:9"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: listening(port), timeout_s=60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) in (0, -signal.SIGTERM, 143)
+        wait_until(lambda: not listening(port), timeout_s=10)
+        assert not group_alive(proc.pid)
+    finally:
+        if group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
