@@ -95,7 +95,7 @@ def big_prompt(nbytes: int) -> str:
 
 # -- the gateway process (re-entered through --serve gateway) ------------------------
 def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, max_prompt_tokens: int | None) -> None:
-    from cli.demo_key import demo_api_key
+    from cli.demo_key import demo_key
     from gateway.compose import ControlPlane, compose_app
     from gateway.settings import GatewaySettings
 
@@ -109,7 +109,7 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
         **({"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}),
     )
     cp = ControlPlane.build(settings)
-    demo_api_key(cp, data_dir)  # writes <data_dir>/demo-api-key for the load generator
+    demo_key(cp, data_dir)  # writes <data_dir>/demo-api-key for the load generator
     app = compose_app(settings, control_plane=cp)
     try:
         from gateway.server import serve_app

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 # (gen0 allocations, gen1 and gen2 collections) between collections; CPython's default is (700, 10, 10).
@@ -36,13 +38,27 @@ def tune_gc() -> int:
     return gc.get_freeze_count()
 
 
-def serve_app(app: Any, *, host: str, port: int, log_level: str = "info", **uvicorn_options: Any) -> None:
-    """Run `app` until interrupted (blocking)."""
+def build_server(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    on_exit: Callable[[], None] | None = None,
+    **uvicorn_options: Any,
+) -> Any:
+    """The uvicorn server for `app` (not started): uvloop, httptools, no access
+    log; `on_exit` runs first thing when SIGINT/SIGTERM arrives, before
+    uvicorn stops taking requests."""
     import uvicorn
 
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    tune_gc()
-    uvicorn.run(
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if on_exit is not None:
+                on_exit()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -52,3 +68,16 @@ def serve_app(app: Any, *, host: str, port: int, log_level: str = "info", **uvic
         access_log=False,
         **uvicorn_options,
     )
+    return _Server(config)
+
+
+def serve_app(app: Any, *, host: str, port: int, log_level: str = "info", **options: Any) -> None:
+    """Run `app` until SIGINT/SIGTERM (blocking); `options` as `build_server`'s.
+    Exits with status 3 when the server never started (its lifespan start-up
+    failed), as `uvicorn.run` does."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    tune_gc()
+    server = build_server(app, host=host, port=port, log_level=log_level, **options)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)

@@ -109,7 +109,8 @@ def line(rid: str, tokens: list[int], finish: str | None = None) -> bytes:
 async def answer_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     req = await read_request(reader)
     rid = req["request_id"]
-    writer.write(ndjson_head() + chunk(line(rid, [1]) + line(rid, [2])) + chunk(line(rid, [3], "length")) + b"0\r\n\r\n")
+    body = chunk(line(rid, [1]) + line(rid, [2])) + chunk(line(rid, [3], "length"))
+    writer.write(ndjson_head() + body + b"0\r\n\r\n")
     await writer.drain()
 
 

@@ -45,7 +45,9 @@ def chat(content: str) -> ChatCompletionRequest:
 
 async def prepare(service: OpenAIService, req, branch_id: str | None = None, finished: str | None = None):
     tenant = await service.gate.authenticate(None)
-    branch = parse_branch_headers(tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None, finished=finished)
+    branch = parse_branch_headers(
+        tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None, finished=finished
+    )
     return await service.prepare(req, tenant, branch, "chatcmpl")
 
 
