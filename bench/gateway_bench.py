@@ -1,22 +1,38 @@
-"""`evolving-infra bench gateway`: what the gateway itself costs per request.
+"""`evolving-infra bench gateway`: what the gateway costs per request, side by
+side with vllm-router and smg in front of the same upstream.
 
-One local upstream streams a fixed number of tokens (no model: this measures
-the gateway, not inference). It speaks both OpenAI SSE (for the direct and
-LiteLLM paths) and the worker protocol (for this gateway, which is pointed
-at it as its only decode worker), with the same token cadence. Three paths,
-each at increasing concurrency, streaming chat completions:
+One upstream process (`bench.gateway_upstream`: raw asyncio + httptools,
+~20 µs of CPU per request) answers both the OpenAI routes and the worker
+protocol with the same `--tokens` tokens and no delay. Four targets, each
+its own process, all started once and kept running:
 
-    direct   client -> upstream /v1/chat/completions
-    gateway  client -> evolving-infra gateway -> upstream /internal/generate
-    litellm  client -> LiteLLM -> upstream /v1/chat/completions
+    direct       wrk -> upstream /v1/chat/completions
+    gateway      wrk -> evolving-infra gateway -> upstream /internal/generate
+                 (as `evolving-infra gateway` serves it: API keys checked against a
+                 SQLite store, tenant policy and admission, chat template and
+                 tokenization, block hashes and prefix lookup, routing, detokenizing)
+    vllm-router  wrk -> vllm-router (round robin) -> upstream /v1/chat/completions
+    smg          wrk -> smg (round robin, no tokenizer) -> upstream /v1/chat/completions
 
-Every server runs in its own process. Overhead = path latency - direct
-latency (end to end, concurrency 1, p50 and p99). max_rps = best completed
-requests/s over the concurrency levels. Prints one JSON object.
+Load: wrk (`bench._wrk`), streaming and non-streaming chat completions, at
+each `--concurrency`, `--duration` seconds per run, in `--rounds` rounds
+that interleave the targets (noise from other work spreads over all of
+them); figures are medians over the rounds. Placement on a 2-core machine:
+the proxy under test alone on cpu0, wrk and the upstream on cpu1 (direct
+runs the same way with nothing on cpu0).
 
-LiteLLM: the real proxy (`litellm --config`) when its extras are importable;
-otherwise a minimal proxy over `litellm.acompletion` (the SDK path the proxy
-itself wraps, without its auth/logging hooks, so a lower bound on its cost).
+Keys (streaming; `by_mode` has both modes): `overhead_p50_ms` /
+`overhead_p99_ms` = target - direct at concurrency 1; `ratio_vs_direct_c32`
+= requests/s at 32 over direct's; `p99_ms_c32`; `ratio_vs_peers_c32` =
+ours over each peer's; `peers` = the same keys per peer; `cpu_us_per_request`
+per target, the steadiest figure here.
+
+The stall case (`bench._stall`): 32 small streams and a /healthz probe while
+one 3.5 MB prompt (~660k tokens) goes through the gateway, accepted and
+tokenized in full (`stall`); the same prompt with the model's context
+limit set, refused before tokenizing (`stall_refused`); and a control run
+with no big prompt (`stall_control`: the machine's own noise, measured the
+same way).
 """
 
 from __future__ import annotations
@@ -27,6 +43,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import socket
 import statistics
 import subprocess
@@ -34,278 +51,360 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
-from fastapi import Request  # module level: the shim's handler annotation resolves here
+
+from bench._stall import stall_case
+from bench._wrk import POST_LUA, run_wrk, wrk_path
 
 MODEL = "bench"
-PAYLOAD_MESSAGES = [
+MESSAGES = [
     {"role": "system", "content": "You are a benchmark."},
     {"role": "user", "content": "Agents call tools, read their results and continue."},
 ]
+PEERS = ("vllm-router", "smg")
+TARGETS = ("direct", "gateway", *PEERS)
+PROXY_CPU, LOAD_CPU = "0", "1"
+TARGETS_TEXT = {"overhead_p50_ms": 1.0, "overhead_p99_ms": 3.0, "ratio_vs_direct_c32": 0.5, "p99_vs_direct_c32": 3.0}
+TARGETS_TEXT["stall_ms"] = 50.0
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
-# -- server processes (re-entered through --serve) ------------------------------
-def serve_upstream(port: int, tokenizer_dir: str, delay_s: float) -> None:
-    import uvicorn
-
-    from gateway.serving.tokenize import PromptTokenizer
-    from testing.fake_worker import FakeWorker
-    from testing.fake_worker_app import create_fake_worker_app
-
-    vocab = PromptTokenizer.from_dir(tokenizer_dir).vocab_size
-    worker = FakeWorker("up0", token_delay_s=delay_s, token_range=(10, vocab), block_size=32)
-    app = create_fake_worker_app(worker, openai_model=MODEL)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+def chat_body(*, stream: bool, tokens: int, content: str | None = None) -> bytes:
+    messages = MESSAGES if content is None else [{"role": "user", "content": content}]
+    return json.dumps({"model": MODEL, "messages": messages, "max_tokens": tokens, "stream": stream}).encode()
 
 
-def serve_gateway(port: int, tokenizer_dir: str, upstream: str) -> None:
-    import uvicorn
+def big_prompt(nbytes: int) -> str:
+    """About `nbytes` of varied English-like text (tokenizes like prose, not like one repeated word)."""
+    words = "agents call tools read their results and continue the conversation with a cached prefix".split()
+    out, size, i = [], 0, 0
+    while size < nbytes:
+        w = f"{words[i % len(words)]}{i % 97}"
+        out.append(w)
+        size += len(w) + 1
+        i += 1
+    return " ".join(out)
 
-    from gateway.app import create_app
+
+# -- the gateway process (re-entered through --serve gateway) ------------------------
+def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, max_prompt_tokens: int | None) -> None:
+    from cli.demo_key import demo_key
+    from gateway.compose import ControlPlane, compose_app
     from gateway.settings import GatewaySettings
 
     settings = GatewaySettings(
-        model_dir=tokenizer_dir, model_name=MODEL, worker_urls=(upstream,), port=port, heartbeat_interval_s=1.0
+        model_dir=tokenizer_dir,
+        model_name=MODEL,
+        worker_urls=(upstream,),
+        port=port,
+        data_dir=data_dir,
+        heartbeat_interval_s=1.0,
+        **({"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}),
     )
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="error", access_log=False)
-
-
-def serve_litellm_shim(port: int, upstream: str) -> None:
-    """A minimal OpenAI proxy over litellm.acompletion (used when the proxy extras are missing)."""
-    import litellm
-    import uvicorn
-    from fastapi import FastAPI
-    from fastapi.responses import JSONResponse, StreamingResponse
-
-    litellm.telemetry = False
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body = await request.json()
-        kwargs = dict(
-            model=f"openai/{body['model']}",
-            api_base=f"{upstream}/v1",
-            api_key="sk-bench",
-            messages=body["messages"],
-            max_tokens=body.get("max_tokens"),
-        )
-        if not body.get("stream"):
-            return JSONResponse((await litellm.acompletion(**kwargs)).model_dump())
-        stream = await litellm.acompletion(stream=True, **kwargs)
-
-        async def sse():
-            async for chunk in stream:
-                yield f"data: {chunk.model_dump_json()}\n\n".encode()
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(sse(), media_type="text/event-stream")
-
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
-
-
-def litellm_proxy_available() -> bool:
-    probe = [sys.executable, "-c", "import litellm.proxy.proxy_server"]
-    return subprocess.run(probe, capture_output=True, timeout=180).returncode == 0
-
-
-@contextlib.contextmanager
-def process(argv: list[str], url: str, log: pathlib.Path, timeout_s: float = 180.0) -> Iterator[None]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    cp = ControlPlane.build(settings)
+    demo_key(cp, data_dir)  # writes <data_dir>/demo-api-key for the load generator
+    app = compose_app(settings, control_plane=cp)
     try:
-        deadline = time.monotonic() + timeout_s
+        from gateway.server import serve_app
+    except ImportError:  # this harness run over an older source tree (the "before" runs in docs/benchmarks.md)
+        import uvicorn
+
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        return
+    serve_app(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+# -- processes -------------------------------------------------------------------------
+@contextlib.contextmanager
+def process(
+    argv: list[str], ready_url: str, log: pathlib.Path, *, cpu: str | None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    cmd = ["taskset", "-c", cpu, *argv] if cpu is not None and shutil.which("taskset") else argv
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + 300
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{argv[:4]} exited: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(url, timeout=1.0).status_code < 500:
+                raise RuntimeError(f"{argv[:3]} exited: {log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(ready_url, timeout=1.0).status_code == 200:
                     break
-            except httpx.HTTPError:
-                pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{argv[:4]} not ready after {timeout_s}s")
-            time.sleep(0.25)
-        yield
+                raise RuntimeError(f"{argv[:3]} not ready: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield proc
     finally:
         proc.terminate()
         try:
-            proc.wait(10)
+            proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
 
 
-# -- load generation -------------------------------------------------------------
-async def one_request(client: httpx.AsyncClient, url: str, tokens: int) -> float:
-    body = {"model": MODEL, "messages": PAYLOAD_MESSAGES, "max_tokens": tokens, "stream": True}
-    t0 = time.perf_counter()
-    async with client.stream("POST", url, json=body) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"{url}: HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
+def _bin(name: str) -> str | None:
+    local = pathlib.Path(sys.executable).with_name(name)
+    return str(local) if local.exists() else shutil.which(name)
+
+
+def peer_argv(name: str, port: int, upstream: str, metrics_port: int) -> list[str] | None:
+    common = ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", upstream, "--policy", "round_robin"]
+    common += ["--worker-startup-check-interval", "1", "--prometheus-port", str(metrics_port)]
+    common += ["--prometheus-host", "127.0.0.1"]
+    if name == "vllm-router":
+        exe = _bin("vllm-router")
+        return None if exe is None else [exe, *common, "--log-level", "warning"]
+    exe = _bin("smg")
+    extra = ["--log-level", "warn", "--disable-tokenizer-autoload", "--disable-load-monitoring"]
+    return None if exe is None else [exe, "launch", *common, *extra]
+
+
+def check_target(url: str, api_key: str, tokens: int) -> None:
+    """One streaming and one plain request, checked, before a target is measured."""
+    headers = {"Authorization": f"Bearer {api_key}", "content-type": "application/json"}
+    with httpx.Client(timeout=30) as client:
+        r = client.post(url, content=chat_body(stream=False, tokens=tokens), headers=headers)
+        r.raise_for_status()
+        body = r.json()
+        assert body["choices"][0]["finish_reason"] == "length", body
+        text = ""
         done = False
-        async for line in resp.aiter_lines():
-            if line == "data: [DONE]":
-                done = True
-        if not done:
-            raise RuntimeError(f"{url}: stream ended without [DONE]")
-    return time.perf_counter() - t0
+        with client.stream("POST", url, content=chat_body(stream=True, tokens=tokens), headers=headers) as s:
+            s.raise_for_status()
+            for line in s.iter_lines():
+                if line == "data: [DONE]":
+                    done = True
+                elif line.startswith("data: "):
+                    for choice in json.loads(line[6:]).get("choices", []):
+                        text += choice.get("delta", {}).get("content") or ""
+        assert done and text, f"{url}: stream without [DONE] or text"
 
 
-async def run_level(url: str, concurrency: int, requests: int, tokens: int) -> dict[str, float]:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=60.0) as client:
-        for _ in range(min(concurrency, 8)):  # warm connections and caches
-            await one_request(client, url, tokens)
-        latencies: list[float] = []
-        remaining = requests
+# -- the run -----------------------------------------------------------------------------
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    return round(statistics.median(values), 3) if values else None
 
-        async def loop() -> None:
-            nonlocal remaining
-            while remaining > 0:
-                remaining -= 1
-                latencies.append(await one_request(client, url, tokens))
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(loop() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - t0
-    latencies.sort()
-    return {
-        "concurrency": concurrency,
-        "requests": len(latencies),
-        "rps": len(latencies) / elapsed,
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """target -> mode -> concurrency -> medians over the rounds."""
+    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    for target in {r["target"] for r in rows}:
+        for mode in {r["mode"] for r in rows}:
+            for c in sorted({r["c"] for r in rows}):
+                sel = [r for r in rows if (r["target"], r["mode"], r["c"]) == (target, mode, c) and "rps" in r]
+                if not sel:
+                    continue
+                cpu = [r["cpu_us_per_request"].get("proxy") for r in sel]
+                up_cpu = [r["cpu_us_per_request"]["upstream"] for r in sel]
+                out.setdefault(target, {}).setdefault(mode, {})[str(c)] = {
+                    "rps": _median(sel, "rps"),
+                    "p50_ms": _median(sel, "p50_ms"),
+                    "p99_ms": _median(sel, "p99_ms"),
+                    "proxy_cpu_us": round(statistics.median(cpu), 1) if all(x is not None for x in cpu) else None,
+                    "upstream_cpu_us": round(statistics.median(up_cpu), 1),
+                    "errors": sum(int(r.get("errors", 0)) + int(r.get("non2xx", 0)) for r in sel),
+                    "machine_busy": _median(sel, "machine_busy"),
+                    "rounds": len(sel),
+                }
+    return out
+
+
+def headline(summary: dict[str, Any], target: str, mode: str) -> dict[str, Any]:
+    """The issue's keys for one target and mode (None where a level was not run)."""
+    me, direct = summary.get(target, {}).get(mode, {}), summary["direct"].get(mode, {})
+    one, d1, c32, d32 = me.get("1"), direct.get("1"), me.get("32"), direct.get("32")
+    out: dict[str, Any] = {
+        "overhead_p50_ms": round(one["p50_ms"] - d1["p50_ms"], 3) if one and d1 else None,
+        "overhead_p99_ms": round(one["p99_ms"] - d1["p99_ms"], 3) if one and d1 else None,
+        "ratio_vs_direct_c32": round(c32["rps"] / d32["rps"], 4) if c32 and d32 else None,
+        "p99_ms_c32": c32["p99_ms"] if c32 else None,
+        "p99_vs_direct_c32": round(c32["p99_ms"] / d32["p99_ms"], 2) if c32 and d32 else None,
+        "rps_c32": c32["rps"] if c32 else None,
     }
-
-
-def measure(url: str, levels: list[int], requests: int, tokens: int) -> dict[str, object]:
-    by_level = [asyncio.run(run_level(url, c, requests if c > 1 else max(requests, 200), tokens)) for c in levels]
-    return {
-        "p50_ms": by_level[0]["p50_ms"],
-        "p99_ms": by_level[0]["p99_ms"],
-        "max_rps": max(r["rps"] for r in by_level),
-        "levels": by_level,
-    }
+    out["cpu_us_per_request"] = {c: v["proxy_cpu_us"] for c, v in me.items()} if target != "direct" else None
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="evolving-infra bench gateway", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print only the JSON result")
-    p.add_argument("--tokens", type=int, default=16, help="tokens streamed per request")
-    p.add_argument("--token-delay-ms", type=float, default=0.0, help="upstream delay between tokens")
-    p.add_argument("--concurrency", default="1,8,32,64", help="comma-separated levels")
-    p.add_argument("--requests", type=int, default=400, help="requests per level")
-    p.add_argument("--skip-litellm", action="store_true")
-    p.add_argument("--serve", choices=["upstream", "gateway", "litellm-shim"], help=argparse.SUPPRESS)
+    p.add_argument("--tokens", type=int, default=16, help="tokens per response")
+    p.add_argument("--concurrency", default="1,32,64", help="comma-separated levels")
+    p.add_argument("--modes", default="stream,plain")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--targets", default=",".join(TARGETS), help="subset of " + ",".join(TARGETS))
+    p.add_argument("--skip-stall", action="store_true")
+    p.add_argument("--big-mb", type=float, default=3.5, help="size of the stall case's prompt")
+    p.add_argument("--no-pin", action="store_true", help="do not pin proxy / load to cpu0 / cpu1")
+    p.add_argument("--serve", choices=["gateway"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--tokenizer", help=argparse.SUPPRESS)
     p.add_argument("--upstream", help=argparse.SUPPRESS)
+    p.add_argument("--data-dir", help=argparse.SUPPRESS)
+    p.add_argument("--max-prompt-tokens", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.serve == "upstream":
-        serve_upstream(args.port, args.tokenizer, args.token_delay_ms / 1000)
-        return 0
     if args.serve == "gateway":
-        serve_gateway(args.port, args.tokenizer, args.upstream)
-        return 0
-    if args.serve == "litellm-shim":
-        serve_litellm_shim(args.port, args.upstream)
+        serve_gateway(args.port, args.tokenizer, args.upstream, args.data_dir, args.max_prompt_tokens)
         return 0
     result = run_bench(args)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
 
-def run_bench(args: argparse.Namespace) -> dict[str, object]:
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     from testing.tiny_tokenizer import write_tiny_tokenizer
 
+    wrk_path()
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
-    me = [sys.executable, "-m", "bench.gateway_bench"]
+    modes = [m for m in args.modes.split(",") if m]
+    wanted = [t for t in args.targets.split(",") if t]
+    pin = not args.no_pin and (os.cpu_count() or 1) >= 2
+    proxy_cpu, load_cpu = (PROXY_CPU, LOAD_CPU) if pin else (None, None)
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp_s, contextlib.ExitStack() as stack:
         tmp = pathlib.Path(tmp_s)
         tok = str(write_tiny_tokenizer(tmp / "tokenizer"))
-        up_port, gw_port, ll_port = free_port(), free_port(), free_port()
+        vocab = len(json.loads((tmp / "tokenizer" / "tokenizer.json").read_text())["model"]["vocab"])
+        lua = tmp / "post.lua"
+        lua.write_text(POST_LUA)
+        bodies = {m: tmp / f"body_{m}.json" for m in ("stream", "plain")}
+        for m, path in bodies.items():
+            path.write_bytes(chat_body(stream=m == "stream", tokens=args.tokens))
+        up_port = free_port()
         upstream = f"http://127.0.0.1:{up_port}"
-        stack.enter_context(
-            process(
-                [
-                    *me,
-                    "--serve",
-                    "upstream",
-                    "--port",
-                    str(up_port),
-                    "--tokenizer",
-                    tok,
-                    "--token-delay-ms",
-                    str(args.token_delay_ms),
-                ],
-                f"{upstream}/healthz",
-                tmp / "upstream.log",
+        up_argv = [sys.executable, "-m", "bench.gateway_upstream", "--port", str(up_port), "--vocab", str(vocab)]
+        up = stack.enter_context(process(up_argv, f"{upstream}/health", tmp / "upstream.log", cpu=load_cpu))
+        urls: dict[str, str] = {"direct": upstream}
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        keys: dict[str, str] = {}
+
+        def start_gateway(name: str, max_prompt_tokens: int | None = None) -> str:
+            port = free_port()
+            data = tmp / name
+            argv = [sys.executable, "-m", "bench.gateway_bench", "--serve", "gateway", "--port", str(port)]
+            argv += ["--tokenizer", tok, "--upstream", upstream, "--data-dir", str(data)]
+            argv += ["--max-prompt-tokens", str(max_prompt_tokens)] if max_prompt_tokens else []
+            url = f"http://127.0.0.1:{port}"
+            procs[name] = stack.enter_context(process(argv, f"{url}/readyz", tmp / f"{name}.log", cpu=proxy_cpu))
+            keys[name] = (data / "demo-api-key").read_text().strip()
+            return url
+
+        if "gateway" in wanted:
+            urls["gateway"] = start_gateway("gateway")
+        for name in PEERS:
+            if name not in wanted:
+                continue
+            port = free_port()
+            argv = peer_argv(name, port, upstream, free_port())
+            if argv is None:
+                notes.append(f"{name} is not installed (pip install '.[bench]'): skipped")
+                continue
+            url = f"http://127.0.0.1:{port}"
+            procs[name] = stack.enter_context(process(argv, f"{url}/readiness", tmp / f"{name}.log", cpu=proxy_cpu))
+            urls[name] = url
+        for name, url in urls.items():
+            check_target(f"{url}/v1/chat/completions", keys.get(name, "sk-bench"), args.tokens)
+        rows: list[dict[str, Any]] = []
+        for rnd in range(args.rounds):
+            for mode in modes:
+                for c in levels:
+                    for name, url in urls.items():
+                        pids = {"upstream": up.pid} | ({"proxy": procs[name].pid} if name in procs else {})
+                        target = f"{url}/v1/chat/completions"
+                        kw: dict[str, Any] = {"pids": pids, "cpu": load_cpu, "api_key": keys.get(name, "sk-bench")}
+                        if rnd == 0:  # warm connections and caches
+                            run_wrk(target, bodies[mode], lua, concurrency=min(c, 8), duration_s=1, **kw)
+                        row = run_wrk(target, bodies[mode], lua, concurrency=c, duration_s=args.duration, **kw)
+                        row.update(target=name, mode=mode, c=c, round=rnd)
+                        rows.append(row)
+                        if not args.json:
+                            print(json.dumps(row), file=sys.stderr, flush=True)
+        summary = summarize(rows)
+        stall: dict[str, Any] = {}
+        if not args.skip_stall and "gateway" in urls:
+            stall = run_stall(args, urls, keys, start_gateway)
+    return report(args, summary, stall, notes, levels, modes)
+
+
+def run_stall(
+    args: argparse.Namespace, urls: dict[str, str], keys: dict[str, str], start_gateway: Any
+) -> dict[str, Any]:
+    small = chat_body(stream=True, tokens=args.tokens)
+    big = chat_body(stream=True, tokens=args.tokens, content=big_prompt(int(args.big_mb * 1e6)))
+    port = int(urls["gateway"].rsplit(":", 1)[1])
+
+    def case(url_port: int, key: str, big_body: bytes | None, window_s: float = 3.0, health: str = "/healthz") -> Any:
+        return asyncio.run(
+            stall_case(
+                "127.0.0.1",
+                url_port,
+                small_body=small,
+                big_body=big_body,
+                api_key=key,
+                window_s=window_s,
+                health_path=health,
             )
         )
-        gateway = f"http://127.0.0.1:{gw_port}"
-        stack.enter_context(
-            process(
-                [*me, "--serve", "gateway", "--port", str(gw_port), "--tokenizer", tok, "--upstream", upstream],
-                f"{gateway}/readyz",
-                tmp / "gateway.log",
-            )
-        )
-        paths = {"direct": f"{upstream}/v1/chat/completions", "gateway": f"{gateway}/v1/chat/completions"}
-        litellm_mode = "skipped"
-        if not args.skip_litellm:
-            litellm = f"http://127.0.0.1:{ll_port}"
-            if litellm_proxy_available():
-                cfg = tmp / "litellm.yaml"
-                cfg.write_text(
-                    f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n"
-                    f"      model: openai/{MODEL}\n      api_base: {upstream}/v1\n"
-                    f"      api_key: sk-bench\n"
-                )
-                argv = [
-                    str(pathlib.Path(sys.executable).with_name("litellm")),
-                    "--config",
-                    str(cfg),
-                    "--port",
-                    str(ll_port),
-                    "--telemetry",
-                    "False",
-                ]
-                litellm_mode = "proxy"
-                ready = f"{litellm}/health/liveliness"
-            else:
-                argv = [*me, "--serve", "litellm-shim", "--port", str(ll_port), "--upstream", upstream]
-                litellm_mode = "sdk-shim (litellm proxy extras not installed)"
-                ready = f"{litellm}/docs"
-            stack.enter_context(process(argv, ready, tmp / "litellm.log", timeout_s=300))
-            paths["litellm"] = f"{litellm}/v1/chat/completions"
-        results = {name: measure(url, levels, args.requests, args.tokens) for name, url in paths.items()}
-    direct = results["direct"]
-    for name, r in results.items():
-        if name != "direct":
-            r["overhead_p50_ms"] = r["p50_ms"] - direct["p50_ms"]
-            r["overhead_p99_ms"] = r["p99_ms"] - direct["p99_ms"]
-    gw = results["gateway"]
-    ratio = gw["max_rps"] / results["litellm"]["max_rps"] if "litellm" in results else None
-    return {
-        "tokens_per_request": args.tokens,
-        "token_delay_ms": args.token_delay_ms,
-        "concurrency": levels,
-        "cpus": os.cpu_count(),
-        "litellm_mode": litellm_mode,
-        "overhead_p50_ms": round(gw["overhead_p50_ms"], 3),
-        "overhead_p99_ms": round(gw["overhead_p99_ms"], 3),
-        "max_rps": {k: round(v["max_rps"], 1) for k, v in results.items()},
-        "throughput_ratio_vs_litellm": None if ratio is None else round(ratio, 2),
-        "targets": {"overhead_p50_ms": 2.0, "throughput_ratio_vs_litellm": 2.0},
-        "paths": results,
+
+    out: dict[str, Any] = {"prompt_bytes": len(big)}
+    out["stall"] = case(port, keys["gateway"], big)
+    window = out["stall"]["big"]["latency_ms"] / 1000
+    out["stall_control"] = case(port, keys["gateway"], None, window_s=max(window, 1.0))
+    refusing = start_gateway("gateway-limited", max_prompt_tokens=8192)
+    out["stall_refused"] = case(int(refusing.rsplit(":", 1)[1]), keys["gateway-limited"], big)
+    for name in PEERS:
+        if name in urls:
+            peer = case(int(urls[name].rsplit(":", 1)[1]), "sk-bench", big, health="/health")
+            out.setdefault("peers", {})[name] = {"stall_ms": peer["stall_ms"], "big": peer["big"]}
+    return out
+
+
+def report(
+    args: argparse.Namespace,
+    summary: dict[str, Any],
+    stall: dict[str, Any],
+    notes: list[str],
+    levels: list[int],
+    modes: list[str],
+) -> dict[str, Any]:
+    main_mode = "stream" if "stream" in modes else modes[0]
+    out: dict[str, Any] = {"tokens_per_request": args.tokens, "concurrency": levels, "cpus": os.cpu_count()}
+    out["load_generator"] = "wrk"
+    ours = headline(summary, "gateway", main_mode) if "gateway" in summary else {}
+    out.update({k: v for k, v in ours.items() if k != "cpu_us_per_request"})
+    out["ratio_vs_peers_c32"] = {
+        name: round(ours["rps_c32"] / summary[name][main_mode]["32"]["rps"], 3)
+        for name in PEERS
+        if name in summary and ours.get("rps_c32") and "32" in summary[name].get(main_mode, {})
     }
+    out["peers"] = {name: headline(summary, name, main_mode) for name in PEERS if name in summary}
+    if stall:
+        out["stall_ms"] = stall["stall"]["stall_ms"]
+        out["stall_control_ms"] = stall["stall_control"]["stall_ms"]
+        out["stall_refused_ms"] = stall["stall_refused"]["stall_ms"]
+        out["stall_detail"] = stall
+    out["cpu_us_per_request"] = {
+        t: {m: {c: v["proxy_cpu_us"] for c, v in by_c.items()} for m, by_c in by_mode.items()}
+        for t, by_mode in summary.items()
+        if t != "direct"
+    }
+    out["by_mode"] = {
+        m: {t: headline(summary, t, m) for t in summary if t != "direct"} for m in modes if m in summary["direct"]
+    }
+    out["levels"] = summary
+    out["targets"] = TARGETS_TEXT
+    out["notes"] = notes
+    return out
 
 
 if __name__ == "__main__":

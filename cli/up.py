@@ -28,7 +28,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import httpx
@@ -106,29 +105,17 @@ def serve(
     """Serve the composed app until SIGINT/SIGTERM; `on_exit` runs first thing
     when the signal arrives (`up` stops its load there, before the gateway
     stops taking requests)."""
-    import uvicorn
-
     from gateway.compose import compose_app
+    from gateway.server import serve_app
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if on_exit is not None:
-                on_exit()
-            super().handle_exit(sig, frame)
-
-    # uvicorn picks uvloop and httptools when installed; no access log on the hot path.
-    config = uvicorn.Config(
+    serve_app(
         compose_app(settings, control_plane=control_plane),
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        access_log=False,
+        on_exit=on_exit,
         timeout_graceful_shutdown=5,
     )
-    server = Server(config)
-    server.run()
-    if not server.started:  # what uvicorn.run does: e.g. the port was taken after all
-        raise SystemExit(3)
 
 
 def run_gateway(args: argparse.Namespace) -> int:

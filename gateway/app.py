@@ -4,7 +4,7 @@
 injected (tests pass fakes), the rest is built from `settings`:
 
     tokenizer      PromptTokenizer.from_dir(settings.model_dir)
-    worker_client  HttpWorkerClient (one keep-alive pool)
+    worker_client  RawWorkerClient (pooled keep-alive connections; control calls over httpx)
     directory      GatewayDirectory over kvpool's memory directory (Redis with
                    settings.directory_url)
     tenant_gate    OpenTenantGate (no auth); the control plane passes its gate
@@ -15,6 +15,11 @@ injected (tests pass fakes), the rest is built from `settings`:
     workload       where finished-request samples go for the planner (LocalWorkloadFeed)
     on_startup     async hooks(runtime) run at startup (the control plane's start)
     on_shutdown    async hooks() run at shutdown, in reverse order
+
+The app is a `GatewayApp` (gateway.asgi): POST /v1/chat/completions and
+/v1/completions skip FastAPI's routing layers; /admin bodies are limited to
+`settings.admin_max_body_bytes`. Metric labels are bounded: a request that
+matched no route is counted under the endpoint "other".
 
 Nothing touches the network before startup: the lifespan registers the
 workers, starts the heartbeat, cluster/planner and branch-expiry loops, and
@@ -32,7 +37,9 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 
+from gateway.asgi import BodySizeLimit, GatewayApp
 from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
 from gateway.control.registry import WorkerRegistry
 from gateway.control.runtime import ClusterRuntime, PlannerTick
@@ -40,13 +47,14 @@ from gateway.control.workload_feed import WorkloadFeed
 from gateway.directory import Directory, GatewayDirectory
 from gateway.http_errors import install_error_handlers
 from gateway.metrics import GatewayMetrics
+from gateway.raw_worker_client import RawWorkerClient
 from gateway.serving.openai.routes import openai_router
 from gateway.serving.openai.service import OpenAIService
 from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.tokenize import PromptTokenizer
 from gateway.settings import GatewaySettings
-from gateway.worker_client import HttpWorkerClient, WorkerAPI
+from gateway.worker_client import WorkerAPI
 from routing import RouterConfig
 
 log = logging.getLogger(__name__)
@@ -94,7 +102,7 @@ def create_app(
         if not settings.model_dir:
             raise ValueError("settings.model_dir (or a tokenizer) is required")
         tokenizer = PromptTokenizer.from_dir(settings.model_dir)
-    client = worker_client or HttpWorkerClient(
+    client = worker_client or RawWorkerClient(
         cluster_token=settings.cluster_token,
         connect_timeout_s=settings.connect_timeout_s,
         read_timeout_s=settings.stream_idle_timeout_s,
@@ -133,6 +141,7 @@ def create_app(
         metrics=metrics,
         default_max_tokens=settings.default_max_tokens,
         workload=workload,
+        max_prompt_tokens=settings.max_prompt_tokens or tokenizer.context_length,
     )
     runtime = GatewayRuntime(settings, client, directory, registry, orchestrator, switcher, cluster, metrics, service)
 
@@ -158,17 +167,22 @@ def create_app(
             finally:
                 await client.aclose()
 
-    app = FastAPI(title="evolving-infra gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = GatewayApp(title="evolving-infra gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
 
     def observe_error(request: Request, status: int) -> None:
         if request.url.path.startswith("/v1/"):
-            metrics.observe_request("-", request.url.path.rsplit("/", 1)[-1], status)
+            metrics.observe_request("-", endpoint_label(request.scope.get("route")), status)
 
     install_error_handlers(app, on_error=observe_error)
-    app.include_router(openai_router(service, max_body_bytes=settings.max_body_bytes))
+    openai = openai_router(service, max_body_bytes=settings.max_body_bytes)
+    app.include_router(openai)
+    for route in openai.routes:
+        if isinstance(route, APIRoute) and route.path in HOT_PATHS:
+            app.add_hot_route(route)
     if admin_router is not None:
         app.include_router(admin_router(cluster))
+    app.add_middleware(BodySizeLimit, limit=settings.admin_max_body_bytes, prefix="/admin")
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -187,6 +201,30 @@ def create_app(
         return Response(data, media_type=content_type)
 
     return app
+
+
+# The OpenAI routes served without FastAPI's routing layers (gateway.asgi).
+HOT_PATHS = ("/v1/chat/completions", "/v1/completions")
+# Route template -> `endpoint` label; other matched /v1 routes use their last literal segment.
+_ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/models": "models",
+    "/v1/models/{model_id:path}": "models",
+    "/v1/branches/{branch_id}/finish": "branch_finish",
+}
+
+
+def endpoint_label(route: object) -> str:
+    """The `endpoint` label of a request that matched `route` ("other" for none): bounded by the routes."""
+    path = getattr(route, "path", None)
+    if not isinstance(path, str):
+        return "other"
+    known = _ENDPOINTS.get(path)
+    if known is not None:
+        return known
+    literal = [p for p in path.split("/") if p and not p.startswith("{")]
+    return literal[-1] if literal else "other"
 
 
 async def _expire_branches(directory: Directory, ttl_s: float) -> None:

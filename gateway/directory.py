@@ -33,6 +33,7 @@ from typing import Protocol
 
 from kvpool.directory import BlockDirectory, BranchStateError
 from kvpool.hashing import block_hashes as kv_block_hashes
+from kvpool.hashing import extend_block_hashes
 from workers.protocol import BlockLocation
 
 BlockHasher = Callable[[Sequence[int], int, str], list[str]]
@@ -73,9 +74,17 @@ class PrefixHit:
 class Directory(Protocol):
     block_size: int
 
-    def block_hashes(self, token_ids: Sequence[int], salt: str) -> list[str]: ...
+    def block_hashes(self, token_ids: Sequence[int], salt: str, *, known: Sequence[str] = ()) -> list[str]:
+        """Hashes of every full block; `known`: those of a prefix of the same tokens (reused, not redone)."""
+
     def lookup(
-        self, token_ids: Sequence[int], salt: str, *, exclude: Sequence[str] = (), record: bool = True
+        self,
+        token_ids: Sequence[int],
+        salt: str,
+        *,
+        exclude: Sequence[str] = (),
+        record: bool = True,
+        known: Sequence[str] = (),
     ) -> PrefixHit: ...
     def publish(self, node_id: str, blocks: Sequence[BlockLocation], block_bytes: int = 0) -> None: ...
     def unpublish(self, node_id: str, hashes: Sequence[str]) -> None: ...
@@ -119,13 +128,21 @@ class GatewayDirectory:
         self._retention: dict[str, int] = {}  # tenant -> kv_retention_blocks (latest policy seen)
         self.unpinned_over_quota = 0  # blocks left unreferenced by the retention quota
 
-    def block_hashes(self, token_ids: Sequence[int], salt: str) -> list[str]:
+    def block_hashes(self, token_ids: Sequence[int], salt: str, *, known: Sequence[str] = ()) -> list[str]:
+        if known and self._hasher is kv_block_hashes:
+            return extend_block_hashes(known, token_ids, self.block_size, salt)
         return self._hasher(token_ids, self.block_size, salt)
 
     def lookup(
-        self, token_ids: Sequence[int], salt: str, *, exclude: Sequence[str] = (), record: bool = True
+        self,
+        token_ids: Sequence[int],
+        salt: str,
+        *,
+        exclude: Sequence[str] = (),
+        record: bool = True,
+        known: Sequence[str] = (),
     ) -> PrefixHit:
-        hashes = self.block_hashes(token_ids, salt)
+        hashes = self.block_hashes(token_ids, salt, known=known)
         hit = self.backend.longest_prefix(hashes, exclude=exclude, record=record)
         return PrefixHit(self.block_size, hashes, hit.holders, hit.per_node_blocks)
 

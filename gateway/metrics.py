@@ -19,11 +19,16 @@ Exported names (all prefixed `evolving_`):
     evolving_directory_blocks                            blocks in the KV directory
     evolving_directory_referenced_blocks                 blocks held by an active branch
     evolving_directory_branches                          active branches
+
+Cardinality is bounded: `tenant` takes at most `max_tenants` distinct values
+and `endpoint` at most `max_endpoints` (callers pass route names, never raw
+paths: an unknown path is "other"); values past a cap are counted under
+`OTHER`, so no client can grow the series count.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -39,8 +44,32 @@ _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
 _SWITCH_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
 
 
+OTHER = "(other)"  # the label value past a cardinality cap
+
+
+class _BoundedLabel:
+    """The first `cap` distinct values pass; later ones become `OTHER`."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self._cap:
+            return OTHER
+        self._seen.add(value)
+        return value
+
+
 class GatewayMetrics:
-    def __init__(self) -> None:
+    def __init__(self, *, max_tenants: int = 1000, max_endpoints: int = 32) -> None:
+        self._tenant = _BoundedLabel(max_tenants)
+        self._endpoint = _BoundedLabel(max_endpoints)
+        # Label children by key: `.labels()` costs a lock and a tuple build per call.
+        self._request_children: dict[tuple[str, str, int], Any] = {}
+        self._finished_children: dict[tuple[str, str], tuple[Any, ...]] = {}
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "evolving_requests", "OpenAI API requests", ["tenant", "endpoint", "status"], registry=r
@@ -72,20 +101,42 @@ class GatewayMetrics:
         self.directory_branches = Gauge("evolving_directory_branches", "Active branches", registry=r)
 
     def observe_request(self, tenant: str, endpoint: str, status: int) -> None:
-        self.requests.labels(tenant, endpoint, str(status)).inc()
+        key = (tenant, endpoint, status)
+        child = self._request_children.get(key)
+        if child is None:
+            labels = (self._tenant(tenant), self._endpoint(endpoint), str(status))
+            child = self.requests.labels(*labels)
+            if len(self._request_children) < 4096:  # statuses are few; the caps bound the rest
+                self._request_children[key] = child
+        child.inc()
 
     def observe_finished(self, tenant: str, done: Finished) -> None:
         phase = done.first_phase or "decode"
+        key = (tenant, phase)
+        children = self._finished_children.get(key)
+        if children is None:
+            t = self._tenant(tenant)
+            children = (
+                self.ttft.labels(t, phase),
+                self.tpot.labels(t, "decode"),
+                self.e2e.labels(t, phase),
+                self.tokens.labels(t, "prompt"),
+                self.tokens.labels(t, "cached"),
+                self.tokens.labels(t, "completion"),
+            )
+            if len(self._finished_children) < 4096:
+                self._finished_children[key] = children
+        ttft, tpot, e2e, prompt, cached, completion = children
         if done.completion_tokens:
-            self.ttft.labels(tenant, phase).observe(done.ttft_s)
+            ttft.observe(done.ttft_s)
         if done.completion_tokens > 1:
-            self.tpot.labels(tenant, "decode").observe((done.e2e_s - done.ttft_s) / (done.completion_tokens - 1))
-        self.e2e.labels(tenant, phase).observe(done.e2e_s)
-        self.tokens.labels(tenant, "prompt").inc(done.prompt_tokens)
-        self.tokens.labels(tenant, "cached").inc(done.cached_tokens)
-        self.tokens.labels(tenant, "completion").inc(done.completion_tokens)
+            tpot.observe((done.e2e_s - done.ttft_s) / (done.completion_tokens - 1))
+        e2e.observe(done.e2e_s)
+        prompt.inc(done.prompt_tokens)
+        cached.inc(done.cached_tokens)
+        completion.inc(done.completion_tokens)
         if done.resumes:
-            self.resumes.labels(tenant).inc(done.resumes)
+            self.resumes.labels(self._tenant(tenant)).inc(done.resumes)
 
     def observe_switch(self, outcome: SwitchOutcome, reason: str, who: str) -> None:
         """A `gateway.control.phase_switch.SwitchSink`."""

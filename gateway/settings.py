@@ -11,6 +11,10 @@ Environment variables (all optional):
     EVOLVING_WORKER_URLS          comma-separated worker base URLs
     EVOLVING_HOST / EVOLVING_PORT listen address (127.0.0.1:8000)
     EVOLVING_MAX_BODY_BYTES       request body limit (4 MiB)
+    EVOLVING_ADMIN_MAX_BODY_BYTES request body limit of the admin API (1 MiB)
+    EVOLVING_MAX_PROMPT_TOKENS    longest prompt accepted, in tokens (default: the model's
+                                  context length from its config.json; set it to the
+                                  workers' --max-model-len to refuse earlier)
     EVOLVING_BLOCK_SIZE           KV block size in tokens (32), same as the workers
     EVOLVING_BRANCH_TTL_S         idle time before an unfinished branch expires (1800)
     EVOLVING_HEARTBEAT_S          worker stats polling interval (0.5)
@@ -54,6 +58,9 @@ class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = 4 * 1024 * 1024
+    admin_max_body_bytes: int = 1024 * 1024
+    # None: the model's context length (config.json), when the tokenizer folder has one.
+    max_prompt_tokens: int | None = None
     block_size: int = 32  # must equal the workers' --block-size (their default is 32)
     branch_ttl_s: float = 1800.0
     heartbeat_interval_s: float = 0.5
@@ -89,8 +96,10 @@ class GatewaySettings:
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
             raise ValueError("port must be in 1..65535")
-        if self.max_body_bytes < 1024:
-            raise ValueError("max_body_bytes must be >= 1024")
+        if self.max_body_bytes < 1024 or self.admin_max_body_bytes < 1024:
+            raise ValueError("max_body_bytes and admin_max_body_bytes must be >= 1024")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError("max_prompt_tokens must be >= 1")
         if self.block_size < 1:
             raise ValueError("block_size must be >= 1")
         if self.heartbeat_interval_s <= 0 or self.heartbeat_failures < 1:
@@ -147,6 +156,8 @@ class GatewaySettings:
             "HOST": ("host", str),
             "PORT": ("port", int),
             "MAX_BODY_BYTES": ("max_body_bytes", int),
+            "ADMIN_MAX_BODY_BYTES": ("admin_max_body_bytes", int),
+            "MAX_PROMPT_TOKENS": ("max_prompt_tokens", int),
             "BLOCK_SIZE": ("block_size", int),
             "BRANCH_TTL_S": ("branch_ttl_s", float),
             "HEARTBEAT_S": ("heartbeat_interval_s", float),

@@ -21,6 +21,7 @@ import httpx
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamFailed
+from gateway.worker_wire import BadChunk, decode_chunks, encode_generate
 from workers.protocol import (
     AbortRequest,
     AbortResponse,
@@ -47,7 +48,10 @@ class WorkerUnreachable(WorkerError):
     def refused(self) -> bool:
         """Nothing listens there (connection refused): the worker is gone,
         unlike a timeout, which a busy worker can cause."""
-        return isinstance(self.__cause__, httpx.ConnectError) and not isinstance(self.__cause__, httpx.ConnectTimeout)
+        cause = self.__cause__
+        if isinstance(cause, ConnectionRefusedError):  # the raw client (gateway.raw_worker_client)
+            return True
+        return isinstance(cause, httpx.ConnectError) and not isinstance(cause, httpx.ConnectTimeout)
 
 
 class WorkerRejected(WorkerError):
@@ -76,7 +80,8 @@ class WorkerAPI(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _rejected(status: int, body: bytes) -> WorkerRejected:
+def rejected_error(status: int, body: bytes) -> WorkerRejected:
+    """The `WorkerRejected` for an error answer (an `ErrorResponse` body, or whatever the worker sent)."""
     try:
         err = ErrorResponse.model_validate_json(body).error
         return WorkerRejected(f"worker {err.type}: {err.message}", status=status, retryable=err.retryable)
@@ -107,14 +112,14 @@ class HttpWorkerClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _post(self, url: str, body: str, *, timeout_s: float | None = None) -> bytes:
+    async def _post(self, url: str, body: str | bytes, *, timeout_s: float | None = None) -> bytes:
         try:
             kwargs = {} if timeout_s is None else {"timeout": timeout_s}
             resp = await self._http.post(url, content=body, headers={"content-type": "application/json"}, **kwargs)
         except httpx.HTTPError as exc:
             raise WorkerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code >= 400:
-            raise _rejected(resp.status_code, resp.content)
+            raise rejected_error(resp.status_code, resp.content)
         return resp.content
 
     async def _get(self, url: str, params: dict[str, int] | None = None) -> bytes:
@@ -123,11 +128,11 @@ class HttpWorkerClient:
         except httpx.HTTPError as exc:
             raise WorkerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code >= 400:
-            raise _rejected(resp.status_code, resp.content)
+            raise rejected_error(resp.status_code, resp.content)
         return resp.content
 
     async def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        body = req.model_copy(update={"stream": True}).model_dump_json(exclude_defaults=True)
+        body = encode_generate(req, stream=True)
         request = self._http.build_request(
             "POST", f"{url}/internal/generate", content=body, headers={"content-type": "application/json"}
         )
@@ -137,14 +142,14 @@ class HttpWorkerClient:
             raise WorkerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
         try:
             if resp.status_code >= 400:
-                raise _rejected(resp.status_code, await resp.aread())
+                raise rejected_error(resp.status_code, await resp.aread())
             finished = False
             pending = b""
             raw = resp.aiter_raw()
             async for data in raw:
                 pending += data
                 *lines, pending = pending.split(b"\n")
-                for chunk in _coalesce([_parse_chunk(line) for line in lines if line.strip()]):
+                for chunk in decode_chunk_lines(lines):
                     if chunk.finish_reason is not None:
                         # Read to the end of the body *before* handing out the
                         # last chunk (the consumer may stop at it): a fully read
@@ -166,8 +171,7 @@ class HttpWorkerClient:
             await resp.aclose()
 
     async def generate(self, url: str, req: GenerateRequest) -> GenerateChunk:
-        body = req.model_copy(update={"stream": False}).model_dump_json(exclude_defaults=True)
-        return _parse_chunk(await self._post(f"{url}/internal/generate", body))
+        return _parse_chunk(await self._post(f"{url}/internal/generate", encode_generate(req, stream=False)))
 
     async def abort(self, url: str, request_id: str) -> AbortResponse:
         raw = await self._post(
@@ -196,35 +200,25 @@ class HttpWorkerClient:
         return resp.status_code == 200
 
 
-def _coalesce(chunks: list[GenerateChunk]) -> list[GenerateChunk]:
-    """Merge token-only chunks that arrived in one read (fewer, larger deltas
-    downstream under load); a chunk carrying anything else stays as is."""
-    out: list[GenerateChunk] = []
-    for c in chunks:
-        prev = out[-1] if out else None
-        if (
-            prev is not None
-            and prev.finish_reason is None
-            and not prev.saved_blocks
-            and not prev.error
-            and c.request_id == prev.request_id
-        ):
-            prev.token_ids = prev.token_ids + c.token_ids
-            prev.text += c.text
-            prev.finish_reason, prev.saved_blocks, prev.error = c.finish_reason, c.saved_blocks, c.error
-            prev.cached_tokens = max(prev.cached_tokens, c.cached_tokens)
-            prev.external_cached_tokens = max(prev.external_cached_tokens, c.external_cached_tokens)
-            continue
-        out.append(c)
-    return out
-
-
 def _parse_chunk(line: bytes) -> GenerateChunk:
+    return decode_chunk_lines([line])[0]
+
+
+def decode_chunk_lines(lines: list[bytes]) -> list[GenerateChunk]:
+    """Complete NDJSON lines -> coalesced chunks; a bad line is a `WorkerRejected` (502)."""
     try:
-        return GenerateChunk.model_validate_json(line)
-    except ValidationError as exc:
+        return decode_chunks(lines)
+    except BadChunk as exc:
         # A worker speaking a different protocol version is a bug, not a dead node.
-        raise WorkerRejected(f"bad chunk from worker: {exc.errors()[:1]}", status=502, retryable=False) from exc
+        raise WorkerRejected(str(exc), status=502, retryable=False) from exc
 
 
-__all__ = ["HttpWorkerClient", "WorkerAPI", "WorkerError", "WorkerRejected", "WorkerUnreachable"]
+__all__ = [
+    "HttpWorkerClient",
+    "WorkerAPI",
+    "WorkerError",
+    "WorkerRejected",
+    "WorkerUnreachable",
+    "decode_chunk_lines",
+    "rejected_error",
+]

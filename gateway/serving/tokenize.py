@@ -5,19 +5,36 @@ workers receive token ids only. Output text is rebuilt here from token ids
 (`IncrementalDetokenizer`), so a stream resumed on another node continues
 the same text with no gap and no duplicated character.
 
+Prompts longer than `max_prompt_tokens` are refused (400
+`context_length_exceeded`). For a lossless tokenizer (decode(encode(x)) == x:
+byte-level BPE, SentencePiece with byte fallback) every token covers at most
+`max_token_bytes` of the text, so a text of more than `limit x
+max_token_bytes` characters cannot fit and is refused before it is
+tokenized (O(1)); otherwise the limit is checked on the token count.
+
+Thread safety: `encode_*` may run in worker threads (the service tokenizes
+big prompts off the event loop); the Rust tokenizer's `encode_batch_fast`
+releases the GIL while it works (`encode` holds it for the whole call).
+
 `PromptTokenizer.from_dir` is the only place that touches the filesystem.
 """
 
 from __future__ import annotations
 
+import json
+import pathlib
 from collections.abc import Sequence
 from typing import Any
 
 from gateway.errors import InvalidRequest
 
+# Text a lossless tokenizer gives back unchanged: runs of spaces and tabs,
+# newlines, a control character, a decomposed accent, CJK, a no-break space.
+_ROUND_TRIP_PROBE = "  a\tb\n\n   \x01 e\u0301 é 日本語 \u00a0 x  \r\n"
+
 
 class PromptTokenizer:
-    def __init__(self, hf_tokenizer: Any) -> None:
+    def __init__(self, hf_tokenizer: Any, *, context_length: int | None = None) -> None:
         if not getattr(hf_tokenizer, "chat_template", None):
             raise ValueError("tokenizer has no chat_template")
         self._hf = hf_tokenizer
@@ -25,12 +42,20 @@ class PromptTokenizer:
         self._fast = hf_tokenizer.backend_tokenizer
         self.eos_token_id: int | None = hf_tokenizer.eos_token_id
         self.vocab_size: int = len(hf_tokenizer)
+        # The model's own context length (config.json), when known: no prompt beyond it can be served.
+        self.context_length = context_length
+        # Upper bound on the characters one token covers (UTF-8 bytes of its vocabulary
+        # string: at least the bytes it stands for), or None when the tokenizer is lossy
+        # and a text's length says nothing about its token count.
+        self.max_token_chars: int | None = None
+        if self._fast.decode(self._encode(_ROUND_TRIP_PROBE, False), skip_special_tokens=False) == _ROUND_TRIP_PROBE:
+            self.max_token_chars = max(len(t.encode()) for t in self._fast.get_vocab(with_added_tokens=True))
 
     @classmethod
     def from_dir(cls, model_dir: str) -> PromptTokenizer:
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(model_dir))
+        return cls(AutoTokenizer.from_pretrained(model_dir), context_length=model_context_length(model_dir))
 
     def render_chat(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None
@@ -50,21 +75,65 @@ class PromptTokenizer:
         return text
 
     def encode_chat(
-        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+        max_tokens: int | None = None,
     ) -> list[int]:
         # The template writes the special tokens (bos) itself.
         return self.encode_text(
-            self.render_chat(messages, tools=tools, tool_choice=tool_choice), add_special_tokens=False
+            self.render_chat(messages, tools=tools, tool_choice=tool_choice),
+            add_special_tokens=False,
+            max_tokens=max_tokens,
+            param="messages",
         )
 
-    def encode_text(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        return list(self._fast.encode(text, add_special_tokens=add_special_tokens).ids)
+    def encode_text(
+        self, text: str, *, add_special_tokens: bool = True, max_tokens: int | None = None, param: str = "prompt"
+    ) -> list[int]:
+        """Token ids of `text`; `max_tokens`: refuse (400, naming `param`) a prompt longer than that."""
+        if max_tokens is not None and self.max_token_chars is not None:
+            at_least = -(-len(text) // self.max_token_chars)
+            if at_least > max_tokens:
+                raise _too_long(max_tokens, f"at least {at_least}", param)
+        ids = self._encode(text, add_special_tokens)
+        if max_tokens is not None and len(ids) > max_tokens:
+            raise _too_long(max_tokens, str(len(ids)), param)
+        return ids
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        # The batch entry point: releases the GIL and skips the offsets (same ids as `encode`).
+        return self._fast.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._fast.decode(list(token_ids), skip_special_tokens=True)
 
     def detokenizer(self) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.decode)
+
+
+def _too_long(limit: int, tokens: str, param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"This model's maximum context length is {limit} tokens; the prompt has {tokens} tokens.",
+        param=param,
+        code="context_length_exceeded",
+    )
+
+
+def model_context_length(model_dir: str) -> int | None:
+    """`max_position_embeddings` (or `max_sequence_length`) of the model's config.json, if any."""
+    path = pathlib.Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 class IncrementalDetokenizer:

@@ -143,7 +143,7 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
         body = await read_body(request, max_body_bytes)
         req = parse_model(model, body)
         tenant = await authenticate(request)
-        return service.prepare(req, tenant, branch_of(request, tenant), prefix), req.stream
+        return await service.prepare(req, tenant, branch_of(request, tenant), prefix), req.stream
 
     def headers(p: Prepared) -> dict[str, str]:
         return {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}

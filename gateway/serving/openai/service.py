@@ -4,10 +4,17 @@
 the branch contract, admit the tenant), runs it through the orchestrator and
 turns token ids back into text (`TextAssembler`: incremental detokenizing
 plus stop strings). The routes only read bodies/headers and write bytes.
+
+No request may stall the others: a prompt of `offload_chars` characters or
+more is rendered and tokenized in a worker thread (the Rust tokenizer
+releases the GIL), and its block hashes are computed on the loop in slices
+of `_HASH_SLICE_BLOCKS` blocks with a yield between them. Small prompts
+stay inline: the thread hop costs more than their tokenization.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -15,8 +22,12 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import orjson
 
 from core import FinishReason
 from core.ids import ID_RE
@@ -34,6 +45,8 @@ from planner.types import RequestSample
 from workers.protocol import SamplingOptions
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+# Blocks hashed per slice of a big prompt (~3 ms on the loop at a time here).
+_HASH_SLICE_BLOCKS = 1024
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,21 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     return _TOOL_CALL_RE.sub("", text).strip(), calls
 
 
+def _prompt_chars(req: ChatCompletionRequest | CompletionRequest) -> int:
+    """About how many characters the prompt is made of (decides where it is tokenized)."""
+    if isinstance(req, CompletionRequest):
+        prompt = req.prompt
+        if isinstance(prompt, str):
+            return len(prompt)
+        return len(prompt[0]) if prompt and isinstance(prompt[0], str) else 0  # token ids: nothing to tokenize
+    n = 0
+    for m in req.messages:
+        content = m.content
+        n += len(content) if isinstance(content, str) else sum(len(p.text or "") for p in content or ())
+        n += sum(len(c.function.arguments) for c in m.tool_calls or ())
+    return n + (len(orjson.dumps(req.tools)) if req.tools else 0)
+
+
 class TextAssembler:
     """Token ids -> text deltas, cut at the first stop string."""
 
@@ -148,6 +176,9 @@ class OpenAIService:
         metrics: GatewayMetrics,
         default_max_tokens: int,
         workload: WorkloadFeed | None = None,
+        max_prompt_tokens: int | None = None,
+        offload_chars: int = 16 * 1024,
+        tokenize_threads: int = 2,
     ) -> None:
         self.model_name = model_name
         self.tokenizer = tokenizer
@@ -159,25 +190,31 @@ class OpenAIService:
         # Finished requests for the planner's workload estimate (drained by it).
         self.workload: WorkloadFeed = workload if workload is not None else LocalWorkloadFeed()
         self.turn_gaps = TurnGaps()  # agents' time between requests (planner.offered)
+        # Longest prompt accepted (None: no limit here; the workers still check theirs).
+        self.max_prompt_tokens = max_prompt_tokens
+        self.offload_chars = offload_chars
+        self._tokenize_pool = ThreadPoolExecutor(max_workers=tokenize_threads, thread_name_prefix="tokenize")
 
     def check_model(self, model: str) -> None:
         if model != self.model_name:
             raise NotFound(f"The model '{model}' does not exist", param="model", code="model_not_found")
 
-    def prepare(
+    async def prepare(
         self, req: ChatCompletionRequest | CompletionRequest, tenant: TenantContext, branch: BranchContext, prefix: str
     ) -> Prepared:
         self.check_model(req.model)
+        salt = cache_salt(tenant.cache_salt, self.model_name)
+        if _prompt_chars(req) < self.offload_chars:
+            tokens = self._tokens(req)
+            hashes = self.directory.block_hashes(tokens, salt)
+        else:
+            loop = asyncio.get_running_loop()
+            tokens, array = await loop.run_in_executor(self._tokenize_pool, self._tokens_and_array, req)
+            hashes = await self._hash_in_slices(array, salt)
         if isinstance(req, ChatCompletionRequest):
-            tokens = self.tokenizer.encode_chat(
-                [m.template_dict() for m in req.messages], tools=req.tools, tool_choice=req.tool_choice
-            )
             max_tokens = req.requested_max_tokens() or self.default_max_tokens
         else:
-            tokens = self._completion_tokens(req.prompt)
             max_tokens = req.max_tokens or self.default_max_tokens
-        if not tokens:
-            raise InvalidRequest("the prompt is empty after tokenization", param="prompt")
         sampling = SamplingOptions(
             max_tokens=max_tokens,
             temperature=req.temperature if req.temperature is not None else 1.0,
@@ -190,19 +227,59 @@ class OpenAIService:
             request_id=request_id,
             prompt_token_ids=tokens,
             sampling=sampling,
-            tenant_salt=cache_salt(tenant.cache_salt, self.model_name),
+            tenant_salt=salt,
             branch_id=branch.key,
+            prompt_hashes=hashes,
+            reference_blocks=not branch.finish_at_end,
         )
         return Prepared(request_id, int(time.time()), tenant, branch, job, req.stop_list(), req.include_usage)
 
+    def _tokens(self, req: ChatCompletionRequest | CompletionRequest) -> list[int]:
+        """The prompt's token ids (template applied); refuses empty and too long prompts."""
+        limit = self.max_prompt_tokens
+        if isinstance(req, ChatCompletionRequest):
+            tokens = self.tokenizer.encode_chat(
+                [m.template_dict() for m in req.messages],
+                tools=req.tools,
+                tool_choice=req.tool_choice,
+                max_tokens=limit,
+            )
+        else:
+            tokens = self._completion_tokens(req.prompt)
+        if not tokens:
+            raise InvalidRequest("the prompt is empty after tokenization", param="prompt")
+        return tokens
+
+    def _tokens_and_array(self, req: ChatCompletionRequest | CompletionRequest) -> tuple[list[int], np.ndarray]:
+        """`_tokens` plus the ids as int64 (in the worker thread: the hashing slices take views of it)."""
+        tokens = self._tokens(req)
+        return tokens, np.asarray(tokens, dtype=np.int64)
+
+    async def _hash_in_slices(self, token_ids: np.ndarray, salt: str) -> list[str]:
+        """`directory.block_hashes(token_ids, salt)`, yielding to the loop between slices."""
+        step = _HASH_SLICE_BLOCKS * self.directory.block_size
+        hashes: list[str] = []
+        for end in range(step, len(token_ids) + step, step):
+            hashes = self.directory.block_hashes(token_ids[:end], salt, known=hashes)
+            if end < len(token_ids):
+                await asyncio.sleep(0)
+        return hashes
+
     def _completion_tokens(self, prompt: str | list[int] | list[str]) -> list[int]:
+        limit = self.max_prompt_tokens
         if isinstance(prompt, str):
-            return self.tokenizer.encode_text(prompt)
+            return self.tokenizer.encode_text(prompt, max_tokens=limit)
         if prompt and isinstance(prompt[0], str):
-            return self.tokenizer.encode_text(str(prompt[0]))
+            return self.tokenizer.encode_text(str(prompt[0]), max_tokens=limit)
         ids = [int(t) for t in prompt]
         if any(t < 0 or t >= self.tokenizer.vocab_size for t in ids):
             raise InvalidRequest("prompt token id out of the vocabulary", param="prompt")
+        if limit is not None and len(ids) > limit:
+            raise InvalidRequest(
+                f"This model's maximum context length is {limit} tokens; the prompt has {len(ids)} tokens.",
+                param="prompt",
+                code="context_length_exceeded",
+            )
         return ids
 
     def _check_new_branch(self, p: Prepared) -> None:

@@ -1,0 +1,135 @@
+"""The gateway's ASGI application: FastAPI, with a shortcut for the hot routes
+and a body-size limit for the routes FastAPI parses itself.
+
+`GatewayApp` is a `FastAPI` app that serves a few POST endpoints (the
+OpenAI completion routes) without FastAPI's routing, dependency solving and
+middleware layers: the same endpoint function, called with a `Request`,
+its `Response` (or the app's own exception handlers' answer) sent as is.
+That saved 100-180 µs of CPU per request here (docs/benchmarks.md). Only
+endpoints that take nothing but the `Request` qualify (`hot_endpoint`);
+everything else, the lifespan included, goes through FastAPI unchanged.
+
+`BodySizeLimit` answers 413 (OpenAI-shaped) for a request under `prefix`
+whose body is larger than `limit` bytes, declared or streamed, before the
+app reads it; the body is then replayed to the app.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway import errors
+from gateway.http_errors import error_response
+
+log = logging.getLogger(__name__)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def hot_endpoint(route: object) -> Endpoint | None:
+    """`route`'s endpoint when it can be called as `endpoint(request)`, else None."""
+    if not isinstance(route, APIRoute) or route.dependencies:
+        return None
+    params = list(inspect.signature(route.endpoint).parameters.values())
+    if len(params) != 1 or params[0].annotation not in (Request, "Request"):
+        return None
+    return route.endpoint  # type: ignore[no-any-return]
+
+
+class GatewayApp(FastAPI):
+    """FastAPI plus `hot` routes: path -> (route, endpoint), POST only."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hot: dict[str, tuple[APIRoute, Endpoint]] = {}
+
+    def add_hot_route(self, route: APIRoute) -> bool:
+        """Serve `route` (POST) without FastAPI's routing layers; False if it does not qualify."""
+        endpoint = hot_endpoint(route)
+        if endpoint is None or "POST" not in route.methods:
+            return False
+        self.hot[route.path] = (route, endpoint)
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            hot = self.hot.get(scope["path"])
+            if hot is not None:
+                await self._serve_hot(hot, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _serve_hot(self, hot: tuple[APIRoute, Endpoint], scope: Scope, receive: Receive, send: Send) -> None:
+        route, endpoint = hot
+        scope["app"] = self
+        scope["route"] = route  # what the error observer labels the request with
+        request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except Exception as exc:  # noqa: BLE001  # the app's handlers log and answer it, as FastAPI's would
+            response = await self._handle(request, exc)
+        await response(scope, receive, send)
+
+    async def _handle(self, request: Request, exc: Exception) -> Response:
+        """The app's own exception handler for `exc` (the nearest class in its MRO)."""
+        for cls in type(exc).__mro__:
+            handler = self.exception_handlers.get(cls)
+            if handler is not None:
+                result = handler(request, exc)
+                return await result if inspect.isawaitable(result) else result  # type: ignore[no-any-return]
+        raise exc
+
+
+class BodySizeLimit:
+    """ASGI middleware: 413 for bodies over `limit` bytes on paths under `prefix`."""
+
+    def __init__(self, app: ASGIApp, *, limit: int, prefix: str) -> None:
+        self.app = app
+        self.limit = limit
+        self.prefix = prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        too_large = errors.PayloadTooLarge(f"request body exceeds {self.limit} bytes")
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await error_response(too_large)(scope, receive, send)
+                return
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before its body was in
+            part = message.get("body", b"")
+            size += len(part)
+            if size > self.limit:
+                await error_response(too_large)(scope, receive, send)
+                return
+            parts.append(part)
+            if not message.get("more_body", False):
+                break
+        await self.app(scope, _replay(b"".join(parts), receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay

@@ -1,0 +1,375 @@
+"""`RawWorkerClient`: the `WorkerAPI` with generate calls over pooled raw
+HTTP/1.1 keep-alive connections (asyncio protocol + the `httptools` parser).
+
+Why not httpx here: under load the httpx worker client was ~55 % of the
+gateway process (docs/benchmarks.md, profile). Its pool scans every pooled
+connection per request with a `select()` per idle one, and a 16-token
+stream costs ~3,300 Python calls; this client costs ~80-220 µs of CPU per
+call against ~1,900-2,100 µs for httpx (aiohttp: 206-423). The protocol it
+speaks is one fixed shape (POST JSON, answer JSON or NDJSON, always
+content-length or chunked), so the client stays small: the parsing is
+httptools', the pool is a LIFO list of idle connections per worker. The
+rare control calls (stats, phase, abort, migrate) go to `control`
+(`HttpWorkerClient` by default).
+
+Contract (same as `HttpWorkerClient`, see `gateway.worker_client`):
+- `WorkerUnreachable` for refused/reset connections, connect timeouts
+  (`connect_timeout_s`), no bytes for `read_timeout_s` (between chunks of a
+  stream too), or a body that ended without a final chunk; `refused` is
+  True only for a refused connection.
+- `WorkerRejected` for an `ErrorResponse` (4xx/5xx) or a line that is not a
+  `GenerateChunk` (502).
+- A connection returns to the pool only after its response was read to
+  the end. A stream closed early closes its connection (the worker aborts).
+- A reused idle connection the worker closed before answering (keep-alive
+  race) is retried once on a fresh connection; nothing else is retried.
+- At most `max_connections` calls hold a connection at once; more wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import httptools
+
+from gateway.worker_client import (
+    HttpWorkerClient,
+    WorkerAPI,
+    WorkerRejected,
+    WorkerUnreachable,
+    decode_chunk_lines,
+    rejected_error,
+)
+from gateway.worker_wire import encode_generate
+from workers.protocol import (
+    AbortResponse,
+    GenerateChunk,
+    GenerateRequest,
+    MigrateRequest,
+    MigrateResponse,
+    PhaseChangeRequest,
+    PhaseChangeResult,
+    PhaseStatus,
+    WorkerStats,
+)
+
+_PAUSE_BYTES = 1 << 20  # stop reading a worker that is this far ahead of its consumer
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; one request at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self.begin()
+
+    def begin(self) -> None:
+        """Forget the previous response (call before sending a request)."""
+        self.status = 0
+        self.headers_done = False
+        self.complete = False
+        self.keep_alive = True
+        self.framed = False  # content-length or chunked: the end is in the bytes, not the close
+        self.received = 0
+        self.error: BaseException | None = None
+        self._body: list[bytes] = []
+        self._buffered = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.transport is not None and self.error is None and not self.transport.is_closing()
+
+    # -- asyncio.Protocol -------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = exc
+            self.close()
+        if self._buffered > _PAUSE_BYTES and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.headers_done and not self.complete and not self.framed and exc is None:
+            self.complete = True  # a body delimited by the close itself
+        elif not self.complete and self.error is None:
+            self.error = exc or ConnectionResetError("the worker closed the connection")
+        self._wake()
+
+    # -- httptools callbacks ------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        self.keep_alive = self._parser.should_keep_alive()
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+        self._buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    # -- the caller's side ----------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def take(self) -> bytes:
+        """The body bytes received so far (and not taken yet)."""
+        body = self._body
+        if not body:
+            return b""
+        data = body[0] if len(body) == 1 else b"".join(body)
+        body.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until more bytes, the end of the response, or the connection's loss; TimeoutError after `timeout_s`."""
+        waiter = self._waiter = self._loop.create_future()
+        timer = self._loop.call_later(timeout_s, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class _Target:
+    """Where one worker URL's generate calls go, and its idle connections."""
+
+    def __init__(self, url: str, auth: bytes) -> None:
+        parts = urlsplit(url)
+        self.url = url
+        self.host = parts.hostname or "127.0.0.1"
+        self.tls = parts.scheme == "https"
+        self.port = parts.port or (443 if self.tls else 80)
+        path = parts.path.rstrip("/") + "/internal/generate"
+        self.head = (
+            f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n".encode()
+            + auth
+            + b"content-length: "
+        )
+        self.idle: list[_Connection] = []
+
+
+class RawWorkerClient:
+    """`WorkerAPI`: generate / generate_stream here, the control calls via `control`."""
+
+    def __init__(
+        self,
+        *,
+        cluster_token: str | None = None,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 300.0,
+        max_connections: int = 1024,
+        control: WorkerAPI | None = None,
+    ) -> None:
+        if connect_timeout_s <= 0 or read_timeout_s <= 0 or max_connections < 1:
+            raise ValueError("timeouts must be > 0 and max_connections >= 1")
+        self._control: WorkerAPI = control or HttpWorkerClient(
+            cluster_token=cluster_token,
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
+            max_connections=max_connections,
+        )
+        self._auth = f"authorization: Bearer {cluster_token}\r\n".encode() if cluster_token else b""
+        self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self._max_idle = max_connections
+        self._slots = asyncio.Semaphore(max_connections)
+        self._targets: dict[str, _Target] = {}
+        self._tls: ssl.SSLContext | None = None
+
+    # -- connections --------------------------------------------------------------
+    def _target(self, url: str) -> _Target:
+        target = self._targets.get(url)
+        if target is None:
+            target = self._targets[url] = _Target(url, self._auth)
+        return target
+
+    async def _connect(self, target: _Target) -> _Connection:
+        loop = asyncio.get_running_loop()
+        if target.tls and self._tls is None:
+            self._tls = ssl.create_default_context()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Connection(loop), target.host, target.port, ssl=self._tls if target.tls else None
+                ),
+                self._connect_timeout_s,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise WorkerUnreachable(f"{target.url}: connect failed: {type(exc).__name__}: {exc}") from exc
+        return conn
+
+    def _release(self, target: _Target, conn: _Connection) -> None:
+        if conn.complete and conn.keep_alive and conn.usable and len(target.idle) < self._max_idle:
+            target.idle.append(conn)
+        else:
+            conn.close()
+
+    async def _open(self, target: _Target, body: bytes) -> _Connection:
+        """Send the request; return once the status line and headers are in."""
+        request = target.head + b"%d\r\n\r\n" % len(body) + body
+        for attempt in (0, 1):
+            conn = None
+            while target.idle and attempt == 0:
+                candidate = target.idle.pop()
+                if candidate.usable:
+                    conn = candidate
+                    break
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(target)
+            conn.begin()
+            conn.send(request)
+            try:
+                while not conn.headers_done:
+                    if conn.error is not None:
+                        raise conn.error
+                    await conn.wait(self._read_timeout_s)
+                return conn
+            except TimeoutError as exc:
+                conn.close()
+                raise WorkerUnreachable(f"{target.url}: no answer in {self._read_timeout_s:g} s") from exc
+            except Exception as exc:
+                conn.close()
+                if reused and conn.received == 0:
+                    continue  # the worker closed an idle connection as we sent: once more, fresh
+                raise WorkerUnreachable(f"{target.url}: {type(exc).__name__}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    async def _more(self, target: _Target, conn: _Connection) -> None:
+        if conn.error is not None:
+            raise WorkerUnreachable(f"{target.url}: stream broke: {type(conn.error).__name__}: {conn.error}")
+        try:
+            await conn.wait(self._read_timeout_s)
+        except TimeoutError as exc:
+            raise WorkerUnreachable(f"{target.url}: nothing for {self._read_timeout_s:g} s") from exc
+
+    async def _read_rest(self, target: _Target, conn: _Connection) -> bytes:
+        parts = []
+        while True:
+            parts.append(conn.take())
+            if conn.complete:
+                return b"".join(parts)
+            await self._more(target, conn)
+
+    # -- WorkerAPI ------------------------------------------------------------------
+    async def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        target = self._target(url)
+        async with self._slots:
+            conn = await self._open(target, encode_generate(req, stream=True))
+            try:
+                if conn.status >= 400:
+                    raise rejected_error(conn.status, await self._read_rest(target, conn))
+                pending = b""
+                while True:
+                    data = conn.take()
+                    if data:
+                        pending = pending + data if pending else data
+                        *lines, pending = pending.split(b"\n")
+                        for chunk in decode_chunk_lines(lines):
+                            if chunk.finish_reason is not None:
+                                # To the end of the body *before* handing out the last chunk (the
+                                # consumer may stop at it): then the connection can be reused.
+                                with contextlib.suppress(WorkerUnreachable):
+                                    await self._read_rest(target, conn)
+                                yield chunk
+                                return
+                            yield chunk
+                        continue
+                    if conn.complete:
+                        break
+                    await self._more(target, conn)
+                if pending.strip():
+                    chunk = decode_chunk_lines([pending])[0]
+                    yield chunk
+                    if chunk.finish_reason is not None:
+                        return
+                raise WorkerUnreachable(f"{url}: stream ended without a final chunk")
+            finally:
+                self._release(target, conn)
+
+    async def generate(self, url: str, req: GenerateRequest) -> GenerateChunk:
+        target = self._target(url)
+        async with self._slots:
+            conn = await self._open(target, encode_generate(req, stream=False))
+            try:
+                body = await self._read_rest(target, conn)
+            finally:
+                self._release(target, conn)
+        if conn.status >= 400:
+            raise rejected_error(conn.status, body)
+        chunks = decode_chunk_lines([body])
+        if not chunks:
+            raise WorkerRejected(f"{url}: empty answer", status=502, retryable=False)
+        return chunks[0]
+
+    async def abort(self, url: str, request_id: str) -> AbortResponse:
+        return await self._control.abort(url, request_id)
+
+    async def migrate(self, url: str, req: MigrateRequest) -> MigrateResponse:
+        return await self._control.migrate(url, req)
+
+    async def phase(self, url: str) -> PhaseStatus:
+        return await self._control.phase(url)
+
+    async def change_phase(self, url: str, req: PhaseChangeRequest, *, timeout_s: float) -> PhaseChangeResult:
+        return await self._control.change_phase(url, req, timeout_s=timeout_s)
+
+    async def stats(self, url: str, since: int = 0) -> WorkerStats:
+        return await self._control.stats(url, since)
+
+    async def ready(self, url: str) -> bool:
+        return await self._control.ready(url)
+
+    async def aclose(self) -> None:
+        for target in self._targets.values():
+            for conn in target.idle:
+                conn.close()
+            target.idle.clear()
+        await self._control.aclose()
+
+
+__all__ = ["RawWorkerClient"]

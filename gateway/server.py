@@ -1,0 +1,83 @@
+"""Serving one gateway process: uvicorn on uvloop and httptools, the process
+tuned for the request path. What `evolving-infra gateway` / `up` and
+`bench gateway` run.
+
+- uvloop and httptools are named, not left to uvicorn's "auto" (which falls
+  back to asyncio and h11 without a word when they are missing: 1.3-1.6x
+  the CPU per request here).
+- No access log.
+- `TOKENIZERS_PARALLELISM=false` unless the environment says otherwise:
+  the gateway tokenizes one prompt per call, and the tokenizer's thread
+  pool competing with the event loop for the cores made a big prompt stall
+  the loop for 0.2-1.6 s here.
+- The garbage collector (`tune_gc`): everything alive once the app is
+  built (imports, the tokenizer; ~400k objects, most from transformers'
+  import of torch) is moved out of the collector's sight (`gc.freeze()`)
+  and the young generation collected less often. Full collections over
+  that heap paused the loop 136-464 ms under load (p99 at concurrency 32:
+  310-445 ms before, 38-44 ms after; docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+# (gen0 allocations, gen1 and gen2 collections) between collections; CPython's default is (700, 10, 10).
+GC_THRESHOLDS = (20_000, 20, 50)
+
+
+def tune_gc() -> int:
+    """Freeze what is alive now and raise the thresholds; returns the frozen object count."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    return gc.get_freeze_count()
+
+
+def build_server(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    on_exit: Callable[[], None] | None = None,
+    **uvicorn_options: Any,
+) -> Any:
+    """The uvicorn server for `app` (not started): uvloop, httptools, no access
+    log; `on_exit` runs first thing when SIGINT/SIGTERM arrives, before
+    uvicorn stops taking requests."""
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if on_exit is not None:
+                on_exit()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        **uvicorn_options,
+    )
+    return _Server(config)
+
+
+def serve_app(app: Any, *, host: str, port: int, log_level: str = "info", **options: Any) -> None:
+    """Run `app` until SIGINT/SIGTERM (blocking); `options` as `build_server`'s.
+    Exits with status 3 when the server never started (its lifespan start-up
+    failed), as `uvicorn.run` does."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    tune_gc()
+    server = build_server(app, host=host, port=port, log_level=log_level, **options)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)

@@ -1,0 +1,254 @@
+"""`RawWorkerClient` over real sockets on localhost: against the fake worker
+(same answers as the httpx client) and against a scripted HTTP server for
+the failure contract (refused, idle timeout, cut streams, stale keep-alive
+connections, early close, bad lines)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from core import Phase
+from gateway.raw_worker_client import RawWorkerClient
+from gateway.worker_client import HttpWorkerClient, WorkerRejected, WorkerUnreachable
+from testing.fake_worker import FakeWorker
+from testing.fake_worker_app import create_fake_worker_app
+from testing.stacks import serve
+from workers.protocol import GenerateRequest, SamplingOptions
+
+
+def request(rid: str = "r1", n: int = 5) -> GenerateRequest:
+    return GenerateRequest(request_id=rid, prompt_token_ids=list(range(10, 30)), sampling=SamplingOptions(max_tokens=n))
+
+
+async def tokens_of(client: RawWorkerClient | HttpWorkerClient, url: str, req: GenerateRequest) -> list[int]:
+    out: list[int] = []
+    async for chunk in client.generate_stream(url, req):
+        out += chunk.token_ids
+    return out
+
+
+async def test_same_answers_as_the_httpx_client_over_the_fake_worker() -> None:
+    worker = FakeWorker("w0", phase=Phase.DECODE, token_range=(10, 500))
+    raw, httpx_client = RawWorkerClient(), HttpWorkerClient()
+    try:
+        async with serve(create_fake_worker_app(worker)) as url:
+            for i in range(3):  # reused connections give the same answers
+                req = request(f"s{i}", n=7)
+                assert await tokens_of(raw, url, req) == await tokens_of(httpx_client, url, req)
+            one = request("g1", n=1)
+            assert (await raw.generate(url, one)).token_ids == (await httpx_client.generate(url, one)).token_ids
+            assert (await raw.stats(url)).node_id == "w0"  # control calls go through httpx
+    finally:
+        await raw.aclose()
+        await httpx_client.aclose()
+
+
+# -- a scripted server ----------------------------------------------------------------
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+class Script:
+    """Each accepted connection runs `handler(reader, writer, index)`; counts connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.open = 0
+        self.max_open = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = self.connections
+        self.connections += 1
+        self.open += 1
+        self.max_open = max(self.max_open, self.open)
+        try:
+            await self.handler(reader, writer, index)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def scripted(handler: Handler) -> AsyncIterator[tuple[str, Script]]:
+    script = Script(handler)
+    server = await asyncio.start_server(script._serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", script
+    finally:
+        server.close()
+
+
+async def read_request(reader: asyncio.StreamReader) -> dict:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))
+    return json.loads(await reader.readexactly(length))
+
+
+def ndjson_head() -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def line(rid: str, tokens: list[int], finish: str | None = None) -> bytes:
+    body = {"request_id": rid, "token_ids": tokens, **({"finish_reason": finish} if finish else {})}
+    return json.dumps(body).encode() + b"\n"
+
+
+async def answer_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    req = await read_request(reader)
+    rid = req["request_id"]
+    body = chunk(line(rid, [1]) + line(rid, [2])) + chunk(line(rid, [3], "length"))
+    writer.write(ndjson_head() + body + b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def test_one_keep_alive_connection_serves_sequential_calls() -> None:
+    async def handler(reader, writer, index):
+        while True:
+            await answer_stream(reader, writer)
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, script):
+        for i in range(5):
+            assert await tokens_of(client, url, request(f"k{i}")) == [1, 2, 3]
+        assert script.connections == 1
+    await client.aclose()
+
+
+async def test_nothing_listening_is_unreachable_and_refused() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    client = RawWorkerClient()
+    with pytest.raises(WorkerUnreachable) as err:
+        await tokens_of(client, f"http://127.0.0.1:{port}", request())
+    assert err.value.refused
+    await client.aclose()
+
+
+async def test_a_worker_that_goes_quiet_times_out_as_unreachable_not_refused() -> None:
+    async def handler(reader, writer, index):
+        req = await read_request(reader)
+        writer.write(ndjson_head() + chunk(line(req["request_id"], [1])))
+        await asyncio.sleep(30)
+
+    client = RawWorkerClient(read_timeout_s=0.2)
+    async with scripted(handler) as (url, _):
+        got: list[int] = []
+        with pytest.raises(WorkerUnreachable, match="nothing for 0.2 s") as err:
+            async for c in client.generate_stream(url, request()):
+                got += c.token_ids
+        assert got == [1] and not err.value.refused
+    await client.aclose()
+
+
+async def test_a_stream_cut_before_its_final_chunk_is_unreachable() -> None:
+    async def handler(reader, writer, index):
+        req = await read_request(reader)
+        writer.write(ndjson_head() + chunk(line(req["request_id"], [1])) + b"0\r\n\r\n")
+        await writer.drain()
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, _):
+        with pytest.raises(WorkerUnreachable, match="without a final chunk"):
+            await tokens_of(client, url, request())
+    await client.aclose()
+
+
+async def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
+    async def handler(reader, writer, index):
+        await answer_stream(reader, writer)
+        if index == 0:
+            await reader.readuntil(b"\r\n\r\n")  # the second request arrives: close without answering
+            return
+        while True:
+            await answer_stream(reader, writer)
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, script):
+        assert await tokens_of(client, url, request("a")) == [1, 2, 3]
+        assert await tokens_of(client, url, request("b")) == [1, 2, 3]
+        assert script.connections == 2
+    await client.aclose()
+
+
+async def test_a_stream_closed_early_does_not_return_its_connection() -> None:
+    release = asyncio.Event()
+
+    async def handler(reader, writer, index):
+        req = await read_request(reader)
+        writer.write(ndjson_head() + chunk(line(req["request_id"], [1])))
+        await writer.drain()
+        await release.wait()
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, script):
+        for rid in ("a", "b"):
+            stream = client.generate_stream(url, request(rid))
+            assert (await stream.__anext__()).token_ids == [1]
+            await stream.aclose()  # the client left: this connection cannot be reused
+        assert script.connections == 2
+        release.set()
+    await client.aclose()
+
+
+async def test_error_answers_and_bad_lines_are_rejections() -> None:
+    async def handler(reader, writer, index):
+        req = await read_request(reader)
+        if req["request_id"] == "busy":
+            body = json.dumps({"error": {"type": "draining", "message": "switching", "retryable": True}}).encode()
+            writer.write(b"HTTP/1.1 503 x\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        else:
+            writer.write(ndjson_head() + chunk(b'{"request_id": "bad", "token_ids": "x"}\n') + b"0\r\n\r\n")
+        await writer.drain()
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, _):
+        with pytest.raises(WorkerRejected) as busy:
+            await tokens_of(client, url, request("busy"))
+        assert busy.value.retryable and busy.value.status_code == 503
+        with pytest.raises(WorkerRejected) as bad:
+            await tokens_of(client, url, request("garbled"))
+        assert not bad.value.retryable and bad.value.status_code == 502
+    await client.aclose()
+
+
+async def test_a_close_delimited_answer_to_generate_is_complete() -> None:
+    async def handler(reader, writer, index):
+        req = await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + line(req["request_id"], [8], "length"))
+        await writer.drain()
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, _):
+        chunk_ = await client.generate(url, request("p", n=1))
+        assert chunk_.token_ids == [8]
+    await client.aclose()
+
+
+async def test_calls_beyond_max_connections_wait_for_a_slot() -> None:
+    async def handler(reader, writer, index):
+        while True:
+            req = await read_request(reader)
+            await asyncio.sleep(0.05)
+            writer.write(ndjson_head() + chunk(line(req["request_id"], [1], "stop")) + b"0\r\n\r\n")
+            await writer.drain()
+
+    client = RawWorkerClient(max_connections=2)
+    async with scripted(handler) as (url, script):
+        results = await asyncio.gather(*(tokens_of(client, url, request(f"c{i}")) for i in range(5)))
+        assert results == [[1]] * 5
+        assert script.max_open <= 2
+    await client.aclose()
