@@ -31,7 +31,7 @@ from gateway.errors import NotFound
 from gateway.worker_client import WorkerAPI, WorkerError
 from planner.types import IterationRecord
 from routing import NodeLoad
-from workers.protocol import WorkerStats
+from workers.protocol import KVPeerStats, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class WorkerNode:
     block_size: int = 0
     inflight: int = 0  # requests this gateway has open on the node
     next_iteration: int = 0
+    kv_peers: tuple[KVPeerStats, ...] = ()  # the node's pulls from its peers (last heartbeat)
 
     @property
     def draining(self) -> bool:
@@ -184,6 +185,7 @@ class WorkerRegistry:
             node.phase, node.draining_to = stats.phase, stats.draining_to
         node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
+        node.kv_peers = tuple(stats.kv_peers)
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
             log.error(
