@@ -11,6 +11,7 @@ message instead of breaking the other commands.
     evolving-infra db upgrade [--url URL]
     evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos [args...]
     evolving-infra simulate|replay|console [args...]
+    evolving-infra testbed up|link|status|cleanup [args...]   (network namespaces; root)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ PASSTHROUGH: dict[str, str] = {
     "simulate": "sim.cli:main",
     "replay": "bench.replay:main",
     "console": "admin_ui.cli:main",
+    "testbed": "cli.testbed.command:main",
 }
 # `simulate --fidelity` runs the live cluster beside the simulator: a benchmark.
 FIDELITY = "bench.fidelity:cli"
