@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 
 IFNAME = "eth0"
 BRIDGE = "br0"
-_NAME = re.compile(r"^[a-z][a-z0-9-]{0,10}$")  # leaves room in IFNAMSIZ (15) for "v-" + host
+_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,10}$")
+# No '-' in a host name: `<prefix>-<host>` then never matches a longer prefix's
+# names ("ei-tb" does not own "ei-tb-t-gw"); short enough for "v-<host>" (IFNAMSIZ).
+_HOST = re.compile(r"^[a-z][a-z0-9]{0,10}$")
 
 # TCP only, on the host's own interface. Bigger segments: 16 MiB reads went
 # from 0.17 to ~1.3 GB/s across namespaces (docs/benchmarks.md).
@@ -58,9 +61,11 @@ class Layout:
 
 def plan_layout(prefix: str, hosts: list[str], subnet: str = "10.231.0.0/24") -> Layout:
     """Names and addresses for `hosts`; raises ValueError on bad names or too many hosts."""
-    for name in [prefix, *hosts]:
-        if not _NAME.match(name):
-            raise ValueError(f"bad testbed name {name!r}: lowercase letters, digits and '-', at most 11 characters")
+    if not _PREFIX.match(prefix):
+        raise ValueError(f"bad testbed prefix {prefix!r}: lowercase letters, digits and '-', at most 11 characters")
+    for name in hosts:
+        if not _HOST.match(name):
+            raise ValueError(f"bad host name {name!r}: lowercase letters and digits, at most 11 characters")
     if "br" in hosts or len(set(hosts)) != len(hosts):
         raise ValueError("host names must be distinct and not 'br' (the bridge namespace)")
     net = ipaddress.ip_network(subnet)
@@ -78,7 +83,7 @@ def plan_layout(prefix: str, hosts: list[str], subnet: str = "10.231.0.0/24") ->
 
 def owned(netns_names: list[str], prefix: str) -> list[str]:
     """The namespaces in `ip netns list` that a testbed with `prefix` created."""
-    return [n for n in netns_names if n.startswith(prefix + "-") and _NAME.match(n[len(prefix) + 1 :] or "-")]
+    return [n for n in netns_names if n.startswith(prefix + "-") and _HOST.match(n[len(prefix) + 1 :])]
 
 
 def parse_netns_list(text: str) -> list[str]:
