@@ -1,6 +1,7 @@
 """cli.testbed.plan: names and addresses, leftovers by prefix, and reading back
 what UCX used from its own log (literal log lines from UCX 1.23)."""
 
+# ruff: noqa: E501  (the UCX log lines below are literal)
 from __future__ import annotations
 
 import pytest
