@@ -286,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.hosts == "netns":
         from bench import kvpool_netns
 
-        return kvpool_netns.main(rest, cases=cases, seconds=args.seconds, rounds=args.rounds, region_bytes=region)
+        return kvpool_netns.main(
+            rest, read=read_from_file, cases=cases, seconds=args.seconds, rounds=args.rounds, region_bytes=region
+        )
     if rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
     print(json.dumps(run_kvpool_bench(cases, region, args.seconds, args.rounds)))

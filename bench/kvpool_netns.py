@@ -29,19 +29,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cli.testbed.netns import Testbed, unavailable_reason
 from cli.testbed.plan import NETWORK_UCX_ENV, parse_ucx_transport
 
 PREFIX = "ei-tb-b"
+# (descriptor file, cases, region bytes, seconds, rounds) -> result rows
+Reader = Callable[[str, Sequence[Any], int, float, int], list[Any]]
 
 
-def _reads(tb: Testbed, log_dir: pathlib.Path, cases: Sequence, seconds: float, rounds: int, region: int) -> dict:
-    """Part 1: the peer in w1, this process reading from gw."""
-    from bench.kvpool_bench import read_from_file
-
+def _reads(
+    tb: Testbed, log_dir: pathlib.Path, read: Reader, cases: Sequence, seconds: float, rounds: int, region: int
+) -> dict:
+    """Part 1: the peer in w1, this process reading from gw (`read`: bench.kvpool_bench.read_from_file)."""
     desc = tb.run_dir / "peer-descriptors.json"
     argv = [sys.executable, "-m", "bench.kvpool_bench", "--serve-peer", str(desc), "--region-mib", str(region >> 20)]
     if any(getattr(c, "scattered", False) for c in cases):
@@ -51,7 +53,7 @@ def _reads(tb: Testbed, log_dir: pathlib.Path, cases: Sequence, seconds: float, 
         peer = tb.popen("w1", argv, env=peer_env, stdout=out, stderr=subprocess.STDOUT, cwd=_repo())
     try:
         before = tb.link_bytes("w1")
-        results = tb.call_in("gw", read_from_file, str(desc), cases, region, seconds, rounds)
+        results = tb.call_in("gw", read, str(desc), cases, region, seconds, rounds)
         after = tb.link_bytes("w1")
     finally:
         peer.terminate()
@@ -126,7 +128,8 @@ def _workers(tb: Testbed, args: argparse.Namespace, log_dir: pathlib.Path) -> di
     return out
 
 
-def main(argv: list[str], *, cases: Sequence, seconds: float, rounds: int, region_bytes: int) -> int:
+def main(argv: list[str], *, read: Reader, cases: Sequence, seconds: float, rounds: int, region_bytes: int) -> int:
+    """`read` is passed in by bench.kvpool_bench, which dispatches here (no import back: no cycle)."""
     p = argparse.ArgumentParser(prog="evolving-infra bench kvpool --hosts netns")
     p.add_argument("--model", default="data/demo-model")
     p.add_argument("--pull-timeout-s", type=float, default=2.0, help="the workers' read deadline")
@@ -146,7 +149,7 @@ def main(argv: list[str], *, cases: Sequence, seconds: float, rounds: int, regio
     os.environ.update(UCX_LOG_LEVEL="info", UCX_PROTO_INFO="y", UCX_LOG_FILE=str(log_dir / "reader-ucx.log"))
     out: dict[str, Any] = {"transport": "nixl", "hosts": "netns", "ucx_tls": NETWORK_UCX_ENV["UCX_TLS"]}
     with Testbed(["gw", "w1", "w2"], prefix=args.prefix) as tb:
-        out.update(_reads(tb, log_dir, cases, seconds, rounds, region_bytes))
+        out.update(_reads(tb, log_dir, read, cases, seconds, rounds, region_bytes))
         if not args.reads_only:
             out["read_deadline_s"] = args.pull_timeout_s
             out.update(_workers(tb, args, log_dir))
