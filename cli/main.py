@@ -12,6 +12,7 @@ message instead of breaking the other commands.
     evolving-infra db upgrade [--url URL]
     evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos|demo [args...]
     evolving-infra simulate|replay|console|load [args...]
+    evolving-infra testbed up|link|status|cleanup [args...]   (network namespaces; root)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ PASSTHROUGH: dict[str, str] = {
     "replay": "bench.replay:main",
     "load": "cli.load:main",
     "console": "admin_ui.cli:main",
+    "testbed": "cli.testbed.command:main",
 }
 # `simulate --fidelity` runs the live cluster beside the simulator: a benchmark.
 FIDELITY = "bench.fidelity:cli"

@@ -19,6 +19,12 @@ Exported names (all prefixed `evolving_`):
     evolving_directory_blocks                            blocks in the KV directory
     evolving_directory_referenced_blocks                 blocks held by an active branch
     evolving_directory_branches                          active branches
+    evolving_kv_pulls_total{node,peer,outcome}           a worker's pulls from a peer's host store;
+                                                         outcome = ok|stale|timeout|unavailable|error|skipped
+    evolving_kv_pulled_blocks_total{node,peer}           blocks pulled and verified
+    evolving_kv_peer_up{node,peer}                       1 while the node pulls from the peer, 0 while
+                                                         it is down (loads recompute until it answers)
+    evolving_kv_peer_downs_total{node,peer}              times the peer went down for the node
 
 Cardinality is bounded: `tenant` takes at most `max_tenants` distinct values
 and `endpoint` at most `max_endpoints` (callers pass route names, never raw
@@ -28,9 +34,11 @@ paths: an unknown path is "other"); values past a cap are counted under
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
@@ -61,6 +69,26 @@ class _BoundedLabel:
             return OTHER
         self._seen.add(value)
         return value
+class _KVPeerCollector:
+    """Workers count their pulls themselves; this exports the counts of the
+    last heartbeat (so they are counters that reset when a worker restarts)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, tuple]] = []  # (node_id, its KVPeerStats)
+
+    def collect(self) -> Iterator[Metric]:
+        pulls = CounterMetricFamily("evolving_kv_pulls", "KV pulls from peers", labels=["node", "peer", "outcome"])
+        blocks = CounterMetricFamily("evolving_kv_pulled_blocks", "KV blocks pulled", labels=["node", "peer"])
+        up = GaugeMetricFamily("evolving_kv_peer_up", "1 while a node pulls from a peer", labels=["node", "peer"])
+        downs = CounterMetricFamily("evolving_kv_peer_downs", "Times a peer went down", labels=["node", "peer"])
+        for node, peers in self.nodes:
+            for p in peers:
+                for outcome, n in sorted(p.pulls.items()):
+                    pulls.add_metric([node, p.peer, outcome], n)
+                blocks.add_metric([node, p.peer], p.blocks)
+                up.add_metric([node, p.peer], 1.0 if p.state == "up" else 0.0)
+                downs.add_metric([node, p.peer], p.downs)
+        yield from (pulls, blocks, up, downs)
 
 
 class GatewayMetrics:
@@ -71,6 +99,8 @@ class GatewayMetrics:
         self._request_children: dict[tuple[str, str, int], Any] = {}
         self._finished_children: dict[tuple[str, str], tuple[Any, ...]] = {}
         r = self.registry = CollectorRegistry()
+        self._kv_peers = _KVPeerCollector()
+        r.register(self._kv_peers)
         self.requests = Counter(
             "evolving_requests", "OpenAI API requests", ["tenant", "endpoint", "status"], registry=r
         )
@@ -154,6 +184,7 @@ class GatewayMetrics:
             self.healthy.labels(node.node_id).set(1 if node.healthy else 0)
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
+        self._kv_peers.nodes = [(node.node_id, node.kv_peers) for node in registry.nodes()]
         stats = directory.stats()
         self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
         self.directory_blocks.set(stats.get("blocks", 0.0))

@@ -209,6 +209,18 @@ class HostStoreStats(_Model):
     block_bytes: int = 0
 
 
+class KVPeerStats(_Model):
+    """This node's pulls from one peer since it started (its KV connector's view)."""
+
+    peer: str
+    state: str = "up"  # "down": pulls skip it (recompute) until it answers a probe again
+    reason: str = ""  # why it last went down: timeout | unavailable | unreachable | http NNN | error
+    pulls: dict[str, int] = Field(default_factory=dict)  # outcome -> count (kvpool.events.PULL_OUTCOMES)
+    blocks: int = 0  # blocks pulled and verified
+    pull_seconds: float = 0.0  # time in pulls that succeeded
+    downs: int = 0  # times it went down
+
+
 class WorkerStats(_Model):
     node_id: str
     phase: Phase
@@ -228,6 +240,7 @@ class WorkerStats(_Model):
     # the gateway publishes them to the directory.
     saved_blocks: list[BlockLocation] = Field(default_factory=list)
     dropped_blocks: list[BlockLocation] = Field(default_factory=list)
+    kv_peers: list[KVPeerStats] = Field(default_factory=list)
 
 
 class KVAgentInfo(_Model):

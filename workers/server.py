@@ -164,6 +164,7 @@ def create_app(
             iterations=eng.iterations.since(max(0, since)),
             saved_blocks=[loc(h, s) for h, s in saved],
             dropped_blocks=[loc(h, s) for h, s in dropped],
+            kv_peers=eng.kv_events.peer_stats() if eng.kv_events else [],
         )
 
     @app.get("/internal/requests", response_model=list[RequestTimingWire])

@@ -31,7 +31,7 @@ from gateway.errors import NotFound
 from gateway.worker_client import WorkerAPI, WorkerError
 from planner.types import IterationRecord
 from routing import NodeLoad
-from workers.protocol import WorkerStats
+from workers.protocol import KVPeerStats, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class WorkerNode:
     kv_capacity_tokens: int = 0
     inflight: int = 0  # requests this gateway has open on the node
     next_iteration: int = 0
+    kv_peers: tuple[KVPeerStats, ...] = ()  # the node's pulls from its peers (last heartbeat)
 
     @property
     def draining(self) -> bool:
@@ -190,6 +191,7 @@ class WorkerRegistry:
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
         node.max_num_seqs, node.max_num_batched_tokens = stats.max_num_seqs, stats.max_num_batched_tokens
         node.kv_capacity_tokens = stats.kv_capacity_tokens
+        node.kv_peers = tuple(stats.kv_peers)
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
             log.error(

@@ -366,9 +366,21 @@ def test_workers_get_gpus_shared_memory_and_ucx(render) -> None:
     env = env_of(worker)
     assert env["UCX_TLS"]["value"] == "tcp,sm,self,cuda_copy,cuda_ipc"
     assert env["UCX_NET_DEVICES"]["value"] == "all"
-    assert {"--host=0.0.0.0", "--port=8100", "--node-id=$(POD_NAME)", "--block-size=32", "--kv-store-gib=64"} <= set(
-        worker["args"]
-    )
+    # Failure detection and segment sizes of KV reads over TCP (docs/operations.md).
+    assert {k: env[k]["value"] for k in ("UCX_TCP_USER_TIMEOUT", "UCX_KEEPALIVE_INTERVAL", "UCX_TCP_CONN_NB")} == {
+        "UCX_TCP_USER_TIMEOUT": "3s",
+        "UCX_KEEPALIVE_INTERVAL": "1s",
+        "UCX_TCP_CONN_NB": "y",
+    }
+    assert env["UCX_TCP_TX_SEG_SIZE"]["value"] == env["UCX_TCP_RX_SEG_SIZE"]["value"] == "4mb"
+    assert {
+        "--host=0.0.0.0",
+        "--port=8100",
+        "--node-id=$(POD_NAME)",
+        "--block-size=32",
+        "--kv-store-gib=64",
+        "--kv-pull-timeout-s=3",
+    } <= set(worker["args"])
     assert env["EVOLVING_CLUSTER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "clusterToken"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(sts)["tolerations"]
     peers = objs[("Service", f"{PREFIX}-worker-peers")]
