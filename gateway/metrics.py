@@ -30,7 +30,6 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
     from gateway.control.registry import WorkerRegistry
-    from gateway.directory import Directory
     from gateway.serving.orchestrator import Finished
     from gateway.store.records import SwitchOutcome
 
@@ -95,15 +94,15 @@ class GatewayMetrics:
             self.switch_seconds.labels("migrate").observe(outcome.migrate_s)
             self.switch_seconds.labels("total").observe(outcome.total_s)
 
-    def refresh(self, registry: WorkerRegistry, directory: Directory) -> None:
-        """Copy live gauges from the registry and directory (called per scrape)."""
+    def refresh(self, registry: WorkerRegistry, directory_stats: dict[str, float]) -> None:
+        """Copy live gauges from the registry and the directory's `stats()` (called per scrape)."""
         for node in registry.nodes():
             self.queue.labels(node.node_id).set(node.num_waiting)
             self.running.labels(node.node_id).set(max(node.num_running, node.inflight))
             self.healthy.labels(node.node_id).set(1 if node.healthy else 0)
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
-        stats = directory.stats()
+        stats = directory_stats
         self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
         self.directory_blocks.set(stats.get("blocks", 0.0))
         self.directory_referenced.set(stats.get("referenced", 0.0))

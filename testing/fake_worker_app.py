@@ -19,11 +19,20 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.worker_client import WorkerRejected, WorkerUnreachable
 from testing.fake_worker import FakeWorker
-from workers.protocol import ErrorBody, ErrorResponse, GenerateRequest, MigrateRequest, PhaseChangeRequest
+from workers.protocol import (
+    ErrorBody,
+    ErrorResponse,
+    FenceRequest,
+    GenerateRequest,
+    MigrateRequest,
+    PhaseChangeRequest,
+)
 
 
 def _error(exc: WorkerRejected) -> JSONResponse:
-    body = ErrorResponse(error=ErrorBody(type="rejected", message=exc.message, retryable=exc.retryable))
+    body = ErrorResponse(
+        error=ErrorBody(type=exc.error_type or "rejected", message=exc.message, retryable=exc.retryable)
+    )
     return JSONResponse(body.model_dump(), status_code=exc.status_code)
 
 
@@ -59,7 +68,15 @@ def create_fake_worker_app(worker: FakeWorker, *, openai_model: str | None = Non
     @app.post("/internal/migrate")
     async def migrate(request: Request) -> Response:
         req = MigrateRequest.model_validate_json(await request.body())
-        return Response(worker.migrate(req).model_dump_json(), media_type="application/json")
+        try:
+            return Response(worker.migrate(req).model_dump_json(), media_type="application/json")
+        except WorkerRejected as exc:
+            return _error(exc)
+
+    @app.post("/internal/fence")
+    async def fence(request: Request) -> Response:
+        req = FenceRequest.model_validate_json(await request.body())
+        return Response(worker.fence_status(req.term).model_dump_json(), media_type="application/json")
 
     @app.get("/internal/phase")
     async def phase() -> Response:
@@ -68,7 +85,10 @@ def create_fake_worker_app(worker: FakeWorker, *, openai_model: str | None = Non
     @app.post("/internal/phase")
     async def change_phase(request: Request) -> Response:
         req = PhaseChangeRequest.model_validate_json(await request.body())
-        return Response((await worker.change_phase(req)).model_dump_json(), media_type="application/json")
+        try:
+            return Response((await worker.change_phase(req)).model_dump_json(), media_type="application/json")
+        except WorkerRejected as exc:
+            return _error(exc)
 
     @app.get("/internal/stats")
     async def stats(since: int = 0) -> Response:

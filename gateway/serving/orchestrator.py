@@ -111,7 +111,7 @@ class Orchestrator:
         )
         while not progress.budget_spent():
             # decide
-            node_id, role, kv = self._decide(job, progress)
+            node_id, role, kv = await self._decide(job, progress)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
             req = GenerateRequest(
@@ -137,7 +137,7 @@ class Orchestrator:
                 is Next.DONE
             ):
                 break
-        self._remember_branch(job, progress.generated)
+        await self._remember_branch(job, progress.generated)
         yield Finished(
             finish_reason=progress.finish,
             prompt_tokens=len(job.prompt_token_ids),
@@ -151,11 +151,11 @@ class Orchestrator:
         )
 
     # -- decide -----------------------------------------------------------------
-    def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
+    async def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
         context, excluded = progress.context(), progress.excluded
         dead = [n.node_id for n in self._registry.nodes() if not n.healthy]
         # Only the request's first lookup counts toward the pool hit rate.
-        hit = self._directory.lookup(context, job.tenant_salt, exclude=dead, record=progress.first_segment)
+        hit = await self._directory.lookup(context, job.tenant_salt, exclude=dead, record=progress.first_segment)
         # At least one token must be computed, so a full hit counts as len-1.
         limit = len(context) - 1
         by_node = {n: min(t, limit) for n, t in hit.cached_by_node().items()}
@@ -190,7 +190,7 @@ class Orchestrator:
             with self._registry.track(node_id):
                 async for chunk in chunks:
                     if chunk.saved_blocks:
-                        self._directory.publish(node_id, chunk.saved_blocks)
+                        await self._directory.publish(node_id, chunk.saved_blocks)
                     if chunk.finish_reason is FinishReason.ERROR:
                         raise UpstreamFailed(
                             f"worker {node_id} failed the request: {chunk.error or 'error'}", code="worker_error"
@@ -259,8 +259,8 @@ class Orchestrator:
         task.add_done_callback(self._background.discard)
 
     # -- apply ------------------------------------------------------------------
-    def _remember_branch(self, job: Job, generated: list[int]) -> None:
+    async def _remember_branch(self, job: Job, generated: list[int]) -> None:
         if job.branch_id is not None:
-            self._directory.reference(
+            await self._directory.reference(
                 job.branch_id, self._directory.block_hashes(job.prompt_token_ids + generated, job.tenant_salt)
             )

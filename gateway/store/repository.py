@@ -15,6 +15,7 @@ from gateway.store._event_repo import (
     add_usage,
     get_overrides,
     json_safe,
+    latest_decision,
     list_audit,
     list_decisions,
     list_switch_events,
@@ -22,6 +23,7 @@ from gateway.store._event_repo import (
     minute_of,
     set_override,
 )
+from gateway.store._lease_repo import PLANNER_LEASE, claim_lease, read_lease, release_lease
 from gateway.store._tenant_repo import (
     count_active_admin_tokens,
     create_admin_token,
@@ -42,6 +44,10 @@ from gateway.store._tenant_repo import (
 )
 
 __all__ = [
+    "PLANNER_LEASE",
+    "claim_lease",
+    "read_lease",
+    "release_lease",
     "NODE_PIN_PREFIX",
     "PLANNER_MODE",
     "SPLIT_PIN",
@@ -51,6 +57,7 @@ __all__ = [
     "add_usage",
     "get_overrides",
     "json_safe",
+    "latest_decision",
     "list_audit",
     "list_decisions",
     "list_switch_events",

@@ -146,3 +146,14 @@ class AdminToken(Base):
     secret_hash: Mapped[str] = mapped_column(sa.String(128))
     created_at: Mapped[float] = mapped_column(sa.Float)
     revoked_at: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
+
+
+class LeaderLease(Base):
+    """Planner leadership (`gateway.store._lease_repo`): holder, term, expiry on the DB clock."""
+
+    __tablename__ = "leader_lease"
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(sa.String(200))
+    term: Mapped[int] = mapped_column(sa.BigInteger)
+    expires_at: Mapped[float] = mapped_column(sa.Float)
+    renewed_at: Mapped[float] = mapped_column(sa.Float)

@@ -51,7 +51,7 @@ def _tables(url: str) -> set[str]:
 def test_migrations_up_down_and_match_models(store_url: str) -> None:
     assert db_revision(store_url) is None
     db_upgrade(store_url)
-    assert db_revision(store_url) == "0001"
+    assert db_revision(store_url) == "0002"
     assert STORE_TABLES <= _tables(store_url)
     engine = sa.create_engine(store_url, poolclass=sa.pool.NullPool)
     with engine.connect() as conn:
@@ -62,7 +62,7 @@ def test_migrations_up_down_and_match_models(store_url: str) -> None:
     assert db_revision(store_url) is None
     assert not (STORE_TABLES & _tables(store_url))
     db_upgrade(store_url)  # and up again
-    assert db_revision(store_url) == "0001"
+    assert db_revision(store_url) == "0002"
 
 
 @pytest.mark.postgres
@@ -106,10 +106,10 @@ def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None
                 holder.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
                 outputs = [p.communicate(timeout=120)[0].decode() for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outputs
-        assert db_revision(url) == "0001"
+        assert db_revision(url) == "0002"
         assert STORE_TABLES <= _tables(url)
         db_upgrade(url)  # a third, later upgrade is a no-op
-        assert db_revision(url) == "0001"
+        assert db_revision(url) == "0002"
 
 
 def test_tenant_key_policy_roundtrip(migrated_db: Database) -> None:

@@ -18,9 +18,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.versions: list[float | None] = []
 
-    def record_override(self, *, key: str, value: Any, who: str) -> None:
+    def record_override(self, *, key: str, value: Any, who: str, t: float | None = None) -> None:
         self.calls.append(("override", key, value, who))
+        self.versions.append(t)
 
     def record_audit(self, *, actor: str, action: str, target: str, before: Any, after: Any) -> None:
         self.calls.append(("audit", actor, action, target, before, after))

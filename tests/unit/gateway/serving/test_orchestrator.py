@@ -194,11 +194,11 @@ async def test_eos_ends_with_stop():
 
 async def test_branch_references_prompt_and_output_blocks():
     c = await Cluster([Phase.DECODE]).start()
-    c.directory.open_branch("t/b1", tenant_id="t")
+    assert await c.directory.open_branch("t/b1", tenant_id="t")
     tokens, _ = await collect(c.orch, job(PROMPT, 8, branch="t/b1"))
     hashes = c.directory.block_hashes(PROMPT + tokens, "t")
-    assert len(hashes) == 12 and all(c.directory.references(h) == 1 for h in hashes)
-    assert c.directory.finish_branch("t/b1") and c.directory.references(hashes[0]) == 0
+    assert len(hashes) == 12 and [await c.directory.references(h) for h in hashes] == [1] * 12
+    assert await c.directory.finish_branch("t/b1") and await c.directory.references(hashes[0]) == 0
 
 
 async def test_closing_stream_early_aborts_worker_request():
