@@ -12,14 +12,24 @@ When Redis is unreachable (refused, or slower than `timeout_s`), admission
 never fails with a 5xx and never becomes unlimited: each replica enforces
 **its share** of every limit on its own, `share_of(policy, replicas)` —
 requests/min, tokens/min, concurrency and (through the directory) active
-branches each divided by the number of live replicas, rounded up, so the
-cluster as a whole stays within the limit plus at most one request per
-replica and window. `replicas()` is the last count of live replicas seen in
-Redis (`gateway.control.membership`), else `EVOLVING_GATEWAY_REPLICAS`. The
-shared circuit breaker keeps requests from each waiting out the timeout
-while Redis is down; when it answers again, the admissions made locally in
-the meantime are replayed into the Redis windows, so the window after the
-outage counts them.
+branches each divided by the number of live replicas, rounded up. The share
+is checked against *everything this replica admitted* in the last minute
+(every admission is also counted in a local window, in both modes), so
+traffic from before the outage counts too. `replicas()` is the last count
+of live replicas seen in Redis (`gateway.control.membership`), else
+`EVOLVING_GATEWAY_REPLICAS`.
+
+What that guarantees: in the minutes after Redis went away the cluster
+admits at most the limit (plus one request per replica from rounding up);
+within the minute it went away, up to (2 - 1/replicas) x the limit when all
+earlier traffic had gone to one replica (that replica is over its share and
+admits nothing more; the others admit theirs). The shared circuit breaker
+keeps requests from each waiting out the timeout while Redis is down. When
+Redis answers again, this replica's admissions of the last minute are put
+back into the Redis windows (idempotent: an id Redis still has is not
+counted twice), so a Redis that restarted empty still counts them; a
+background probe does it within `recover_s` of Redis returning, before
+that replica's next admission at the latest.
 """
 
 from __future__ import annotations
@@ -81,10 +91,11 @@ class LimitStats:
 
 @dataclass
 class _Local:
-    """A tenant's local share while Redis is down: windows for its admissions."""
+    """A tenant's admissions on this replica over the last window: the local
+    share's check while Redis is down, and what to replay into Redis after."""
 
     limiter: TenantLimiter
-    replay: list[tuple[str, float, int | None]] = field(default_factory=list)  # (id, unix t, tokens|None)
+    admitted: list[tuple[str, float, int, int]] = field(default_factory=list)  # (id, unix t, tokens, ticket)
 
 
 class ClusterLimits:
@@ -98,6 +109,7 @@ class ClusterLimits:
         replicas: Callable[[], int] = lambda: 1,
         lease_s: float = 15.0,
         timeout_s: float = 0.5,
+        recover_s: float = 0.5,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -108,6 +120,7 @@ class ClusterLimits:
         self.replicas = replicas
         self.lease_s = lease_s
         self.timeout_s = timeout_s
+        self.recover_s = recover_s
         self._monotonic = monotonic
         self._clock = clock
         self._scripts = {
@@ -115,7 +128,8 @@ class ClusterLimits:
         }
         self._ids = itertools.count(1)
         self._inflight: dict[str, Admission] = {}  # admission id -> admission (both modes)
-        self._local: dict[str, _Local] = {}  # tenant -> share, while Redis is (or was) down
+        self._local: dict[str, _Local] = {}  # tenant -> this replica's admissions of the last window
+        self._replay_needed = False
         self.stats = LimitStats()
         self._task: asyncio.Task[None] | None = None
 
@@ -130,17 +144,18 @@ class ClusterLimits:
         adm = Admission(tenant_id, f"{self.replica}:{next(self._ids)}", tokens, in_redis=True)
         if self.breaker.allow(self._monotonic()):
             try:
+                if self._replay_needed:
+                    await asyncio.wait_for(self._replay(), self.timeout_s)
                 code, value = await asyncio.wait_for(self._admit_redis(adm, policy), self.timeout_s)
             except (RedisError, OSError, TimeoutError) as exc:
                 self._redis_failed(exc)
             else:
                 self._redis_ok()
-                await self._replay()
                 if code != "ok":
                     self.stats.refused += 1
                     raise refusal(policy, code=code, wait_s=max(0.0, float(value)), tokens=tokens)
                 self.stats.admitted_redis += 1
-                self._inflight[adm.admission_id] = adm
+                self._remember(adm, policy, checked=False)
                 return adm
         return self._admit_local(adm, policy)
 
@@ -162,27 +177,45 @@ class ClusterLimits:
         code, value = reply
         return str(code), str(value)
 
+    def _window(self, tenant_id: str, policy: Policy) -> _Local:
+        """The tenant's local windows, sized to this replica's share of the policy."""
+        share = share_of(policy, self.replicas())
+        # concurrency is counted in `_inflight` (both modes); the model was checked already
+        windows = dataclasses.replace(share, max_concurrent=None, allowed_models=None)
+        local = self._local.get(tenant_id)
+        if local is None:
+            local = self._local[tenant_id] = _Local(TenantLimiter(windows))
+        elif local.limiter.policy != windows:
+            local.limiter.update_policy(windows)
+        now = self._clock()
+        local.admitted = [a for a in local.admitted if now - a[1] < WINDOW_S]
+        return local
+
+    def _remember(self, adm: Admission, policy: Policy, *, checked: bool) -> None:
+        """Count the admission locally (both modes) and hold it as in flight."""
+        if policy.requests_per_minute is not None or policy.tokens_per_minute is not None:
+            local = self._window(adm.tenant_id, policy)
+            if not checked:
+                adm.local_ticket = local.limiter.record(tokens=adm.tokens, now=self._monotonic())
+            local.admitted.append((adm.admission_id, self._clock(), adm.tokens, adm.local_ticket))
+        self._inflight[adm.admission_id] = adm
+
     def _admit_local(self, adm: Admission, policy: Policy) -> Admission:
         share = share_of(policy, self.replicas())
-        # concurrency is checked on `_inflight` (both modes), the model already
-        windows = dataclasses.replace(share, max_concurrent=None, allowed_models=None)
-        local = self._local.get(adm.tenant_id)
-        if local is None:
-            local = self._local[adm.tenant_id] = _Local(TenantLimiter(windows))
-        else:
-            local.limiter.update_policy(windows)
         if share.max_concurrent is not None and self.in_flight(adm.tenant_id) >= share.max_concurrent:
             self.stats.refused += 1
             raise refusal(share, code="concurrency_limit_exceeded", wait_s=0.0, tokens=adm.tokens)
-        try:
-            adm.local_ticket = local.limiter.acquire(model="", tokens=adm.tokens, now=self._monotonic())
-        except Exception:
-            self.stats.refused += 1
-            raise
-        local.replay.append((adm.admission_id, self._clock(), adm.tokens if policy.tokens_per_minute else None))
+        if policy.requests_per_minute is not None or policy.tokens_per_minute is not None:
+            local = self._window(adm.tenant_id, policy)
+            try:
+                adm.local_ticket = local.limiter.acquire(model="", tokens=adm.tokens, now=self._monotonic())
+            except Exception:
+                self.stats.refused += 1
+                raise
+            local.limiter.release()  # in flight is tracked in `_inflight`; the windows keep the admission
         adm.in_redis = False
         self.stats.admitted_local += 1
-        self._inflight[adm.admission_id] = adm
+        self._remember(adm, policy, checked=True)
         return adm
 
     async def release(self, adm: Admission) -> None:
@@ -190,19 +223,16 @@ class ClusterLimits:
         self._inflight.pop(adm.admission_id, None)
         if adm.in_redis:
             await self._quietly("RELEASE", adm.tenant_id, adm.admission_id)
-        elif (local := self._local.get(adm.tenant_id)) is not None:
-            local.limiter.release()
 
     async def cancel(self, adm: Admission) -> None:
         """The request never ran: take it out of the windows too."""
         self._inflight.pop(adm.admission_id, None)
-        if adm.in_redis:
-            await self._quietly("CANCEL", adm.tenant_id, adm.admission_id, adm.tokens)
-            return
         local = self._local.get(adm.tenant_id)
         if local is not None:
-            local.limiter.cancel(adm.local_ticket)
-            local.replay = [r for r in local.replay if r[0] != adm.admission_id]
+            local.limiter.forget(adm.local_ticket)
+            local.admitted = [a for a in local.admitted if a[0] != adm.admission_id]
+        if adm.in_redis:
+            await self._quietly("CANCEL", adm.tenant_id, adm.admission_id, adm.tokens)
 
     async def _quietly(self, script: str, *args: object) -> None:
         """A release or cancel: if Redis is down the lease lapses on its own."""
@@ -217,6 +247,7 @@ class ClusterLimits:
 
     def _redis_failed(self, exc: BaseException) -> None:
         self.stats.redis_errors += 1
+        self._replay_needed = True
         if self.breaker.closed:
             log.warning(
                 "tenant limits: Redis unreachable (%s: %s); each replica enforces limit / %d",
@@ -232,22 +263,17 @@ class ClusterLimits:
         self.breaker.success()
 
     async def _replay(self) -> None:
-        """Put the admissions made locally during an outage into the Redis windows."""
-        if not self._local:
-            return
+        """Put this replica's admissions of the last minute back into the Redis windows."""
         now = self._clock()
         args: list[object] = [self._p, WINDOW_S]
         for tenant, local in self._local.items():
-            for admission_id, t, tokens in local.replay:
+            for admission_id, t, tokens, _ in local.admitted:
                 if now - t < WINDOW_S:
-                    args += [tenant, admission_id, repr(t), "" if tokens is None else str(tokens)]
-        self._local.clear()
+                    args += [tenant, admission_id, repr(t), str(tokens)]
         if len(args) > 2:
-            try:
-                await asyncio.wait_for(self._scripts["REPLAY"](args=args), self.timeout_s)
-                self.stats.replayed += (len(args) - 2) // 4
-            except (RedisError, OSError, TimeoutError) as exc:
-                log.warning("tenant limits: could not replay the local admissions: %s", exc)
+            await self._scripts["REPLAY"](args=args)
+            self.stats.replayed += (len(args) - 2) // 4
+        self._replay_needed = False
 
     # -- leases ---------------------------------------------------------------------------
     async def renew_once(self) -> None:
@@ -264,10 +290,27 @@ class ClusterLimits:
         else:
             self._redis_ok()
 
+    async def recover_once(self) -> bool:
+        """After an outage, replay this replica's minute as soon as Redis answers
+        (not at its next request: every replica's admissions are back at once)."""
+        if not self._replay_needed or not self.breaker.allow(self._monotonic()):
+            return False
+        try:
+            await asyncio.wait_for(self._replay(), self.timeout_s)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._redis_failed(exc)
+            return False
+        self._redis_ok()
+        return True
+
     async def _renew_loop(self) -> None:
+        last_renew = self._monotonic()
         while True:
-            await asyncio.sleep(self.lease_s / 3)
-            await self.renew_once()
+            await asyncio.sleep(self.recover_s)
+            await self.recover_once()
+            if self._monotonic() - last_renew >= self.lease_s / 3:
+                last_renew = self._monotonic()
+                await self.renew_once()
 
     async def start(self) -> None:
         if self._task is None or self._task.done():

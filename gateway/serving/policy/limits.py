@@ -107,12 +107,26 @@ class TenantLimiter:
         self.in_flight += 1
         return ticket
 
-    def cancel(self, ticket: int) -> None:
-        """Undo an `acquire` whose request never ran (takes it out of the windows)."""
+    def record(self, *, tokens: int, now: float) -> int:
+        """Count an admission decided elsewhere (the Redis limiter) in the
+        windows, without checking; returns its ticket. Not in flight here."""
+        ticket = next(self._ids)
+        if self._requests:
+            self._requests.add(1, now, ticket)
+        if self._tokens:
+            self._tokens.add(tokens, now, ticket)
+        return ticket
+
+    def forget(self, ticket: int) -> None:
+        """Take a `record`ed admission out of the windows."""
         if self._requests:
             self._requests.remove(ticket)
         if self._tokens:
             self._tokens.remove(ticket)
+
+    def cancel(self, ticket: int) -> None:
+        """Undo an `acquire` whose request never ran (takes it out of the windows)."""
+        self.forget(ticket)
         self.release()
 
     def release(self) -> None:
