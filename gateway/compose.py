@@ -329,3 +329,9 @@ def compose_app(
     app.state.control_plane = cp
     app.state.planner_loop = loop
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The app of one process of `evolving-infra gateway --workers N` (uvicorn's
+    factory): settings from the environment, which the parent filled in."""
+    return compose_app(GatewaySettings.from_env())
