@@ -73,8 +73,8 @@ class FakeWorker:
     draining_to: Phase | None = None
     switch_delay_s: float = 0.0
     fence: TermFence = field(default_factory=TermFence)
-    # (term, from, to) of every phase change carried out, in order
-    switches: list[tuple[int | None, Phase, Phase]] = field(default_factory=list)
+    # (term, from, to, unix time it was accepted) of every phase change carried out, in order
+    switches: list[tuple[int | None, Phase, Phase, float]] = field(default_factory=list)
     requests: list[GenerateRequest] = field(default_factory=list)
     _running: dict[str, _Running] = field(default_factory=dict)
     _slots: int = 0
@@ -232,6 +232,7 @@ class FakeWorker:
     async def change_phase(self, req: PhaseChangeRequest) -> PhaseChangeResult:
         self._check_alive()
         self._admit_order(req.term)
+        accepted_at = self._clock()
         start = time.monotonic()
         from_phase = self.phase
         self.draining_to = req.phase
@@ -251,7 +252,7 @@ class FakeWorker:
             rest = self.switch_delay_s - (time.monotonic() - start)
             if rest > 0:
                 await asyncio.sleep(rest)
-            self.switches.append((req.term, self.phase, req.phase))
+            self.switches.append((req.term, self.phase, req.phase, accepted_at))
             self.phase = req.phase
         finally:
             self.draining_to = None
