@@ -36,6 +36,7 @@ def child_environment(settings: GatewaySettings) -> dict[str, str]:
         "EVOLVING_BLOCK_SIZE": str(settings.block_size),
         "EVOLVING_WORKER_URLS": ",".join(settings.worker_urls),
         "EVOLVING_DATA_DIR": settings.data_dir,
+        "EVOLVING_PLANNER_MODE": settings.planner_mode,
     }
     if settings.model_dir:
         env["EVOLVING_MODEL_DIR"] = settings.model_dir

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import pathlib
 from dataclasses import dataclass, field
@@ -207,10 +208,22 @@ class ControlPlane:
         if isinstance(self.gate, StoreTenantGate):
             await self.gate.start()
         await self.restore(runtime.cluster)
+        await self.seed_predictions(runtime.cluster)
         self._tasks.append(asyncio.get_running_loop().create_task(self._reconcile_loop(), name="reconcile"))
         if self.elector is not None:
             self.elector.on_elected(runtime.cluster.on_elected)
             await self.elector.start()
+
+    async def seed_predictions(self, cluster: ClusterRuntime) -> None:
+        """Show the last stored prediction per split until the planner makes a
+        new one (best effort: a store outage only leaves the page empty)."""
+        try:
+            latest = await self.db.run_async(repository.latest_predictions)
+        except StoreUnavailable:
+            log.warning("store unreachable; the planner's last predictions are not shown until it makes new ones")
+            return
+        if latest is not None:
+            cluster.seed_predictions(latest[1], latest[0])
 
     async def restore(self, cluster: ClusterRuntime) -> None:
         """Apply the persisted mode and pins; the leader realises the pins."""
@@ -277,13 +290,28 @@ def admin_token_notice(cp: ControlPlane) -> str:
 
 
 def build_planner(settings: GatewaySettings) -> Planner | None:
-    """The planner named by `settings.planner` (None for "none")."""
+    """The planner named by `settings.planner` (None for "none").
+
+    The evolving planner is told what this gateway does: the router's
+    local-prefill threshold (which requests run whole on a decode node: the
+    workload's local/remote classes must be the router's), and that it may
+    go down to `planner_min_prefill` prefill nodes — the router serves with
+    none (decode nodes compute every prompt), so on a two-node cluster 0P/2D
+    is the only other split there is. The workers' engine limits reach it
+    per tick (`PlannerLoop.view`).
+    """
+    from planner.evolving import EvolvingConfig
     from planner.registry import make_planner
 
     if settings.planner == "none":
         return None
     if settings.planner == "static":  # holds the split `up` starts with
         return make_planner("static", prefill_nodes=len(settings.worker_urls) // 2)
+    if settings.planner == "evolving":
+        workload = dataclasses.replace(
+            EvolvingConfig().workload, local_prefill_max_tokens=settings.local_prefill_max_tokens
+        )
+        return make_planner("evolving", min_prefill=settings.planner_min_prefill, workload=workload)
     return make_planner(settings.planner)
 
 

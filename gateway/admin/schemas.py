@@ -106,7 +106,10 @@ class PlannerOut(BaseModel):
     last_decision: LastDecisionOut | None = Field(
         description="the latest decision of the leader (on a follower: read from the store)"
     )
+    # The newest prediction per split, made at `predictions_t` (unix s): older than
+    # `last_decision` while the planner holds for lack of data.
     predictions: list[PredictionOut]
+    predictions_t: float | None = None
     leadership: LeadershipOut | None = Field(None, description="null: one gateway without an election")
 
 
@@ -267,7 +270,8 @@ class AuditOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: int
     t: float
-    actor: str
+    actor: str  # the admin token's name, or "system"
+    actor_id: str | None = None  # the admin token's id ("system"; None on rows older than this field)
     action: str
     target: str
     before: Any

@@ -51,13 +51,18 @@ class LeadershipStatus:
 @dataclass(frozen=True)
 class PlannerState:
     """What the planner is doing: its mode, its name, its latest decision and
-    the prediction per split that decision was made on. On a follower the
-    decision is the leader's (read from the store), never one of its own."""
+    its latest prediction per split, made at `predictions_t` (unix s). A
+    decision taken without enough data carries no prediction, so the
+    predictions may be older than the decision (even from before a restart:
+    the runtime seeds them from the stored decisions). On a follower the
+    decision and predictions are the leader's (read from the store), never
+    ones of its own."""
 
     mode: PlannerMode
     planner: str
     last_decision: Decision | None = None
     predictions: tuple[SplitPrediction, ...] = ()
+    predictions_t: float | None = None
     leadership: LeadershipStatus | None = None  # None: one gateway, no election
 
 

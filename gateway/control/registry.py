@@ -59,6 +59,10 @@ class WorkerNode:
     kv_usage: float = 0.0
     tokens_per_s: float = 0.0
     block_size: int = 0
+    # The engine's limits as the worker reports them (0: unknown), for the planner.
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    kv_capacity_tokens: int = 0
     inflight: int = 0  # requests this gateway has open on the node
     next_iteration: int = 0
     fence_term: int = 0  # newest leadership term the worker reported (workers.fence)
@@ -224,6 +228,8 @@ class WorkerRegistry:
         node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
         node.fence_term, node.refused_orders = stats.fence_term, stats.refused_orders
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
+        node.max_num_seqs, node.max_num_batched_tokens = stats.max_num_seqs, stats.max_num_batched_tokens
+        node.kv_capacity_tokens = stats.kv_capacity_tokens
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
             log.error(

@@ -36,7 +36,7 @@ from gateway.control.registry import WorkerRegistry
 from gateway.directory import Directory
 from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.store.records import SwitchOutcome
-from planner.types import Decision, PlannerMode
+from planner.types import Decision, PlannerMode, SplitPrediction
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,10 @@ class ClusterRuntime:
         self.split_pin: int | None = None
         self.node_pins: dict[str, str] = {}
         self.last_decision: Decision | None = None
+        # The newest prediction per split and when it was made: kept while later
+        # decisions (no data, say) carry none, so an idle planner still shows it.
+        self.last_predictions: tuple[SplitPrediction, ...] = ()
+        self.predictions_t: float | None = None
         self._history: collections.deque[SplitSample] = collections.deque(maxlen=history_len)
         self._clock = clock
         self.leadership = leadership
@@ -138,11 +142,14 @@ class ClusterRuntime:
         d = self.last_decision
         if not self.leads() and self._leader_decision is not None:
             d = await self._leader_decision()  # the leader's, never a follower's own
+            if d is not None and d.predictions:
+                self.seed_predictions(d.predictions, d.t)
         return PlannerState(
             mode=self.mode,
             planner=self.planner_name,
             last_decision=d,
-            predictions=d.predictions if d is not None else (),
+            predictions=self.last_predictions,
+            predictions_t=self.predictions_t,
             leadership=self.leadership.status() if self.leadership is not None else None,
         )
 
@@ -235,6 +242,13 @@ class ClusterRuntime:
     # -- planner seam ---------------------------------------------------------------
     def record_decision(self, decision: Decision) -> None:
         self.last_decision = decision
+        if decision.predictions:
+            self.seed_predictions(decision.predictions, decision.t)
+
+    def seed_predictions(self, predictions: tuple[SplitPrediction, ...], t: float) -> None:
+        """Keep `predictions` (made at `t`) unless newer ones are already kept."""
+        if predictions and (self.predictions_t is None or t >= self.predictions_t):
+            self.last_predictions, self.predictions_t = predictions, t
 
     async def run(self, interval_s: float = 1.0) -> None:
         """Sample the split and run the planner tick forever (cancel to stop);

@@ -16,6 +16,7 @@ from gateway.store._event_repo import (
     get_overrides,
     json_safe,
     latest_decision,
+    latest_predictions,
     list_audit,
     list_decisions,
     list_switch_events,
@@ -25,6 +26,7 @@ from gateway.store._event_repo import (
 )
 from gateway.store._lease_repo import PLANNER_LEASE, claim_lease, read_lease, release_lease
 from gateway.store._tenant_repo import (
+    active_admin_token_named,
     count_active_admin_tokens,
     create_admin_token,
     create_api_key,
@@ -58,12 +60,14 @@ __all__ = [
     "get_overrides",
     "json_safe",
     "latest_decision",
+    "latest_predictions",
     "list_audit",
     "list_decisions",
     "list_switch_events",
     "list_usage",
     "minute_of",
     "set_override",
+    "active_admin_token_named",
     "count_active_admin_tokens",
     "create_admin_token",
     "create_api_key",

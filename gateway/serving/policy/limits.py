@@ -18,7 +18,6 @@ from gateway.serving.policy.windows import SlidingWindowLog
 from gateway.store.records import Policy
 
 CONCURRENCY_RETRY_AFTER_S = 1.0
-TOO_LARGE_RETRY_AFTER_S = 60.0
 WINDOW_S = 60.0
 
 
@@ -31,8 +30,10 @@ def _sync(log: SlidingWindowLog | None, limit: int | None) -> SlidingWindowLog |
     return log
 
 
-def refusal(policy: Policy, *, code: str, wait_s: float, tokens: int) -> errors.RateLimited:
-    """The 429 for a refused admission (`code` names the limit), shared with the Redis limiter."""
+def refusal(policy: Policy, *, code: str, wait_s: float, tokens: int) -> errors.GatewayError:
+    """The error for a refused admission (`code` names the limit), shared with
+    the Redis limiter: a 429 with a Retry-After, or a 400 for a request that can
+    never fit the tokens-per-minute budget (no Retry-After invites a retry)."""
     if code == "concurrency_limit_exceeded":
         return errors.RateLimited(
             f"Too many concurrent requests: limit {policy.max_concurrent}.",
@@ -40,11 +41,12 @@ def refusal(policy: Policy, *, code: str, wait_s: float, tokens: int) -> errors.
             code=code,
         )
     if code == "request_too_large":
-        return errors.RateLimited(
+        return errors.InvalidRequest(
             f"Request too large: {tokens} tokens (prompt + max_tokens) exceeds the limit of "
-            f"{policy.tokens_per_minute} tokens per minute.",
-            retry_after_s=TOO_LARGE_RETRY_AFTER_S,
-            code="tokens_per_minute_exceeded",
+            f"{policy.tokens_per_minute} tokens per minute, so it can never be served; "
+            "lower max_tokens or shorten the prompt.",
+            param="max_tokens",
+            code="request_exceeds_tokens_per_minute",
         )
     if code == "requests_per_minute_exceeded":
         return errors.RateLimited(
@@ -83,9 +85,10 @@ class TenantLimiter:
         """Admit one request costing `tokens` (prompt + max_tokens) or raise;
         returns the admission's ticket (for `cancel`).
 
-        Raises `PermissionDenied` (model not allowed) or `RateLimited` with a
-        Retry-After: concurrency cap, request/token window, or a request larger
-        than the whole tokens-per-minute budget.
+        Raises `PermissionDenied` (model not allowed), `InvalidRequest` (a
+        request larger than the whole tokens-per-minute budget: it can never
+        fit, so no Retry-After invites a client to retry it), or `RateLimited`
+        with a Retry-After (concurrency cap, request/token window).
         """
         policy = self.policy
         check_model(policy, model)

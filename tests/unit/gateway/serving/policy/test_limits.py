@@ -75,9 +75,12 @@ def test_tokens_per_minute_all_or_nothing() -> None:
     assert exc.value.retry_after_s == pytest.approx(40.0)  # the 300 at t=0 leave at t=60
     assert lim.in_flight == 2
     lim.acquire(model="m", tokens=100, now=20.0)  # the refused attempt took nothing
-    with pytest.raises(errors.RateLimited) as big:
+    with pytest.raises(errors.InvalidRequest) as big:
         lim.acquire(model="m", tokens=601, now=20.0)
-    assert big.value.retry_after_s == 60.0 and "too large" in big.value.message
+    # It can never fit: a 400 with no Retry-After, so SDKs do not retry it.
+    assert big.value.status == 400 and big.value.headers == {} and "too large" in big.value.message
+    assert big.value.code == "request_exceeds_tokens_per_minute" and big.value.param == "max_tokens"
+    assert lim.in_flight == 3  # nothing taken
 
 
 def test_cancel_takes_the_admission_out_of_the_windows() -> None:
