@@ -68,6 +68,7 @@ class LeaderElector:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._stopping = False
 
     def on_elected(self, hook: ElectedHook) -> None:
         self._hooks_elected.append(hook)
@@ -141,8 +142,8 @@ class LeaderElector:
                 await _safely(dhook(), "on_deposed")
 
     async def run(self) -> None:
-        """Claim every `renew_s` forever (cancel to stop); `deposed()` wakes it early."""
-        while True:
+        """Claim every `renew_s` until `stop()`; `deposed()` wakes it early."""
+        while not self._stopping:
             await self.attempt()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -150,16 +151,26 @@ class LeaderElector:
 
     async def start(self) -> None:
         """First claim now (a lone gateway leads before it serves), then the loop."""
+        self._stopping = False
         await self.attempt()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self.run(), name="leader-elector")
 
     async def stop(self) -> None:
-        """Stop claiming and give the lease up, so a follower takes over at once."""
+        """Stop claiming and give the lease up, so a follower takes over at once.
+
+        The loop is let finish its claim in flight rather than cancelled: a
+        cancelled claim still runs in its worker thread, and one that commits
+        after the release would renew the lease it was meant to give up."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._stopping = True
+            self._wake.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), self.config.ttl_s + 5.0)
+            except TimeoutError:  # a store that hangs: the lease then lapses on its own
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
             self._task = None
         if self.state.leading:
             term = self.state.term
