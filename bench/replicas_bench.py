@@ -346,8 +346,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         cluster.close()
 
-    def rel(key: str) -> float:
-        return abs(many.get(key, 0.0) - one.get(key, 0.0)) / max(abs(one.get(key, 0.0)), 1e-9)
+    def rel(key: str) -> float | None:
+        """Relative difference; None when either gateway did not report `key` (never a made-up 0)."""
+        if key not in many or key not in one or one[key] == 0:
+            return None
+        return round(abs(many[key] - one[key]) / abs(one[key]), 4)
 
     cpus = os.cpu_count() or 1
     rps1 = throughput(root / "rps1", 1, args)
@@ -358,13 +361,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "stale_orders_refused": out["fencing"]["stale_orders_refused"],
         "stale_orders_carried_out": out["fencing"]["stale_orders_carried_out"],
         "limit_admitted_ratio": round(out["limits"]["ratio"], 4),
-        "estimate_error": round(rel("offered_rate_rps"), 4),
+        "estimate_error": rel("offered_rate_rps"),
         "override_propagation_s": out["propagation"]["p99_s"],
         "rps_1_process": round(rps1, 1),
         "rps_n_processes": round(rpsn, 1),
         "n_processes": cpus,
         "estimate_parts": {
-            k: {"single": round(one.get(k, 0.0), 4), "replicas": round(many.get(k, 0.0), 4), "error": round(rel(k), 4)}
+            k: {"single": one.get(k), "replicas": many.get(k), "error": rel(k)}
             for k in ("offered_rate_rps", "rate_rps", "uncached_mean", "cached_mean", "output_mean")
         },
         **out,
