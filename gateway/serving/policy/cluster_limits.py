@@ -28,8 +28,8 @@ keeps requests from each waiting out the timeout while Redis is down. When
 Redis answers again, this replica's admissions of the last minute are put
 back into the Redis windows (idempotent: an id Redis still has is not
 counted twice), so a Redis that restarted empty still counts them; a
-background probe does it within `recover_s` of Redis returning, before
-that replica's next admission at the latest.
+background probe does it within `recover_s` of Redis returning (whatever
+the breaker's backoff), and closes the breaker.
 """
 
 from __future__ import annotations
@@ -292,14 +292,18 @@ class ClusterLimits:
 
     async def recover_once(self) -> bool:
         """After an outage, replay this replica's minute as soon as Redis answers
-        (not at its next request: every replica's admissions are back at once)."""
-        if not self._replay_needed or not self.breaker.allow(self._monotonic()):
+        (not at its next request: every replica's admissions are back at once).
+
+        Every `recover_s`, whatever the breaker's backoff: a replica still
+        waiting out its backoff after Redis returned would admit on its local
+        share while the others, back on Redis, see windows without its
+        admissions. A background probe blocks no request."""
+        if not self._replay_needed:
             return False
         try:
             await asyncio.wait_for(self._replay(), self.timeout_s)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._redis_failed(exc)
-            return False
+        except (RedisError, OSError, TimeoutError):
+            return False  # still down: the breaker keeps the request path on the local share
         self._redis_ok()
         return True
 
