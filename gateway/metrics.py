@@ -43,7 +43,6 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
     from gateway.control.registry import WorkerRegistry
-    from gateway.directory import Directory
     from gateway.serving.orchestrator import Finished
     from gateway.store.records import SwitchOutcome
 
@@ -69,6 +68,8 @@ class _BoundedLabel:
             return OTHER
         self._seen.add(value)
         return value
+
+
 class _KVPeerCollector:
     """Workers count their pulls themselves; this exports the counts of the
     last heartbeat (so they are counters that reset when a worker restarts)."""
@@ -176,8 +177,8 @@ class GatewayMetrics:
             self.switch_seconds.labels("migrate").observe(outcome.migrate_s)
             self.switch_seconds.labels("total").observe(outcome.total_s)
 
-    def refresh(self, registry: WorkerRegistry, directory: Directory) -> None:
-        """Copy live gauges from the registry and directory (called per scrape)."""
+    def refresh(self, registry: WorkerRegistry, directory_stats: dict[str, float]) -> None:
+        """Copy live gauges from the registry and the directory's `stats()` (called per scrape)."""
         for node in registry.nodes():
             self.queue.labels(node.node_id).set(node.num_waiting)
             self.running.labels(node.node_id).set(max(node.num_running, node.inflight))
@@ -185,7 +186,7 @@ class GatewayMetrics:
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
         self._kv_peers.nodes = [(node.node_id, node.kv_peers) for node in registry.nodes()]
-        stats = directory.stats()
+        stats = directory_stats
         self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
         self.directory_blocks.set(stats.get("blocks", 0.0))
         self.directory_referenced.set(stats.get("referenced", 0.0))

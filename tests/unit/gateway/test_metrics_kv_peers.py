@@ -26,9 +26,9 @@ def test_kv_peer_counters_and_state_of_the_last_heartbeat() -> None:
         node_id="wB", num_waiting=0, num_running=0, inflight=0, healthy=True, phase=Phase.DECODE, kv_peers=(down,)
     )
     registry = SimpleNamespace(nodes=lambda: [node])
-    directory = SimpleNamespace(stats=lambda: {})
+    directory: dict[str, float] = {}
     metrics = GatewayMetrics()
-    metrics.refresh(registry, directory)  # type: ignore[arg-type]
+    metrics.refresh(registry, directory)  # type: ignore[arg-type]  # a stand-in registry
     got = _samples(metrics)
     assert got[("evolving_kv_pulls_total", (("node", "wB"), ("outcome", "ok"), ("peer", "wA")))] == 3
     assert got[("evolving_kv_pulls_total", (("node", "wB"), ("outcome", "timeout"), ("peer", "wA")))] == 1
@@ -36,5 +36,5 @@ def test_kv_peer_counters_and_state_of_the_last_heartbeat() -> None:
     assert got[("evolving_kv_peer_up", (("node", "wB"), ("peer", "wA")))] == 0
     assert got[("evolving_kv_peer_downs_total", (("node", "wB"), ("peer", "wA")))] == 1
     node.kv_peers = (down.model_copy(update={"state": "up"}),)
-    metrics.refresh(registry, directory)  # type: ignore[arg-type]
+    metrics.refresh(registry, directory)  # type: ignore[arg-type]  # a stand-in registry
     assert _samples(metrics)[("evolving_kv_peer_up", (("node", "wB"), ("peer", "wA")))] == 1
