@@ -36,6 +36,7 @@ class Peer:
 
     def __init__(self, tb: Testbed, host: str, log: pathlib.Path, n: int) -> None:
         self.tb, self.desc = tb, tb.run_dir / f"peer-{n}.json"
+        self.desc.unlink(missing_ok=True)  # an earlier test's peer (the testbed is shared): its agent is gone
         argv = [sys.executable, "-m", "bench.kvpool_bench", "--serve-peer", str(self.desc), "--region-mib", "64"]
         with open(log, "wb") as out:
             env = {**NETWORK_UCX_ENV, "UCX_LOG_LEVEL": "info"}
