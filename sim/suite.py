@@ -1,0 +1,166 @@
+"""`simulate --suite`: every trace at three loads from two starting splits,
+plus the synthetic scenarios; evolving against the best static split (chosen
+in hindsight: every split is run) and the Dynamo-like planner.
+
+    evolving-infra simulate --suite --jobs 2 --json
+
+Prints `{"cases": [...], "min_vs_static_best": x, "min_vs_dynamo": y,
+"flaps": n, ...}`. A case row: the unit or scenario, its load, the starting
+split, evolving's numbers (throughput, goodput, completed / arrived, mean E2E
+over all requests, switches, flaps), the best static split's and Dynamo's,
+the two ratios (throughput, evolving / other), and `settled_s`: when
+evolving's split last entered the splits whose static throughput is within
+2 % of the best one (None: it ended outside them). The cases are in
+`sim.suite_cases`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sim.profiles import GpuProfile
+from sim.runs import run_all, run_one
+from sim.scenarios import Scenario, build
+from sim.suite_cases import SuiteConfig, TraceCase, plan_trace_cases, trace_scenario
+
+NEAR_BEST = 0.98  # a split within this of the best static one counts as converged
+
+Spec = tuple[str, Any, Any]  # ("trace", case, None) | ("synthetic", name, load)
+
+
+def _scenario(cfg: SuiteConfig, spec: Spec, start: int | None) -> Scenario:
+    kind, a, b = spec
+    if kind == "trace":
+        return trace_scenario(cfg, a, start if start is not None else cfg.starts[0])
+    sc = build(a, seed=cfg.seed, nodes=cfg.nodes, scale=b)
+    return sc if start is None else Scenario(sc.name, sc.workload, sc.nodes, start, sc.note)
+
+
+def _task(args: tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]) -> dict[str, Any]:
+    cfg, spec, planner, p, profile, extra = args
+    sc = _scenario(cfg, spec, p)
+    return run_one((sc, planner, profile, p, cfg.seed, extra))
+
+
+def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    gpu = GpuProfile.from_json(profile)
+    trace_cases, same = plan_trace_cases(cfg, gpu)
+    groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
+    for name, load in cfg.synthetic:
+        sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
+        groups.append((("synthetic", name, load), [sc.prefill_nodes], {"nodes": sc.nodes}))
+    for case in trace_cases:
+        groups.append((("trace", case, None), list(cfg.starts), {"nodes": cfg.nodes}))
+    tasks: list[tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]] = []
+    index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
+    for g, (spec, starts, info) in enumerate(groups):
+        for p in range(1, info["nodes"]):
+            tasks.append((cfg, spec, "static", p, profile, extra))
+            index.append((g, "static", p))
+        for p in starts:
+            for planner in ("evolving", "dynamo"):
+                tasks.append((cfg, spec, planner, p, profile, extra))
+                index.append((g, planner, p))
+    outs = run_all(_task, tasks, jobs)
+    by: dict[tuple[int, str, int], dict[str, Any]] = dict(zip(index, outs, strict=True))
+    cases = []
+    for g, (spec, starts, info) in enumerate(groups):
+        statics = {p: by[(g, "static", p)] for p in range(1, info["nodes"])}
+        for start in starts:
+            cases.append(_row(spec, start, statics, by[(g, "evolving", start)], by[(g, "dynamo", start)], same))
+    vs_static = [c["vs_static_best"] for c in cases if c["vs_static_best"] is not None]
+    vs_dynamo = [c["vs_dynamo"] for c in cases if c["vs_dynamo"] is not None]
+    return {
+        "cases": cases,
+        "min_vs_static_best": min(vs_static, default=None),
+        "min_vs_dynamo": min(vs_dynamo, default=None),
+        "flaps": sum(c["evolving"]["flaps"] for c in cases),
+        "switches": sum(c["evolving"]["switches"] for c in cases),
+        "below_target": [c["case"] for c in cases if (c["vs_static_best"] or 0) < 0.98 or (c["vs_dynamo"] or 0) < 1.0],
+        "same_workload": same,
+        "simulations": len(tasks),
+        "jobs": jobs,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _row(
+    spec: Spec,
+    start: int,
+    statics: dict[int, dict[str, Any]],
+    ev: dict[str, Any],
+    dyn: dict[str, Any],
+    same: dict[str, str],
+) -> dict[str, Any]:
+    kind, a, b = spec
+    n = len(statics) + 1
+    best = max(statics, key=lambda p: (statics[p]["throughput_rps"], -statics[p]["mean_e2e_all_s"]))
+    top = statics[best]["throughput_rps"]
+    near = {p for p, r in statics.items() if r["throughput_rps"] >= NEAR_BEST * top}
+    row: dict[str, Any] = {"case": "", "start": [start, n - start]}
+    if kind == "trace":
+        case: TraceCase = a
+        row["case"] = f"{case.unit} {case.level} from {start}P"
+        row.update(
+            trace=case.unit,
+            level=case.level,
+            load=case.load,
+            offered_rps_nominal=round(case.offered_rps, 3),
+            capacity_rps_estimate=round(case.capacity_rps, 3),
+            capped=case.capped,
+            also=sorted(u for u, v in same.items() if v == case.unit),
+        )
+    else:
+        row["case"] = f"{a}" + (f" --load {b:g}" if b is not None else "")
+        row.update(scenario=a, load=b)
+    row.update(
+        requests=ev["arrived"],
+        evolving=_keep(ev),
+        static_best={**_keep(statics[best]), "split": [best, n - best]},
+        static_throughput={str(p): statics[p]["throughput_rps"] for p in sorted(statics)},
+        dynamo=_keep(dyn),
+        vs_static_best=_ratio(ev["throughput_rps"], top),
+        vs_dynamo=_ratio(ev["throughput_rps"], dyn["throughput_rps"]),
+        settled_s=_settled(ev["split_over_time"], near),
+        final_split=ev["split_over_time"][-1][1:3] if ev["split_over_time"] else None,
+    )
+    return row
+
+
+KEEP = (
+    "throughput_rps",
+    "goodput_rps",
+    "completed",
+    "arrived",
+    "completed_fraction",
+    "mean_e2e_s",
+    "mean_e2e_all_s",
+    "p95_ttft_s",
+    "switches",
+    "moves",
+    "flaps",
+    "wall_s",
+)
+
+
+def _keep(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: r.get(k) for k in KEEP}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b > 0 else None
+
+
+def _settled(split_over_time: list[list[float]], near: set[int]) -> float | None:
+    """When the prefill count last entered `near` and stayed (None: it ended outside)."""
+    entered: float | None = None
+    for t, p, _d, other in split_over_time:
+        if other:
+            continue  # mid-switch samples say nothing about the split's target
+        if p in near:
+            entered = t if entered is None else entered
+        else:
+            entered = None
+    return entered
