@@ -14,13 +14,21 @@ from sim.scenarios import Scenario
 T = TypeVar("T")
 
 
+def sim_estimator_config():
+    """The planner's estimator told how this engine holds KV: the simulated
+    decode engine reserves a request's whole output at admission."""
+    from planner.estimator_config import EstimatorConfig
+
+    return EstimatorConfig(kv_output_reserved=1.0)
+
+
 def make_sim_planner(name: str, gpu: GpuProfile, prefill_nodes: int):
     """A planner by name: evolving (with the profile's prior), dynamo, static,
     none, or "schedule:0=2,3600=5" (a time table; picklable for the pool)."""
     from planner.registry import make_planner
 
     if name == "evolving":
-        return make_planner("evolving", profile=gpu.planner_profile())
+        return make_planner("evolving", profile=gpu.planner_profile(), estimator=sim_estimator_config())
     if name == "dynamo":
         return make_planner("dynamo")
     if name == "static":
