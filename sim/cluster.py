@@ -325,7 +325,14 @@ class Cluster:
                     kv_capacity_tokens=self.node_cfg.kv_capacity_tokens,
                 )
             )
-        return ClusterView(self.loop.now, tuple(states), slo=self.cfg.slo, last_switch_t=self.switcher.last_switch_t)
+        return ClusterView(
+            self.loop.now,
+            tuple(states),
+            slo=self.cfg.slo,
+            last_switch_t=self.switcher.last_switch_t,
+            requests_arrived=self.log.arrived,
+            requests_rejected=0,  # the simulated gateway admits every request
+        )
 
     def split(self) -> tuple[int, int, int]:
         p = sum(1 for n in self.nodes.values() if n.accepting and n.phase is Phase.PREFILL)

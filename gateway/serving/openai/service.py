@@ -22,7 +22,7 @@ from core import FinishReason
 from core.ids import ID_RE
 from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
 from gateway.directory import Directory
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, RateLimited
 from gateway.metrics import GatewayMetrics
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest, FunctionCall, ToolCall
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
@@ -222,14 +222,22 @@ class OpenAIService:
         # Checked before admission so a refused branch costs no rate-limit
         # budget, and again right before opening it (no await in between) so
         # concurrent openers cannot overshoot the cap.
-        self._check_new_branch(p)
-        async with self.gate.admit(
-            p.tenant,
-            model=self.model_name,
-            prompt_tokens=len(p.job.prompt_token_ids),
-            max_tokens=p.job.sampling.max_tokens,
-        ):
-            self._check_new_branch(p)
+        async with contextlib.AsyncExitStack() as held:
+            try:
+                self._check_new_branch(p)
+                await held.enter_async_context(
+                    self.gate.admit(
+                        p.tenant,
+                        model=self.model_name,
+                        prompt_tokens=len(p.job.prompt_token_ids),
+                        max_tokens=p.job.sampling.max_tokens,
+                    )
+                )
+                self._check_new_branch(p)
+            except RateLimited:
+                self.workload.count_rejection()  # offered load the planner must see, though refused
+                raise
+            self.workload.count_arrival()
             self.directory.open_branch(
                 p.branch.key,
                 tenant_id=p.tenant.tenant_id,
