@@ -12,9 +12,9 @@ Definitions (over requests *finished* before the horizon unless said):
   unfinished one counted as horizon - arrival (a lower bound of its E2E).
 - goodput_rps: finished requests that met the SLO (TTFT <= slo.ttft_s and
   mean time per output token after the first <= slo.tpot_s) / horizon.
-- flaps: reversals of the split within `flap_window_s`: a move (one tick's
-  switches, net direction) opposite to the move before it, started less
-  than the window after it (`count_flaps`).
+- flaps: moves (one tick's switches, net) back to the split the move
+  before them left, less than `flap_window_s` after it (`count_flaps`); an
+  overshoot corrected to a third split is not one.
 - prefill_idle_fraction: 1 - (prefill compute time) / (time nodes spent
   serving in the prefill phase); layer-by-layer KV stalls count as idle.
 - switches: switches started; split_over_time: (t, prefill, decode, other)
@@ -35,21 +35,27 @@ if TYPE_CHECKING:
     from sim.switching import SwitchEvent
 
 
-def count_flaps(moves: list[tuple[float, int]], window_s: float) -> int:
-    """Moves (time, net prefill-node change) -> reversals within `window_s`."""
+def count_flaps(moves: list[tuple[float, int, int]], window_s: float) -> int:
+    """Moves (time, prefill nodes before, after) -> how many went back to the
+    split the move before them left, less than `window_s` after it."""
     flaps = 0
-    for (t0, d0), (t1, d1) in zip(moves, moves[1:], strict=False):
-        if d0 * d1 < 0 and t1 - t0 < window_s:
+    for (t0, before0, _), (t1, _, after1) in zip(moves, moves[1:], strict=False):
+        if after1 == before0 and t1 - t0 < window_s:
             flaps += 1
     return flaps
 
 
-def split_moves(switch_events: list[Any]) -> list[tuple[float, int]]:
-    """One move per tick that switched nodes: (time, net change of prefill nodes)."""
+def split_moves(switch_events: list[Any], initial_prefill: int) -> list[tuple[float, int, int]]:
+    """One move per tick that switched nodes: (time, prefill nodes before, after)."""
     net: dict[float, int] = {}
     for e in switch_events:
         net[e.t] = net.get(e.t, 0) + (1 if e.to_phase == "prefill" else -1)
-    return [(t, d) for t, d in sorted(net.items()) if d]
+    moves, p = [], initial_prefill
+    for t, d in sorted(net.items()):
+        if d:
+            moves.append((t, p, p + d))
+            p += d
+    return moves
 
 
 class RunLog:
@@ -99,7 +105,7 @@ class RunLog:
         with np.errstate(divide="ignore", invalid="ignore"):
             tpot = np.where(a[:, 4] > 1, (a[:, 2] - a[:, 1]) / np.maximum(a[:, 4] - 1, 1), 0.0)
         good = int(np.count_nonzero((ttft <= self.ttft_slo_s) & (tpot <= self.tpot_slo_s)))
-        moves = split_moves(self.switch_events)
+        moves = split_moves(self.switch_events, self.split[0][1] if self.split else 0)
 
         def stat(x: np.ndarray, f) -> float:
             return round(float(f(x)), 4) if len(x) else 0.0

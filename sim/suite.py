@@ -12,6 +12,13 @@ the two ratios (throughput, evolving / other), and `settled_s`: when
 evolving's split last entered the splits whose static throughput is within
 2 % of the best one (None: it ended outside them). The cases are in
 `sim.suite_cases`.
+
+Throughput under heavy overload depends on the path: which requests sit
+at the head of which queue when the horizon ends, which prefixes each
+node's cache holds. `placebo_vs_static_best` measures that per case: the
+best static split run again with one node switched away for 10 s at
+mid-run. `below_target_beyond_placebo` lists the cases short of a target
+by more than their placebo moved.
 """
 
 from __future__ import annotations
@@ -50,39 +57,92 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
     for name, load in cfg.synthetic:
         sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
-        groups.append((("synthetic", name, load), [sc.prefill_nodes], {"nodes": sc.nodes}))
+        info = {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s}
+        groups.append((("synthetic", name, load), [sc.prefill_nodes], info))
+    every = set(cfg.convergence)
     for case in trace_cases:
-        groups.append((("trace", case, None), list(cfg.starts), {"nodes": cfg.nodes}))
+        info = {"nodes": cfg.nodes, "every_start": (case.unit, case.level) in every, "horizon_s": cfg.window_s}
+        groups.append((("trace", case, None), list(cfg.starts), info))
     tasks: list[tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]] = []
     index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
     for g, (spec, starts, info) in enumerate(groups):
         for p in range(1, info["nodes"]):
             tasks.append((cfg, spec, "static", p, profile, extra))
             index.append((g, "static", p))
+            if info.get("every_start") and p not in starts:  # convergence from any start
+                tasks.append((cfg, spec, "evolving", p, profile, extra))
+                index.append((g, "evolving", p))
         for p in starts:
             for planner in ("evolving", "dynamo"):
                 tasks.append((cfg, spec, planner, p, profile, extra))
                 index.append((g, planner, p))
     outs = run_all(_task, tasks, jobs)
     by: dict[tuple[int, str, int], dict[str, Any]] = dict(zip(index, outs, strict=True))
+    # Placebo: the best static split with one node away for 10 s at mid-run. How far that alone
+    # moves throughput is how far the case's measurement can be trusted (queue-order chaos).
+    placebo_tasks = []
+    for g, (spec, _, info) in enumerate(groups):
+        best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)]["throughput_rps"])
+        mid = round(info["horizon_s"] / 2.0)
+        other = best - 1 if best > 1 else best + 1
+        placebo_tasks.append((cfg, spec, f"schedule:0={best},{mid}={other},{mid + 10}={best}", best, profile, extra))
+    placebos = run_all(_task, placebo_tasks, jobs)
     cases = []
     for g, (spec, starts, info) in enumerate(groups):
         statics = {p: by[(g, "static", p)] for p in range(1, info["nodes"])}
         for start in starts:
-            cases.append(_row(spec, start, statics, by[(g, "evolving", start)], by[(g, "dynamo", start)], same))
+            row = _row(spec, start, statics, by[(g, "evolving", start)], by[(g, "dynamo", start)], same)
+            top = max(r["throughput_rps"] for r in statics.values())
+            row["placebo_vs_static_best"] = _ratio(placebos[g]["throughput_rps"], top)
+            cases.append(row)
+    convergence = [
+        _convergence(spec, {p: by[(g, "static", p)] for p in range(1, info["nodes"])}, by, g)
+        for g, (spec, _, info) in enumerate(groups)
+        if info.get("every_start")
+    ]
     vs_static = [c["vs_static_best"] for c in cases if c["vs_static_best"] is not None]
     vs_dynamo = [c["vs_dynamo"] for c in cases if c["vs_dynamo"] is not None]
+    settled = [c["max_settled_s"] for c in convergence]
     return {
         "cases": cases,
+        "convergence": convergence,
+        "max_settled_s": None if None in settled else max(settled, default=None),
         "min_vs_static_best": min(vs_static, default=None),
         "min_vs_dynamo": min(vs_dynamo, default=None),
         "flaps": sum(c["evolving"]["flaps"] for c in cases),
         "switches": sum(c["evolving"]["switches"] for c in cases),
         "below_target": [c["case"] for c in cases if (c["vs_static_best"] or 0) < 0.98 or (c["vs_dynamo"] or 0) < 1.0],
+        "below_target_beyond_placebo": [c["case"] for c in cases if _beyond_noise(c)],
         "same_workload": same,
-        "simulations": len(tasks),
+        "simulations": len(tasks) + len(placebo_tasks),
         "jobs": jobs,
         "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _beyond_noise(c: dict[str, Any]) -> bool:
+    """Below 0.98 of the best static split by more than its placebo moved it."""
+    noise = abs(1.0 - (c["placebo_vs_static_best"] or 1.0))
+    return (c["vs_static_best"] or 0.0) < 0.98 - noise or (c["vs_dynamo"] or 0.0) < 1.0 - noise
+
+
+def _convergence(
+    spec: Spec, statics: dict[int, dict[str, Any]], by: dict[tuple[int, str, int], dict[str, Any]], g: int
+) -> dict[str, Any]:
+    """Evolving from every starting split of one stationary case: when it
+    settled within 2 % of the best static split, and its throughput ratio."""
+    case: TraceCase = spec[1]
+    top = max(r["throughput_rps"] for r in statics.values())
+    near = {p for p, r in statics.items() if r["throughput_rps"] >= NEAR_BEST * top}
+    runs = {p: by[(g, "evolving", p)] for p in statics}
+    settled = {str(p): _settled(r["split_over_time"], near) for p, r in runs.items()}
+    return {
+        "case": f"{case.unit} {case.level}",
+        "near_best_splits": sorted(near),
+        "settled_s": settled,
+        "max_settled_s": None if None in settled.values() else max(v for v in settled.values() if v is not None),
+        "vs_static_best": {str(p): _ratio(r["throughput_rps"], top) for p, r in runs.items()},
+        "flaps": sum(r["flaps"] for r in runs.values()),
     }
 
 

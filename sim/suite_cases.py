@@ -31,6 +31,12 @@ from sim.scenarios import SERVEGEN_START_S, TRACES, Scenario, load_trace
 from sim.workloads import Workload
 
 LOADS = {"light": 0.3, "near": 0.85, "overload": 1.6}  # x the estimated capacity
+# Stationary cases the evolving planner also starts from every split (convergence from any start).
+CONVERGENCE = (
+    ("mooncake/conversation_trace.jsonl", "near"),
+    ("agents/aider", "near"),
+    ("servegen/reason/deepseek-r1", "near"),
+)
 SYNTHETIC = (("shift", None), ("burst", None), ("burst", 2.0), ("lowrate", None))
 
 
@@ -38,16 +44,18 @@ SYNTHETIC = (("shift", None), ("burst", None), ("burst", 2.0), ("lowrate", None)
 class SuiteConfig:
     """nodes: cluster size; starts: initial prefill nodes of the adaptive
     planners (two starting splits); window_s: replay window and horizon of a
-    trace case; max_requests: per simulation (cost bound); seed."""
+    trace case; max_requests: per simulation (cost bound); seed;
+    convergence: (unit, level) cases evolving also starts from every split."""
 
     nodes: int = 9
     starts: tuple[int, ...] = (3, 6)
-    window_s: float = 1_200.0
-    max_requests: int = 60_000
+    window_s: float = 1_800.0
+    max_requests: int = 90_000
     seed: int = 0
     loads: tuple[tuple[str, float], ...] = tuple(LOADS.items())
     synthetic: tuple[tuple[str, float | None], ...] = SYNTHETIC
     traces_root: Path = TRACES
+    convergence: tuple[tuple[str, str], ...] = CONVERGENCE
 
     def __post_init__(self) -> None:
         if self.nodes < 2 or not self.starts or any(not 1 <= s < self.nodes for s in self.starts):

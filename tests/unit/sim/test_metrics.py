@@ -30,11 +30,15 @@ def test_unfinished_requests_count_at_the_horizon_and_goodput_needs_both_slos() 
     assert s["goodput_rps"] == pytest.approx(1 / 100.0) and s["throughput_rps"] == pytest.approx(0.03)
 
 
-def test_moves_net_one_ticks_switches_and_flaps_are_reversals_within_the_window() -> None:
+def test_moves_net_one_ticks_switches_and_flaps_go_back_within_the_window() -> None:
     events = [Ev(10, "prefill"), Ev(10, "prefill"), Ev(70, "decode"), Ev(300, "decode"), Ev(300, "prefill")]
-    assert split_moves(events) == [(10, 2), (70, -1)]  # the tick at 300 moved one node each way: no move
-    assert count_flaps([(10, 2), (70, -1)], 100.0) == 1 and count_flaps([(10, 2), (70, -1)], 60.0) == 0
-    assert count_flaps([(0, 1), (50, 1), (90, -1), (500, 1), (550, 1)], 100.0) == 1
+    moves = split_moves(events, 3)
+    assert moves == [(10, 3, 5), (70, 5, 4)]  # the tick at 300 moved one node each way: no move
+    assert count_flaps(moves, 100.0) == 0  # 5 -> 4 corrects an overshoot: not back to 3
+    assert count_flaps([(10, 3, 5), (70, 5, 3)], 100.0) == 1 and count_flaps([(10, 3, 5), (70, 5, 3)], 60.0) == 0
+    assert count_flaps([(0, 2, 3), (50, 3, 4), (90, 4, 3), (500, 3, 4), (550, 4, 3)], 100.0) == 2
     log = RunLog(flap_window_s=100.0)
-    log.finish([], events, 0, 400.0)
-    assert (log.summary()["moves"], log.summary()["flaps"], log.summary()["switches"]) == (2, 1, 5)
+    log.split = [(0.0, 3, 6, 0)]
+    log.finish([], [Ev(10, "prefill"), Ev(70, "decode")], 0, 400.0)
+    s = log.summary()
+    assert (s["moves"], s["flaps"], s["switches"]) == (2, 1, 2)

@@ -100,7 +100,29 @@ def test_suite_smoke_prints_cases_and_minimums(tmp_path: Path, capsys) -> None:
     assert report["min_vs_static_best"] == min(c["vs_static_best"] for c in cases)
     assert report["min_vs_dynamo"] == min(c["vs_dynamo"] for c in cases)
     assert report["flaps"] == sum(c["evolving"]["flaps"] for c in cases)
-    assert report["same_workload"] == {"agents/converted/chat.jsonl": "agents/chat"}
+    assert report["same_workload"] == {"agents/converted/chat.jsonl": "agents/chat"} and report["convergence"] == []
     row = cases[0]
     assert set(row["static_throughput"]) == {"1", "2"} and row["static_best"]["split"][0] in (1, 2)
     assert row["evolving"]["arrived"] >= row["evolving"]["completed"] > 0
+    assert 0.5 < row["placebo_vs_static_best"] < 1.5 and "below_target_beyond_placebo" in report
+
+
+def test_convergence_cases_run_evolving_from_every_start(tmp_path: Path) -> None:
+    from sim.profiles import DEFAULT_PROFILE
+    from sim.suite import run_suite
+
+    root = _traces(tmp_path)
+    cfg = SuiteConfig(
+        nodes=4,
+        starts=(1, 3),
+        window_s=120.0,
+        max_requests=300,
+        traces_root=root,
+        synthetic=(),
+        convergence=(("mc/a.jsonl", "light"),),
+    )
+    report = run_suite(cfg, profile=str(DEFAULT_PROFILE), jobs=1, extra={"directory": "local"})
+    (conv,) = report["convergence"]
+    assert conv["case"] == "mc/a.jsonl light" and set(conv["settled_s"]) == {"1", "2", "3"}
+    assert set(conv["vs_static_best"]) == {"1", "2", "3"} and conv["near_best_splits"]
+    assert report["max_settled_s"] == conv["max_settled_s"]
