@@ -132,22 +132,32 @@ def _fixed(
     budget, kmax = float(cfg.prefill_token_budget), float(cfg.max_prefill_batch)
     P = p_nodes[None, :].astype(float)
     D = n_nodes - P
-    rf = 1.0 - f
     # Prefill, per remote prompt at saturation (full-budget iterations): its share of the
     # intercept, its tokens, and attention over its chunks (pairs: per prompt, as chunked).
     work_ms = bp * u + cp * c + dp * pi / 1e4
     s_req = np.maximum(ap * np.maximum(u / budget, 1.0 / kmax) + work_ms, _EPS) / 1000.0
     s_loc = np.where(f > 0, np.maximum(ap + bp * ul + cp * cl + dp * ul * (ul + cl) / 1e4, 0.0) / 1000.0, 0.0)
+    own_ms = ap * np.maximum(1.0, np.ceil(u / budget)) + work_ms
+    # With no prefill node the router runs every request on a decode node
+    # (routing.picker: "no separate prefill node"): all traffic is local
+    # there, long prompts chunk by chunk (`local_split`).
+    none = P == 0
+    loc_work = np.where(none, f * s_loc + (1.0 - f) * np.maximum(own_ms, 0.0) / 1000.0, f * s_loc)
+    f = np.where(none, 1.0, f)
+    rf = 1.0 - f
     # Decode: a request holds its KV for o iterations, so the running batch is length-biased.
     ctx = (op + o2 / 2.0) / o  # mean context of a running request
     kv_per = (op + cfg.kv_output_reserved * o2) / o  # mean KV it holds (prompt + reserved output)
     b_max = np.full_like(ctx, float(cfg.max_decode_batch))
     if kv_tokens > 0:
         b_max = np.maximum(np.minimum(b_max, kv_tokens * cfg.kv_usable_fraction / np.maximum(kv_per, 1.0)), 1.0)
-    td_max = np.maximum(ad + bd * b_max + cd * b_max * ctx, _EPS) / 1000.0
+    # A decode step costs at least its fixed part: a fit whose slopes came out
+    # negative (collinear batch and context) must not predict free steps.
+    step_floor = np.maximum(ad, _EPS)
+    td_max = np.maximum(ad + bd * b_max + cd * b_max * ctx, step_floor) / 1000.0
     with np.errstate(divide="ignore", invalid="ignore"):
         pre_cap = np.where(rf > 1e-9, P / np.maximum(rf * s_req, _EPS), np.inf)
-        dec_cap = D * b_max / (o * td_max + b_max * f * s_loc)
+        dec_cap = D * b_max / (o * td_max + b_max * loc_work)
     own95 = ap * np.maximum(1.0, np.ceil(u95 / budget)) + bp * u95 + cp * c
     own95 += dp * attention_pairs_alone(u95, c, cfg.prefill_token_budget) / 1e4
     kv_ok = (kv_tokens <= 0) | (kv_tokens * cfg.kv_usable_fraction >= (op + o2) / o)
@@ -155,7 +165,6 @@ def _fixed(
         "P": P,
         "D": D,
         "rf": rf,
-        "f": f,
         "o": o,
         "ad": ad,
         "bd": bd,
@@ -163,6 +172,9 @@ def _fixed(
         "work_ms": work_ms,
         "s_req": s_req,
         "s_loc": s_loc,
+        "loc_work": loc_work,
+        "none": none,
+        "step_floor": step_floor,
         "ctx": ctx,
         "b_max": b_max,
         "td_max": td_max,
@@ -171,7 +183,7 @@ def _fixed(
         "cap": np.minimum(pre_cap, dec_cap),
         "k": np.clip(budget / np.maximum(u, 1.0), 1.0, kmax),
         "own95_ms": own95,
-        "own_ms": ap * np.maximum(1.0, np.ceil(u / budget)) + work_ms,
+        "own_ms": own_ms,
         "cs2": _col(w, _CS2),
         "kv_ok": kv_ok,
     }
@@ -179,16 +191,17 @@ def _fixed(
 
 def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]:
     """Queues, batch and latencies at arrival rate `lam`."""
-    P, D, rf, f, o, s_req, s_loc = x["P"], x["D"], x["rf"], x["f"], x["o"], x["s_req"], x["s_loc"]
+    P, D, rf, o, s_req, s_loc = x["P"], x["D"], x["rf"], x["o"], x["s_req"], x["s_loc"]
     ad, bd, cd, ctx, b_max, dec_cap = x["ad"], x["bd"], x["cd"], x["ctx"], x["b_max"], x["dec_cap"]
     with np.errstate(divide="ignore", invalid="ignore"):
         served = np.minimum(lam, x["cap"])
-        rho_loc = np.where(D > 0, served * f * s_loc / np.maximum(D, 1.0), 1.0)
+        rho_loc = np.where(D > 0, served * x["loc_work"] / np.maximum(D, 1.0), 1.0)
         lam_d = served / np.maximum(D, 1.0)
         denom = (1.0 - rho_loc) - lam_d * o * (bd + cd * ctx) / 1000.0
         batch = np.where(denom > 0, lam_d * o * ad / 1000.0 / np.maximum(denom, _EPS), b_max)
         batch = np.minimum(batch, b_max)
-        tpot = (ad + bd * batch + cd * batch * ctx) / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
+        step_ms = np.maximum(ad + bd * batch + cd * batch * ctx, x["step_floor"])
+        tpot = step_ms / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
         tpot = np.where((D > 0) & (rho_loc < 1.0), tpot, UNSTABLE_S)
         # A decode slot frees after o iterations at full batch: D·B_max slots near saturation.
         rho_d = np.where(dec_cap > 0, served / np.maximum(dec_cap, _EPS), np.inf)
@@ -203,9 +216,13 @@ def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]
         own95 = (x["own95_ms"] + mates) / 1000.0
         own = (x["own_ms"] + mates) / 1000.0
         ttft_remote = np.where(rho < 1.0, wq95 + own95, UNSTABLE_S)
-        ttft = np.where(rf >= 0.05, ttft_remote, np.minimum(s_loc + tpot + wait_d, UNSTABLE_S))
+        # No prefill node: prompts queue for the decode nodes' prefill work (M/G/1 at ρ_loc).
+        solo, solo_mean = local_split(rho_loc, x["loc_work"], x["cs2"], tpot)
+        ttft_local = np.minimum(np.where(x["none"], solo, s_loc + tpot) + wait_d, UNSTABLE_S)
+        ttft = np.where(rf >= 0.05, ttft_remote, ttft_local)
         # Mean response time: mean wait (not P95) + own iterations, a decode slot, o tokens at TPOT.
-        ttft_mean = np.where(rf >= 0.05, np.where(rho < 1.0, wq + own, UNSTABLE_S), s_loc + tpot)
+        ttft_local_mean = np.where(x["none"], solo_mean, s_loc + tpot)
+        ttft_mean = np.where(rf >= 0.05, np.where(rho < 1.0, wq + own, UNSTABLE_S), ttft_local_mean)
         e2e = np.minimum(ttft_mean + wait_d + o * tpot, UNSTABLE_S)
     return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "batch": batch}
 
@@ -270,6 +287,23 @@ def served(
             lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
     x = open_rate + lo  # the bound that is never above the fixed point
     return x, _at_rate(fx, x)["e2e"]
+
+
+def local_split(
+    rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray, tpot: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(P95, mean) TTFT on a split without prefill nodes: each decode node
+    also computes every prompt routed to it, `work_s` seconds per request
+    at utilisation `rho_loc` of that work, queued as an M/G/1 (Pollaczek–
+    Khinchine wait, exponential tail as for prefill nodes), then the own
+    prompt and one decode step."""
+    stable = rho_loc < 1.0
+    rho = np.clip(rho_loc, 0.0, 1.0 - 1e-9)
+    wq = rho * work_s * (1.0 + cs2) / (2.0 * (1.0 - rho))
+    wq95 = np.where(20.0 * rho > 1.0, wq * np.log(np.maximum(20.0 * rho, 1.0)) / np.maximum(rho, _EPS), 0.0)
+    p95 = np.where(stable, np.minimum(wq95 + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
+    mean = np.where(stable, np.minimum(wq + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
+    return p95, mean
 
 
 def sd(x: np.ndarray) -> np.ndarray:

@@ -36,7 +36,15 @@ from core import Phase
 from planner import decision as rule
 from planner import objective
 from planner.arrivals import ArrivalHistory
-from planner.estimator import SplitEstimate, estimate_many, estimate_splits, switch_costs, to_predictions
+from planner.engine_limits import with_engine_limits
+from planner.estimator import (
+    EstimatorConfig,
+    SplitEstimate,
+    estimate_many,
+    estimate_splits,
+    switch_costs,
+    to_predictions,
+)
 from planner.evolving_config import EvolvingConfig
 from planner.offered import offered_weights
 from planner.profile import Profile
@@ -70,6 +78,7 @@ class _Tick:
     seconds: np.ndarray | None = None  # switch cost per split, node-seconds
     kv_tokens: float = 0.0
     early: bool = False  # less than min_history_s of traffic: only an early move (config) may act
+    estimator: EstimatorConfig | None = None  # the config with the nodes' own engine limits
 
 
 class EvolvingPlanner:
@@ -152,6 +161,12 @@ class EvolvingPlanner:
         splits = self._splits(n_nodes, tick.current[0])
         tick.workload = w
         tick.kv_tokens = self._kv_tokens(view)
+        tick.estimator = with_engine_limits(cfg.estimator, view.nodes)
+        budget = tick.estimator.prefill_token_budget
+        if self.workload.config.chunk_tokens != budget:
+            # Attention pairs are counted as the nodes' engine chunks (their reported budget);
+            # samples already binned keep the count they were binned with.
+            self.workload.config = replace(self.workload.config, chunk_tokens=budget)
         tick.est = estimate_splits(
             self.profile,
             w,
@@ -160,9 +175,9 @@ class EvolvingPlanner:
             reference_prefill=tick.current[0],
             slo=view.slo,
             kv_capacity_tokens=tick.kv_tokens,
-            config=cfg.estimator,
+            config=tick.estimator,
         )
-        tick.seconds, tick.lost = switch_costs(tick.est, tick.current[0], n_nodes, cfg.estimator)
+        tick.seconds, tick.lost = switch_costs(tick.est, tick.current[0], n_nodes, tick.estimator)
 
     def _splits(self, n_nodes: int, p_cur: int) -> np.ndarray:
         lo = min(self.config.min_prefill, p_cur)
@@ -328,7 +343,7 @@ class EvolvingPlanner:
             reference_prefill=tick.current[0],
             slo=tick.view.slo,
             kv_capacity_tokens=tick.kv_tokens,
-            config=self.config.estimator,
+            config=tick.estimator or self.config.estimator,
         )
 
     # -- output --------------------------------------------------------------

@@ -7,14 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from core import Phase
-from gateway.control.planner_loop import PlannerLoop
 from gateway.control.workload_feed import LocalWorkloadFeed
 from gateway.errors import PermissionDenied, RateLimited
 from gateway.serving.openai.service import OpenAIService, Prepared, parse_branch_headers
 from gateway.serving.orchestrator import Job
 from gateway.serving.tenancy import TenantContext
-from planner.types import Decision
 from workers.protocol import SamplingOptions
 
 TENANT = TenantContext(tenant_id="t", name="t", cache_salt="t")
@@ -78,40 +75,3 @@ async def test_admitted_and_rate_limited_requests_are_counted_other_refusals_are
         async with _service(FakeGate(PermissionDenied("no")), feed).admitted(_prepared()):
             pass
     assert feed.counts() == (3, 1)
-
-
-class Runtime:
-    """The slice of the cluster runtime the planner loop's view reads."""
-
-    class Registry:
-        def nodes(self):
-            class N:
-                node_id, healthy, draining_to, num_waiting, running, kv_usage = "n0", True, None, 0, 0, 0.0
-                phase = Phase.PREFILL
-
-            return [N()]
-
-    registry, split_pin, node_pins = Registry(), None, {}
-
-    class mode:
-        value = "advisory"
-
-
-def test_planner_view_carries_the_counts() -> None:
-    feed = LocalWorkloadFeed()
-    feed.count_arrival()
-    feed.count_arrival()
-    feed.count_rejection()
-
-    class Blind:
-        name = "blind"
-
-        def observe_iterations(self, r) -> None: ...
-
-        def observe_requests(self, s) -> None: ...
-
-        def decide(self, view) -> Decision:  # pragma: no cover - not called here
-            raise AssertionError
-
-    view = PlannerLoop(Blind(), workload=feed, clock=lambda: 5.0).view(Runtime())
-    assert (view.requests_arrived, view.requests_rejected, view.now) == (2, 1, 5.0)
