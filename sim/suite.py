@@ -23,6 +23,7 @@ by more than their placebo moved.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -46,8 +47,13 @@ def _scenario(cfg: SuiteConfig, spec: Spec, start: int | None) -> Scenario:
 
 def _task(args: tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]) -> dict[str, Any]:
     cfg, spec, planner, p, profile, extra = args
+    t0 = time.perf_counter()
     sc = _scenario(cfg, spec, p)
-    return run_one((sc, planner, profile, p, cfg.seed, extra))
+    out = run_one((sc, planner, profile, p, cfg.seed, extra))
+    # Progress on stderr (the JSON comes at the end): how far a suite that ran out of time got.
+    name = spec[1] if spec[0] == "synthetic" else f"{spec[1].unit} {spec[1].level}"
+    print(f"suite: {name} {planner} {p}P {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return out
 
 
 def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
