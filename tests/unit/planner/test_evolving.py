@@ -300,3 +300,14 @@ def test_burst_does_not_switch_even_without_cooldown() -> None:
     ]
     decisions = _run(_planner(cooldown_s=0.0), traffic, _view(1, 8, slo=LAX))
     assert not any(d.acted for d in decisions)
+
+
+def test_attention_is_chunked_as_the_nodes_engine_chunks() -> None:
+    # Nodes that report a 2,048-token budget: the estimator plans with it (engine limits)
+    # and the workload counts attention pairs of later samples with the same chunks.
+    planner = _planner()
+    planner.observe_requests(synthetic_samples(0, 200, 2.0, seed=1, **PREFILL_HEAVY))
+    assert planner.workload.config.chunk_tokens == 8192
+    nodes = tuple(dataclasses.replace(n, token_budget=2048) for n in _view(2, 4).nodes)
+    d = planner.decide(ClusterView(now=200.0, nodes=nodes, slo=LAX))
+    assert d.predictions and planner.workload.config.chunk_tokens == 2048
