@@ -59,7 +59,8 @@ class EvolvingConfig:
     workload / estimator / regression: the sub-components' configs. The
         workload window defaults to 60 s = persist_s, so that once a shift
         has persisted the estimate holds only post-shift traffic; its chunk
-        size must be the estimator's token budget (one engine).
+        size must be the estimator's token budget (one engine); at run time
+        both follow the budget the nodes report (``with_engine_limits``).
     """
 
     horizon_s: float = 600.0
