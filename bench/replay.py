@@ -175,19 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--speed and --concurrency must be > 0")
     path = Path(a.trace)
     prompts: dict[int, str]
-    first = path if path.is_file() else next(iter(sorted(path.glob("*.jsonl"))), path)
-    is_text = first.suffix == ".jsonl" and "input_length" not in first.open().readline()
-    if is_text:
-        tok = None
-        if a.tokenizer:
-            from transformers import AutoTokenizer
+    try:  # a bad trace: its file and line, exit 2, nothing sent
+        if traces.trace_format(path) == "agent-text":
+            tok = None
+            if a.tokenizer:
+                from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(a.tokenizer)
-        wl, turns = traces.load_agent_text(path, tok, limit=a.limit)
-        prompts = {t.request.req_id: t.prompt for t in turns}
-    else:
-        wl = traces.load_any(path, limit=a.limit)
-        prompts = {r.req_id: synthetic_prompt(r, wl.block_tokens) for r in wl.requests}
+                tok = AutoTokenizer.from_pretrained(a.tokenizer)
+            wl, turns = traces.load_agent_text(path, tok, limit=a.limit)
+            prompts = {t.request.req_id: t.prompt for t in turns}
+        else:
+            wl = traces.load_any(path, limit=a.limit)
+            prompts = {r.req_id: synthetic_prompt(r, wl.block_tokens) for r in wl.requests}
+    except traces.TraceError as e:
+        ap.error(str(e))
     t0 = time.perf_counter()
     results = asyncio.run(
         replay(

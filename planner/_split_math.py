@@ -2,8 +2,10 @@
 
 ``scenarios`` builds input rows (J × k): one per workload, or a base row plus
 ± one-sigma perturbations; ``evaluate`` computes every output for every row
-and split (J × S); ``sd`` turns perturbation rows into delta-method standard
-deviations. Private: import ``planner.estimator`` instead.
+and split (J × S) at a given arrival rate; ``served`` solves the offered
+load's fixed point (open-loop arrivals plus a closed loop of agents) for the
+throughput each split would see; ``sd`` turns perturbation rows into
+delta-method standard deviations. Private: import ``planner.estimator``.
 """
 
 from __future__ import annotations
@@ -15,96 +17,140 @@ import numpy as np
 
 from planner.estimator_config import EstimatorConfig
 from planner.types import SLO
-from planner.workload import WorkloadEstimate
+from planner.workload import WorkloadEstimate, attention_pairs, attention_pairs_alone
 
 if TYPE_CHECKING:
     from planner.profile import Profile
 
 UNSTABLE_S = 1e6  # reported TTFT/TPOT of a queue that never drains
 _EPS = 1e-12
+_BISECT = 16  # fixed-point steps: the closed loop's rate to 1.5e-5 of capacity
+
+_W_COLS = ("u", "c", "o", "f", "rate", "cs2", "ul", "cl", "u95", "pi", "op", "o2", "cf", "z", "r")
+(_U, _C, _O, _F, _RATE, _CS2, _UL, _CL, _U95, _PI, _OP, _O2, _CF, _Z, _R) = range(len(_W_COLS))
 
 
-_W_COLS = ("u", "c", "o", "f", "rate", "cs2", "ul", "cl", "u95")
-
-
-def workload_row(w: WorkloadEstimate) -> np.ndarray:
+def workload_row(w: WorkloadEstimate, chunk_tokens: int) -> np.ndarray:
+    """One input row; second moments a window did not see fall back to the means'."""
     cs2 = (w.remote_uncached_std / max(w.remote_uncached_mean, 1.0)) ** 2
     u95 = w.remote_uncached_mean + 1.645 * w.remote_uncached_std
+    u, c, o, f = w.remote_uncached_mean, w.remote_cached_mean, w.output_mean, w.local_fraction
+    prompt = (1 - f) * (u + c) + f * (w.local_uncached_mean + w.local_cached_mean)
+    pi = w.remote_pairs_mean if w.remote_pairs_mean is not None else float(attention_pairs(u, c, chunk_tokens))
+    op = w.prompt_output_mean if w.prompt_output_mean is not None else o * prompt
+    o2 = w.output_sq_mean if w.output_sq_mean is not None else o * o
     return np.array(
         [
-            w.remote_uncached_mean,
-            w.remote_cached_mean,
-            w.output_mean,
-            w.local_fraction,
-            w.rate_rps,
+            u,
+            c,
+            o,
+            f,
+            w.demand_rps,
             cs2,
             w.local_uncached_mean,
             w.local_cached_mean,
             u95,
+            pi,
+            op,
+            o2,
+            w.closed_fraction,
+            w.think_mean_s,
+            w.response_mean_s,
         ],
         dtype=float,
     )
 
 
-def scenarios(profile: Profile, workloads: list[WorkloadEstimate], with_uncertainty: bool) -> dict[str, np.ndarray]:
+def scenarios(
+    profile: Profile, workloads: list[WorkloadEstimate], with_uncertainty: bool, chunk_tokens: int
+) -> dict[str, np.ndarray]:
     """Rows (J × k) of inputs: one per workload, or for a single workload the
     base plus ± one-sigma perturbations of every uncertain input."""
     p0, d0 = profile.prefill.rls.theta, profile.decode.rls.theta
-    rows_w = [workload_row(w) for w in workloads]
+    rows_w = [workload_row(w, chunk_tokens) for w in workloads]
     rows_p, rows_d = [p0] * len(rows_w), [d0] * len(rows_w)
     if with_uncertainty:
         w = workloads[0]
         n, nr, f = max(w.n, 1), max(w.n_remote, 1), w.local_fraction
         w_se = [
-            w.remote_uncached_std / math.sqrt(nr),
-            w.remote_cached_std / math.sqrt(nr),
-            w.output_std / math.sqrt(n),
-            math.sqrt(f * (1 - f) / n),
+            (_U, w.remote_uncached_std / math.sqrt(nr)),
+            (_C, w.remote_cached_std / math.sqrt(nr)),
+            (_O, w.output_std / math.sqrt(n)),
+            (_F, math.sqrt(f * (1 - f) / n)),
         ]
         deltas: list[tuple[int, np.ndarray]] = []
         for key, model in enumerate((profile.prefill.rls, profile.decode.rls)):
             vals, vecs = np.linalg.eigh(model.param_cov)
             deltas += [(key, vecs[:, i] * math.sqrt(max(v, 0.0))) for i, v in enumerate(vals)]
-        deltas += [(2, np.eye(len(_W_COLS))[i] * se) for i, se in enumerate(w_se)]
+        base = rows_w[0]
+        for col, se in w_se:
+            # A mean moved by its standard error moves the moments built on it alike.
+            delta = np.zeros(len(_W_COLS))
+            delta[col] = se
+            if col == _U and base[_U] > 0:
+                delta[_PI] = base[_PI] * (2 * se / base[_U])
+            if col == _O and base[_O] > 0:
+                delta[_OP], delta[_O2] = base[_OP] * se / base[_O], base[_O2] * 2 * se / base[_O]
+            deltas.append((2, delta))
         for key, delta in deltas:
             for sign in (1.0, -1.0):
                 rows_p.append(p0 + sign * delta if key == 0 else p0)
                 rows_d.append(d0 + sign * delta if key == 1 else d0)
-                rows_w.append(rows_w[0] + sign * delta if key == 2 else rows_w[0])
+                rows_w.append(base + sign * delta if key == 2 else base)
     wcols = np.maximum(np.stack(rows_w), 0.0)
-    wcols[:, 3] = np.minimum(wcols[:, 3], 1.0)
+    wcols[:, _F] = np.minimum(wcols[:, _F], 1.0)
+    wcols[:, _CF] = np.minimum(wcols[:, _CF], 1.0)
     return {"p": np.stack(rows_p), "d": np.stack(rows_d), "w": wcols}
 
 
-def evaluate(
-    sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_tokens: float, cfg: EstimatorConfig, slo: SLO
-) -> dict[str, np.ndarray]:
-    def col(a: np.ndarray, i: int) -> np.ndarray:  # one column, kept 2-D (J × 1)
-        return a[:, i : i + 1]
+def _wait(
+    rho: np.ndarray, servers: np.ndarray, service_s: np.ndarray, cs2: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """M/G/c queue (Allen-Cunneen with Sakasegawa's P(wait)): (P(wait), mean
+    wait, P95 wait) for `servers` servers at utilisation `rho` < 1."""
+    c = np.maximum(servers, 1.0)
+    p_wait = np.clip(rho, 0.0, 1.0) ** (np.sqrt(2.0 * (c + 1.0)) - 1.0)
+    theta = service_s * (1.0 + cs2) / (2.0 * c * np.maximum(1.0 - rho, _EPS))  # mean wait of one that waits
+    p95 = np.where(p_wait > 0.05, theta * np.log(np.maximum(p_wait, 0.05) / 0.05), 0.0)
+    return p_wait, p_wait * theta, p95
 
-    ap, bp, cp, dp = (col(sc["p"], i) for i in range(4))
-    ad, bd, cd = (col(sc["d"], i) for i in range(3))
-    u, c, out_tokens, f, lam, cs2, ul, cl, u95 = (col(sc["w"], i) for i in range(len(_W_COLS)))
-    o = np.maximum(out_tokens, 1.0)
+
+def _col(a: np.ndarray, i: int) -> np.ndarray:  # one column, kept 2-D (J × 1)
+    return a[:, i : i + 1]
+
+
+def _fixed(
+    sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_tokens: float, cfg: EstimatorConfig
+) -> dict[str, np.ndarray]:
+    """The terms that do not depend on the arrival rate (J × 1 or J × S)."""
+    w = sc["w"]
+    ap, bp, cp, dp = (_col(sc["p"], i) for i in range(4))
+    ad, bd, cd = (_col(sc["d"], i) for i in range(3))
+    u, c, f, ul, cl, u95 = (_col(w, i) for i in (_U, _C, _F, _UL, _CL, _U95))
+    o = np.maximum(_col(w, _O), 1.0)
+    pi, op, o2 = _col(w, _PI), _col(w, _OP), _col(w, _O2)
+    budget, kmax = float(cfg.prefill_token_budget), float(cfg.max_prefill_batch)
     P = p_nodes[None, :].astype(float)
     D = n_nodes - P
-    k = np.clip(np.floor(cfg.prefill_token_budget / np.maximum(u, 1.0)), 1, cfg.max_prefill_batch)
-    # k prompts per iteration: attention is per prompt, k·u·(u+c), not (k·u)·(k·u+k·c)
-    batch_ms = np.maximum(ap + bp * k * u + cp * k * c + dp * k * u * (u + c) / 1e4, _EPS)
-    s_req = batch_ms / k / 1000.0
+    # Prefill, per remote prompt at saturation (full-budget iterations): its share of the
+    # intercept, its tokens, and attention over its chunks (pairs: per prompt, as chunked).
+    work_ms = bp * u + cp * c + dp * pi / 1e4
+    s_req = np.maximum(ap * np.maximum(u / budget, 1.0 / kmax) + work_ms, _EPS) / 1000.0
     s_loc = np.where(f > 0, np.maximum(ap + bp * ul + cp * cl + dp * ul * (ul + cl) / 1e4, 0.0) / 1000.0, 0.0)
-    ctx = (1.0 - f) * (u + c) + f * (ul + cl) + o / 2.0
+    own_ms = ap * np.maximum(1.0, np.ceil(u / budget)) + work_ms
     # With no prefill node the router runs every request on a decode node
     # (routing.picker: "no separate prefill node"): all traffic is local
-    # there, long prompts one at a time (`local_split`).
+    # there, long prompts chunk by chunk (`local_split`).
     none = P == 0
-    s_one = np.maximum(ap + bp * u + cp * c + dp * u * (u + c) / 1e4, 0.0) / 1000.0  # one long prompt alone
-    loc_work = np.where(none, f * s_loc + (1.0 - f) * s_one, f * s_loc)  # decode-node prefill s per request
+    loc_work = np.where(none, f * s_loc + (1.0 - f) * np.maximum(own_ms, 0.0) / 1000.0, f * s_loc)
     f = np.where(none, 1.0, f)
     rf = 1.0 - f
+    # Decode: a request holds its KV for o iterations, so the running batch is length-biased.
+    ctx = (op + o2 / 2.0) / o  # mean context of a running request
+    kv_per = (op + cfg.kv_output_reserved * o2) / o  # mean KV it holds (prompt + reserved output)
     b_max = np.full_like(ctx, float(cfg.max_decode_batch))
     if kv_tokens > 0:
-        b_max = np.maximum(np.minimum(b_max, kv_tokens * cfg.kv_usable_fraction / np.maximum(ctx, 1.0)), 1.0)
+        b_max = np.maximum(np.minimum(b_max, kv_tokens * cfg.kv_usable_fraction / np.maximum(kv_per, 1.0)), 1.0)
     # A decode step costs at least its fixed part: a fit whose slopes came out
     # negative (collinear batch and context) must not predict free steps.
     step_floor = np.maximum(ad, _EPS)
@@ -112,47 +158,135 @@ def evaluate(
     with np.errstate(divide="ignore", invalid="ignore"):
         pre_cap = np.where(rf > 1e-9, P / np.maximum(rf * s_req, _EPS), np.inf)
         dec_cap = D * b_max / (o * td_max + b_max * loc_work)
-        cap = np.minimum(pre_cap, dec_cap)
-        served = np.minimum(lam, cap)
-        rho_loc = np.where(D > 0, served * loc_work / np.maximum(D, 1.0), 1.0)
+    own95 = ap * np.maximum(1.0, np.ceil(u95 / budget)) + bp * u95 + cp * c
+    own95 += dp * attention_pairs_alone(u95, c, cfg.prefill_token_budget) / 1e4
+    kv_ok = (kv_tokens <= 0) | (kv_tokens * cfg.kv_usable_fraction >= (op + o2) / o)
+    return {
+        "P": P,
+        "D": D,
+        "rf": rf,
+        "o": o,
+        "ad": ad,
+        "bd": bd,
+        "cd": cd,
+        "work_ms": work_ms,
+        "s_req": s_req,
+        "s_loc": s_loc,
+        "loc_work": loc_work,
+        "none": none,
+        "step_floor": step_floor,
+        "ctx": ctx,
+        "b_max": b_max,
+        "td_max": td_max,
+        "pre_cap": pre_cap,
+        "dec_cap": dec_cap,
+        "cap": np.minimum(pre_cap, dec_cap),
+        "k": np.clip(budget / np.maximum(u, 1.0), 1.0, kmax),
+        "own95_ms": own95,
+        "own_ms": own_ms,
+        "cs2": _col(w, _CS2),
+        "kv_ok": kv_ok,
+    }
+
+
+def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]:
+    """Queues, batch and latencies at arrival rate `lam`."""
+    P, D, rf, o, s_req, s_loc = x["P"], x["D"], x["rf"], x["o"], x["s_req"], x["s_loc"]
+    ad, bd, cd, ctx, b_max, dec_cap = x["ad"], x["bd"], x["cd"], x["ctx"], x["b_max"], x["dec_cap"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        served = np.minimum(lam, x["cap"])
+        rho_loc = np.where(D > 0, served * x["loc_work"] / np.maximum(D, 1.0), 1.0)
         lam_d = served / np.maximum(D, 1.0)
         denom = (1.0 - rho_loc) - lam_d * o * (bd + cd * ctx) / 1000.0
         batch = np.where(denom > 0, lam_d * o * ad / 1000.0 / np.maximum(denom, _EPS), b_max)
         batch = np.minimum(batch, b_max)
-        tpot = np.maximum(ad + bd * batch + cd * batch * ctx, step_floor) / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
+        step_ms = np.maximum(ad + bd * batch + cd * batch * ctx, x["step_floor"])
+        tpot = step_ms / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
         tpot = np.where((D > 0) & (rho_loc < 1.0), tpot, UNSTABLE_S)
+        # A decode slot frees after o iterations at full batch: D·B_max slots near saturation.
+        rho_d = np.where(dec_cap > 0, served / np.maximum(dec_cap, _EPS), np.inf)
+        wait_d = np.where(rho_d < 1.0, _wait(rho_d, D * b_max, o * x["td_max"], 1.0)[1], UNSTABLE_S)
+        # Prefill nodes as one M/G/P queue (the router sends a prompt to a least-loaded node).
         rho = np.where(P > 0, lam * rf * s_req / np.maximum(P, 1.0), np.inf)
-        wq = rho * s_req * (1.0 + cs2) / (2.0 * (1.0 - rho))
-        wq95 = np.where(20.0 * rho > 1.0, wq * np.log(np.maximum(20.0 * rho, 1.0)) / np.maximum(rho, _EPS), 0.0)
-        # Own iteration: the batch holds what arrived during one full-batch
-        # iteration (ρ·k requests), at least this one, at most k.
-        ke = np.clip(np.nan_to_num(rho * k, posinf=1e9), 1.0, k)
-        own_ms = ap + (bp * u + cp * c + dp * u * (u + c) / 1e4) * ke  # attention per prompt, as above
-        own = np.maximum(own_ms, _EPS) / 1000.0 * np.maximum(1.0, np.ceil(u95 / cfg.prefill_token_budget))
-        ttft_remote = np.where(rho < 1.0, wq95 + own, UNSTABLE_S)
-        ttft_local = np.minimum(s_loc + tpot, UNSTABLE_S)
-        ttft_local_mean = s_loc + tpot
+        _, wq, wq95 = _wait(rho, P, s_req, x["cs2"])
+        # Own iterations: the prompt's chunks, each with the intercept; shorter prompts share
+        # an iteration with what arrived during one full-budget iteration (ρ·k, at most k).
+        k = x["k"]
+        mates = (np.clip(np.nan_to_num(rho * k, posinf=1e9), 1.0, k) - 1.0) * x["work_ms"]
+        own95 = (x["own95_ms"] + mates) / 1000.0
+        own = (x["own_ms"] + mates) / 1000.0
+        ttft_remote = np.where(rho < 1.0, wq95 + own95, UNSTABLE_S)
         # No prefill node: prompts queue for the decode nodes' prefill work (M/G/1 at ρ_loc).
-        solo, solo_mean = local_split(rho_loc, loc_work, cs2, tpot)
-        ttft_local = np.where(none, solo, ttft_local)
-        ttft_local_mean = np.where(none, solo_mean, ttft_local_mean)
+        solo, solo_mean = local_split(rho_loc, x["loc_work"], x["cs2"], tpot)
+        ttft_local = np.minimum(np.where(x["none"], solo, s_loc + tpot) + wait_d, UNSTABLE_S)
         ttft = np.where(rf >= 0.05, ttft_remote, ttft_local)
-        # Mean response time: mean wait (not P95) + own iteration, then o tokens at TPOT.
+        # Mean response time: mean wait (not P95) + own iterations, a decode slot, o tokens at TPOT.
+        ttft_local_mean = np.where(x["none"], solo_mean, s_loc + tpot)
         ttft_mean = np.where(rf >= 0.05, np.where(rho < 1.0, wq + own, UNSTABLE_S), ttft_local_mean)
-        e2e = np.minimum(ttft_mean + o * tpot, UNSTABLE_S)
-    kv_ok = (kv_tokens <= 0) | (kv_tokens * cfg.kv_usable_fraction >= ctx + o / 2.0)
-    feasible = (lam <= cap) & (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s) & kv_ok & (D > 0)
+        e2e = np.minimum(ttft_mean + wait_d + o * tpot, UNSTABLE_S)
+    return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "batch": batch}
+
+
+def evaluate(
+    sc: dict[str, np.ndarray],
+    p_nodes: np.ndarray,
+    n_nodes: int,
+    kv_tokens: float,
+    cfg: EstimatorConfig,
+    slo: SLO,
+    rate: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Every output (J × S) at arrival rate `rate` (J × S; default: the rows' demand)."""
+    x = _fixed(sc, p_nodes, n_nodes, kv_tokens, cfg)
+    lam = _col(sc["w"], _RATE) if rate is None else rate
+    r = _at_rate(x, lam)
+    feasible = (lam <= x["cap"]) & (r["ttft"] <= slo.ttft_s) & (r["tpot"] <= slo.tpot_s) & x["kv_ok"] & (x["D"] > 0)
     return {
-        "cap": cap,
-        "pre_cap": pre_cap,
-        "dec_cap": dec_cap,
-        "ttft": ttft,
-        "tpot": tpot,
-        "e2e": e2e,
-        "batch": batch,
+        "cap": x["cap"],
+        "pre_cap": x["pre_cap"],
+        "dec_cap": x["dec_cap"],
+        "ttft": r["ttft"],
+        "tpot": r["tpot"],
+        "e2e": r["e2e"],
+        "batch": r["batch"],
         "feasible": feasible,
-        "tokens": cap * out_tokens,
+        "tokens": x["cap"] * _col(sc["w"], _O),
     }
+
+
+def served(
+    sc: dict[str, np.ndarray],
+    p_nodes: np.ndarray,
+    n_nodes: int,
+    kv_tokens: float,
+    cfg: EstimatorConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(throughput X, mean response time at X), J × S, of the offered load on each split.
+
+    Open-loop arrivals (no known gap) come at their rate whatever the split;
+    a closed loop of N = X_obs·(Z + R_obs) agents (Little's law on what was
+    observed) sends N / (Z + R(X)). X solves X = open + N / (Z + R(X)),
+    capped by capacity: by bisection on the closed part, whose left side
+    grows with X while R(X) does (R diverges at capacity).
+    """
+    fx = _fixed(sc, p_nodes, n_nodes, kv_tokens, cfg)
+    cap = fx["cap"]
+    w = sc["w"]
+    demand, cf, think, resp = (w[:, i : i + 1] for i in (_RATE, _CF, _Z, _R))
+    open_rate = np.minimum(demand * (1.0 - cf), cap)
+    agents = demand * cf * (think + resp)
+    room = np.maximum(cap - open_rate, 0.0)
+    hi = np.where(think > 0, np.minimum(room, agents / np.maximum(think, _EPS)), room)
+    hi = np.where(agents > 0, hi, 0.0)
+    lo = np.zeros_like(hi)
+    if (agents > 0).any():
+        for _ in range(_BISECT):
+            mid = (lo + hi) / 2.0
+            r = _at_rate(fx, open_rate + mid)["e2e"]
+            short = mid * (think + r) < agents  # the loop would send more than mid
+            lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+    x = open_rate + lo  # the bound that is never above the fixed point
+    return x, _at_rate(fx, x)["e2e"]
 
 
 def local_split(

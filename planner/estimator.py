@@ -3,29 +3,45 @@
 Pure numpy over a fitted ``Profile`` and a ``WorkloadEstimate``. Units:
 seconds and requests per second unless a name says ``_ms``.
 
-Model of a split with P prefill and D = N − P decode nodes, offered rate λ:
+Model of a split with P prefill and D = N − P decode nodes, offered rate λ
+(requests counted at arrival when known, else completions):
 
 - A fraction f of requests is *local* (uncached ≤ the router threshold): it
   runs entirely on a decode node, its prompt costing ``s_loc`` decode-node
   seconds. The rest is *remote*: prefill node, then decode node.
-- Prefill nodes batch k = clamp(budget // u, 1, max_prefill_batch) remote
-  prompts per iteration; per-request service ``s = t_p(k·u, k·c) / k``.
-  Prefill capacity = P / ((1 − f)·s).
-- Decode nodes: iteration ``t_d(B) = a + b·B + c·B·ctx`` with ctx = mean
-  prompt + output/2 (mean KV per running request). Batch ceiling B_max =
-  min(max_decode_batch, usable KV tokens / ctx). By Little's law a node with
-  arrival rate λ/D keeps ``B = (λ/D)·O·t_d(B)/(1 − ρ_loc)`` requests running,
-  ρ_loc = λ·f·s_loc/D; solved in closed form (t_d is linear in B).
-  Decode capacity = D·B_max / (O·t_d(B_max) + B_max·f·s_loc).
-- ``capacity = min(prefill, decode)``: the sustainable request rate under the
-  current mix. It is reported as ``throughput_rps`` (served = min(λ, it)).
-- TTFT (P95, remote requests): each prefill node as an M/G/1 queue at
-  ρ = λ(1 − f)s/P, Pollaczek–Khinchine mean wait with service variability
-  from the spread of uncached tokens, the exponential tail's P95
-  ``Wq·ln(20ρ)/ρ``, plus the request's own iteration (a batch of the ρ·k
-  requests arriving during a full-batch iteration, ≥ 1; several when a P95
-  prompt exceeds the token budget). Local-only traffic: s_loc + TPOT.
+- Prefill, per remote prompt at saturation (iterations full to the token
+  budget B): ``s = (a·max(u/B, 1/k_max) + b·u + c·cached + d·E[pairs]/1e4)
+  / 1000`` where pairs = Σ over the prompt's chunks of n·(n + context
+  before it) = u·c + u·(u + min(u, B))/2, averaged over requests (the
+  workload keeps E[pairs]: attention is convex in u, so a mean prompt
+  under-states it at long contexts). Prefill capacity = P / ((1 − f)·s).
+- Decode nodes: iteration ``t_d(B) = a + b·B + c·B·ctx``. A request holds
+  its KV for o iterations, so the running batch is length-biased: ctx =
+  E[o·(prompt + o/2)] / E[o] and KV per request E[o·(prompt + r·o)] / E[o]
+  with r = ``kv_output_reserved`` (0.5: KV grows with the output; 1: the
+  output is reserved at admission). Batch ceiling B_max = min(max batch,
+  usable KV / KV per request). By Little's law a node with arrival rate
+  λ/D keeps ``B = (λ/D)·O·t_d(B)/(1 − ρ_loc)`` requests running, ρ_loc =
+  λ·f·s_loc/D; solved in closed form (t_d is linear in B). Decode capacity
+  = D·B_max / (O·t_d(B_max) + B_max·f·s_loc).
+- ``capacity = min(prefill, decode)``: the sustainable request rate.
+- Queues (M/G/c, Allen–Cunneen with Sakasegawa's P(wait) = ρ^(√(2(c+1))−1);
+  c = 1 is Pollaczek–Khinchine): the prefill nodes are one queue of P
+  servers at ρ = λ(1 − f)s/P (the router sends a prompt to a least-loaded
+  node), service variability from the spread of uncached tokens; P95 wait =
+  θ·ln(P(wait)/0.05), θ the mean wait of one that waits. A decode slot
+  (D·B_max of them, held O·t_d(B_max)) adds its wait near saturation.
+- TTFT (P95, remote): P95 wait + the prompt's own iterations (a P95-sized
+  prompt: ⌈u95/B⌉ intercepts, its tokens and chunked attention, plus the
+  batch-mates that arrived during one iteration). Local-only: s_loc + TPOT.
 - TPOT = t_d(B) / (1 − ρ_loc) at the steady-state batch.
+- Served throughput (``served_rps``, what the planner maximises): open-loop
+  arrivals (requests with no known gap) at their rate, plus a closed loop
+  of N = X_obs·(Z + R_obs) agents (Little's law: gap Z, response R) that
+  sends N / (Z + R(X)); X solves X = open + N/(Z + R(X)), at most
+  capacity. More capacity serves no more of an open loop that fits, and a
+  closed loop only through shorter responses: both are in X.
+  ``response_s`` is the mean response time at X.
 - Saturated queues report ``UNSTABLE_S`` instead of infinity (JSON-safe).
 
 Uncertainty: the model is re-evaluated with each coefficient eigen-direction
@@ -43,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from planner._split_math import UNSTABLE_S, evaluate, scenarios, sd
+from planner._split_math import UNSTABLE_S, evaluate, scenarios, sd, served
 from planner.estimator_config import EstimatorConfig
 from planner.profile import Profile
 from planner.types import SLO, SplitPrediction
@@ -67,7 +83,8 @@ class SplitEstimate:
     """Per-split predictions, arrays aligned with ``prefill_nodes``.
 
     ``gain_rps`` / ``gain_sd_rps``: capacity minus the reference split's
-    capacity, and its standard deviation; ``*_sd*`` are 0 without uncertainty.
+    capacity, and its standard deviation; ``served_*``: the same for the
+    throughput of the offered load; ``*_sd*`` are 0 without uncertainty.
     """
 
     prefill_nodes: np.ndarray
@@ -81,15 +98,21 @@ class SplitEstimate:
     tpot_s: np.ndarray
     ttft_sd_s: np.ndarray
     tpot_sd_s: np.ndarray
-    e2e_s: np.ndarray  # mean response time (mean TTFT + output x TPOT)
+    e2e_s: np.ndarray  # mean response time at the offered rate (mean TTFT + output x TPOT)
     e2e_sd_s: np.ndarray
     decode_batch: np.ndarray
     feasible: np.ndarray
     gain_rps: np.ndarray
     gain_sd_rps: np.ndarray
+    served_rps: np.ndarray  # throughput of the offered load on this split
+    served_sd_rps: np.ndarray
+    served_gain_sd_rps: np.ndarray  # sd of served_rps minus the reference's
+    response_s: np.ndarray  # mean response time at served_rps
+    response_sd_s: np.ndarray
     reference_prefill: int
     reference_prefill_capacity_rps: float
     reference_decode_capacity_rps: float
+    reference_served_rps: float
 
     def index(self, prefill: int) -> int:
         """Position of split ``prefill`` in the arrays (ValueError if absent)."""
@@ -99,42 +122,78 @@ class SplitEstimate:
         return int(hits[0])
 
 
-def _split_estimate(
-    r: dict[str, np.ndarray],
-    row: int,
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+def _run(
+    profile: Profile,
+    workloads: list[WorkloadEstimate],
     p_arr: np.ndarray,
     total_nodes: int,
     reference: int,
-    gain_sd: np.ndarray,
-    cap_sd: np.ndarray,
-    ttft_sd: np.ndarray,
-    tpot_sd: np.ndarray,
-    e2e_sd: np.ndarray,
-) -> SplitEstimate:
-    cap = r["cap"][row]
-    finite = np.where(np.isfinite(cap), cap, 0.0)
-    return SplitEstimate(
-        prefill_nodes=p_arr,
-        decode_nodes=total_nodes - p_arr,
-        capacity_rps=cap[:-1],
-        capacity_sd_rps=cap_sd,
-        prefill_capacity_rps=r["pre_cap"][row, :-1],
-        decode_capacity_rps=r["dec_cap"][row, :-1],
-        tokens_per_s=r["tokens"][row, :-1],
-        ttft_s=r["ttft"][row, :-1],
-        tpot_s=r["tpot"][row, :-1],
-        ttft_sd_s=ttft_sd,
-        tpot_sd_s=tpot_sd,
-        e2e_s=r["e2e"][row, :-1],
-        e2e_sd_s=e2e_sd,
-        decode_batch=r["batch"][row, :-1],
-        feasible=r["feasible"][row, :-1],
-        gain_rps=finite[:-1] - finite[-1],
-        gain_sd_rps=gain_sd,
-        reference_prefill=reference,
-        reference_prefill_capacity_rps=float(r["pre_cap"][row, -1]),
-        reference_decode_capacity_rps=float(r["dec_cap"][row, -1]),
-    )
+    slo: SLO,
+    kv: float,
+    config: EstimatorConfig,
+    with_uncertainty: bool,
+) -> list[SplitEstimate]:
+    sc = scenarios(profile, workloads, with_uncertainty, config.prefill_token_budget)
+    splits = np.append(p_arr, reference)
+    r = evaluate(sc, splits, total_nodes, kv, config, slo)
+    x, resp = served(sc, splits, total_nodes, kv, config)
+    cap, xf = _finite(r["cap"]), _finite(x)
+    zeros = np.zeros(p_arr.size)
+    if with_uncertainty:
+        sds = {
+            "capacity_sd_rps": sd(cap)[:-1],
+            "gain_sd_rps": sd(cap[:, :-1] - cap[:, -1:]),
+            "ttft_sd_s": sd(r["ttft"])[:-1],
+            "tpot_sd_s": sd(r["tpot"])[:-1],
+            "e2e_sd_s": sd(r["e2e"])[:-1],
+            "served_sd_rps": sd(xf)[:-1],
+            "served_gain_sd_rps": sd(xf[:, :-1] - xf[:, -1:]),
+            "response_sd_s": sd(resp)[:-1],
+        }
+        rows = [0]
+    else:
+        sds = {k: zeros for k in SD_FIELDS}
+        rows = list(range(len(workloads)))
+    return [
+        SplitEstimate(
+            prefill_nodes=p_arr,
+            decode_nodes=total_nodes - p_arr,
+            capacity_rps=r["cap"][i, :-1],
+            prefill_capacity_rps=r["pre_cap"][i, :-1],
+            decode_capacity_rps=r["dec_cap"][i, :-1],
+            tokens_per_s=r["tokens"][i, :-1],
+            ttft_s=r["ttft"][i, :-1],
+            tpot_s=r["tpot"][i, :-1],
+            e2e_s=r["e2e"][i, :-1],
+            decode_batch=r["batch"][i, :-1],
+            feasible=r["feasible"][i, :-1],
+            gain_rps=cap[i, :-1] - cap[i, -1],
+            served_rps=x[i, :-1],
+            response_s=resp[i, :-1],
+            reference_prefill=reference,
+            reference_prefill_capacity_rps=float(r["pre_cap"][i, -1]),
+            reference_decode_capacity_rps=float(r["dec_cap"][i, -1]),
+            reference_served_rps=float(x[i, -1]),
+            **sds,
+        )
+        for i in rows
+    ]
+
+
+SD_FIELDS = (
+    "capacity_sd_rps",
+    "gain_sd_rps",
+    "ttft_sd_s",
+    "tpot_sd_s",
+    "e2e_sd_s",
+    "served_sd_rps",
+    "served_gain_sd_rps",
+    "response_sd_s",
+)
 
 
 def _check(total_nodes: int, prefill_nodes: Any, reference_prefill: int) -> np.ndarray:
@@ -159,27 +218,14 @@ def estimate_splits(
     with_uncertainty: bool = True,
 ) -> SplitEstimate:
     """Predict every split in ``prefill_nodes`` (each in [0, total_nodes]) and
-    its capacity gain over the ``reference_prefill`` split (usually current).
+    its gains over the ``reference_prefill`` split (usually current).
 
     ``kv_capacity_tokens``: KV tokens of one decode node; ≤ 0 = unknown, then
     only ``max_decode_batch`` bounds the batch.
     """
     p_arr = _check(total_nodes, prefill_nodes, reference_prefill)
-    sc = scenarios(profile, [workload], with_uncertainty)
-    r = evaluate(sc, np.append(p_arr, reference_prefill), total_nodes, kv_capacity_tokens, config, slo)
-    finite = np.where(np.isfinite(r["cap"]), r["cap"], 0.0)
-    return _split_estimate(
-        r,
-        0,
-        p_arr,
-        total_nodes,
-        reference_prefill,
-        sd(finite[:, :-1] - finite[:, -1:]),
-        sd(finite)[:-1],
-        sd(r["ttft"])[:-1],
-        sd(r["tpot"])[:-1],
-        sd(r["e2e"])[:-1],
-    )
+    args = (p_arr, total_nodes, reference_prefill, slo, kv_capacity_tokens, config, with_uncertainty)
+    return _run(profile, [workload], *args)[0]
 
 
 def estimate_many(
@@ -198,13 +244,7 @@ def estimate_many(
     p_arr = _check(total_nodes, prefill_nodes, reference_prefill)
     if not workloads:
         return []
-    sc = scenarios(profile, workloads, with_uncertainty=False)
-    r = evaluate(sc, np.append(p_arr, reference_prefill), total_nodes, kv_capacity_tokens, config, slo)
-    zeros = np.zeros(p_arr.size)
-    return [
-        _split_estimate(r, i, p_arr, total_nodes, reference_prefill, zeros, zeros, zeros, zeros, zeros)
-        for i in range(len(workloads))
-    ]
+    return _run(profile, workloads, p_arr, total_nodes, reference_prefill, slo, kv_capacity_tokens, config, False)
 
 
 @dataclass(frozen=True)
@@ -247,14 +287,15 @@ def switch_cost(
 
 
 def to_predictions(est: SplitEstimate, node_seconds: np.ndarray, z: float) -> tuple[SplitPrediction, ...]:
-    """SplitPrediction per split, bounds = capacity ∓ z·sd (lower ≥ 0)."""
-    cap = est.capacity_rps
-    lo = np.maximum(cap - z * est.capacity_sd_rps, 0.0)
-    hi = cap + z * est.capacity_sd_rps
+    """SplitPrediction per split: throughput = served throughput of the
+    offered load, bounds ∓ z·sd (lower ≥ 0); capacity beside it."""
+    x = est.served_rps
+    lo = np.maximum(x - z * est.served_sd_rps, 0.0)
+    hi = x + z * est.served_sd_rps
     cols = zip(
         est.prefill_nodes.tolist(),
         est.decode_nodes.tolist(),
-        cap.tolist(),
+        x.tolist(),
         lo.tolist(),
         hi.tolist(),
         est.tokens_per_s.tolist(),
@@ -262,6 +303,8 @@ def to_predictions(est: SplitEstimate, node_seconds: np.ndarray, z: float) -> tu
         est.tpot_s.tolist(),
         est.feasible.tolist(),
         node_seconds.tolist(),
+        np.minimum(est.capacity_rps, 1e18).tolist(),
+        est.response_s.tolist(),
         strict=True,
     )
     return tuple(SplitPrediction(*row) for row in cols)

@@ -10,11 +10,16 @@ Per tick (``decide``), in order; the first rule that applies wins:
 5. SLO repair: fewer prefill nodes than the TTFT SLO needs (or more than the
    TPOT SLO allows), and that has held in every sub-window of the
    persistence span: move to the best split inside the SLO bounds.
-6. Gain: the split inside the SLO bounds with the best lower-bounded net gain
-   (capacity gain × horizon − switch cost) is chosen when that bound, as a
-   fraction of current capacity × horizon, reaches ``min_gain_frac`` **and**
-   the mean net gain reaches it in every sub-window of the persistence span
-   (a burst of sub-agents lives in one sub-window, so it cannot pass).
+6. The objective (``planner.objective``): within the SLO bounds, the split
+   that serves the offered load best, by throughput (net of the switch
+   cost, lower bound), else by response time at no throughput cost; the
+   gain must clear ``min_gain_frac`` and hold, on means, in every sub-window
+   of the persistence span (a burst of sub-agents lives in one sub-window,
+   so it cannot pass).
+
+Every model-based move (5 and 6) is refused when it goes back to the split
+the last one left, within ``flap_window_s`` of it. The offered load is
+counted at arrival when the view carries the counts (``planner.arrivals``).
 
 Modes: AUTO returns the actions; ADVISORY and MANUAL return none, with the
 would-be split in ``chosen_split`` and the would-be moves in ``reason``.
@@ -23,12 +28,14 @@ Predictions per split are computed on every tick once data suffices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from core import Phase
 from planner import decision as rule
+from planner import objective
+from planner.arrivals import ArrivalHistory
 from planner.engine_limits import with_engine_limits
 from planner.estimator import (
     EstimatorConfig,
@@ -38,9 +45,9 @@ from planner.estimator import (
     switch_costs,
     to_predictions,
 )
+from planner.evolving_config import EvolvingConfig
 from planner.offered import offered_weights
 from planner.profile import Profile
-from planner.regression import RLSConfig
 from planner.types import (
     ClusterView,
     Decision,
@@ -50,87 +57,9 @@ from planner.types import (
     SplitPrediction,
     SwitchAction,
 )
-from planner.workload import WorkloadConfig, WorkloadEstimate, WorkloadEstimator
+from planner.workload import WorkloadEstimate, WorkloadEstimator
 
-
-@dataclass(frozen=True)
-class EvolvingConfig:
-    """Settings of the evolving planner (validated at construction).
-
-    horizon_s: seconds over which a switch's gain is amortised against its cost (> 0).
-    min_gain_frac: required net gain, fraction of current capacity × horizon (≥ 0).
-    persist_s: span over which a change must have held (> 0, ≤ workload retention).
-    persist_buckets: sub-windows of that span that must each agree (≥ 1).
-    min_bucket_requests: requests a sub-window needs to count as evidence (≥ 1).
-    min_requests: requests in the main window before any model-based move (≥ 1).
-    cooldown_s: seconds after a switch before the next model-based one (≥ 0).
-    min_prefill / min_decode: node floors of each phase (≥ 0 / ≥ 1).
-    max_nodes_per_decision: cap on nodes moved per tick; None = as predicted.
-    slo_margin: SLO bounds use margin × target, for headroom ((0, 1]).
-    min_history_s: traffic history (s) needed before any model-based move:
-        a request is seen only when it finishes, so early on the long ones
-        (reasoning decodes of minutes) are missing from the estimate (≥ 0).
-    key_by_report: re-key each finished request's sample to the later of its
-        arrival and the previous tick, i.e. to (within one tick) the time it
-        finished. Keyed by arrival, a window holds only the requests that
-        both arrived and finished in it, so every request longer than the
-        window is missing and the mix is biased toward short requests
-        (survivorship); keyed by finish, it holds the requests completed in
-        it, an unbiased sample of the served mix.
-    offered_mix: weight finished requests by how much longer their agent
-        waited than on an unloaded node (``planner.offered``), so the mix is
-        the one a closed loop of agents offers, not the one the current
-        split serves; ``offered_max_weight`` caps a weight (≥ 1).
-    latency_headroom: while the current split's capacity (lower bound)
-        exceeds the request rate by this fraction, more capacity serves no
-        more requests (open loop) or serves more only through shorter
-        responses (a closed loop of N agents with tool time Z sends
-        N / (Z + R)): the planner then moves on predicted mean response
-        time instead of capacity (``_by_latency``). None: capacity only (≥ 0).
-    workload / estimator / regression: the sub-components' configs. The
-        workload window defaults to 60 s = persist_s, so that once a shift
-        has persisted the estimate holds only post-shift traffic.
-    """
-
-    horizon_s: float = 600.0
-    min_gain_frac: float = 0.05
-    persist_s: float = 60.0
-    persist_buckets: int = 4
-    min_bucket_requests: int = 5
-    min_requests: int = 20
-    cooldown_s: float = 60.0
-    min_prefill: int = 1
-    min_decode: int = 1
-    max_nodes_per_decision: int | None = None
-    slo_margin: float = 0.8
-    min_history_s: float = 120.0
-    key_by_report: bool = True
-    offered_mix: bool = True
-    offered_max_weight: float = 10.0
-    latency_headroom: float | None = 0.1
-    workload: WorkloadConfig = field(default_factory=lambda: WorkloadConfig(window_s=60.0))
-    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
-    regression: RLSConfig = field(default_factory=RLSConfig)
-
-    def __post_init__(self) -> None:
-        if self.horizon_s <= 0 or self.persist_s <= 0 or self.min_gain_frac < 0 or self.cooldown_s < 0:
-            raise ValueError("horizon_s, persist_s must be > 0; min_gain_frac, cooldown_s >= 0")
-        if self.persist_s > self.workload.retention_s:
-            raise ValueError("persist_s must not exceed workload.retention_s")
-        if self.persist_buckets < 1 or self.min_bucket_requests < 1 or self.min_requests < 1:
-            raise ValueError("persist_buckets, min_bucket_requests, min_requests must be >= 1")
-        if self.min_prefill < 0 or self.min_decode < 1:
-            raise ValueError("min_prefill must be >= 0 and min_decode >= 1")
-        if self.latency_headroom is not None and self.latency_headroom < 0:
-            raise ValueError("latency_headroom must be >= 0 or None")
-        if self.max_nodes_per_decision is not None and self.max_nodes_per_decision < 1:
-            raise ValueError("max_nodes_per_decision must be >= 1 or None")
-        if self.min_history_s < 0:
-            raise ValueError("min_history_s must be >= 0")
-        if self.offered_max_weight < 1:
-            raise ValueError("offered_max_weight must be >= 1")
-        if not 0 < self.slo_margin <= 1:
-            raise ValueError("slo_margin must be in (0, 1]")
+__all__ = ["EvolvingConfig", "EvolvingPlanner"]
 
 
 @dataclass
@@ -148,6 +77,7 @@ class _Tick:
     lost: np.ndarray | None = None  # switch cost per split, requests
     seconds: np.ndarray | None = None  # switch cost per split, node-seconds
     kv_tokens: float = 0.0
+    early: bool = False  # less than min_history_s of traffic: only an early move (config) may act
     estimator: EstimatorConfig | None = None  # the config with the nodes' own engine limits
 
 
@@ -162,8 +92,10 @@ class EvolvingPlanner:
         self.config = config or EvolvingConfig()
         self.profile = profile or Profile.from_records([], self.config.regression)
         self.workload = WorkloadEstimator(self.config.workload)
+        self.arrivals = ArrivalHistory(self.config.workload.retention_s)
         self._last_act_t: float | None = None
         self._last_tick_t: float | None = None  # ``now`` of the previous decide
+        self._last_move: tuple[float, int, int] | None = None  # (t, from, to prefill nodes) of the last model move
         self.last_decision: Decision | None = None
 
     def observe_iterations(self, records: list[IterationRecord]) -> None:
@@ -180,6 +112,8 @@ class EvolvingPlanner:
     def decide(self, view: ClusterView) -> Decision:
         cfg = self.config
         self._last_tick_t = view.now if self._last_tick_t is None else max(self._last_tick_t, view.now)
+        if view.requests_arrived is not None:
+            self.arrivals.add(view.now, view.requests_arrived + (view.requests_rejected or 0))
         nodes = view.nodes
         p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
         tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
@@ -207,20 +141,32 @@ class EvolvingPlanner:
             return self._finish(tick, (), "hold: cooldown", 0.0)
         return self._by_model(tick)
 
+    def _offered(self, w: WorkloadEstimate, start: float, end: float) -> WorkloadEstimate:
+        rate = self.arrivals.rate(start, end)
+        return w if rate is None else replace(w, offered_rps=rate)
+
     def _estimate(self, tick: _Tick) -> None:
         cfg, view = self.config, tick.view
         tick.inputs.update(self._model_inputs())
         n_nodes = len(view.nodes)
-        w = self.workload.estimate(view.now)
+        end = view.now - cfg.workload.lag_s
+        w = self._offered(self.workload.estimate(view.now), end - cfg.workload.window_s, end)
         tick.inputs.update(w.summary())
         if not self.profile.ready or w.n < cfg.min_requests or n_nodes < 2:
             return
         if not self.workload.covers(view.now, cfg.min_history_s):
-            return
+            if cfg.early_s is None or not self.workload.covers(view.now, cfg.early_s):
+                return
+            tick.early = True
         splits = self._splits(n_nodes, tick.current[0])
         tick.workload = w
         tick.kv_tokens = self._kv_tokens(view)
         tick.estimator = with_engine_limits(cfg.estimator, view.nodes)
+        budget = tick.estimator.prefill_token_budget
+        if self.workload.config.chunk_tokens != budget:
+            # Attention pairs are counted as the nodes' engine chunks (their reported budget);
+            # samples already binned keep the count they were binned with.
+            self.workload.config = replace(self.workload.config, chunk_tokens=budget)
         tick.est = estimate_splits(
             self.profile,
             w,
@@ -252,99 +198,116 @@ class EvolvingPlanner:
         caps = [n.kv_capacity_tokens for n in view.nodes if n.kv_capacity_tokens > 0]
         return float(np.mean(caps)) if caps else 0.0
 
+    def _early(self, tick: _Tick) -> Decision:
+        """A throughput move before min_history_s (``EvolvingConfig.early_s``):
+        the queues must show the phase that gains nodes saturated and the one
+        that gives them up idle, and the model must point that way, with a
+        gain of ``early_gain_frac`` or at least not against it: long requests
+        are missing from an early estimate, so it under-states the starved
+        phase, while a queue cannot lie about it."""
+        cfg, est, lost, p_cur = self.config, tick.est, tick.lost, tick.current[0]
+        assert est is not None and lost is not None
+        p = est.prefill_nodes
+        target = objective.throughput_target(est, ((p >= tick.lo) & (p <= tick.hi)) | (p == p_cur), p_cur)
+        if target is None or target == p_cur:
+            return self._finish(tick, (), "hold: early, current split is best", 0.0)
+        frac = objective.throughput_gain(
+            est, target, p_cur, float(lost[est.index(target)]), cfg.horizon_s, cfg.estimator.z
+        )
+        gainer, donor = (Phase.PREFILL, Phase.DECODE) if target > p_cur else (Phase.DECODE, Phase.PREFILL)
+        waiting = {ph: [n.queue for n in tick.view.nodes if n.phase == ph] for ph in (gainer, donor)}
+        q_gain = float(np.mean(waiting[gainer])) if waiting[gainer] else 0.0
+        q_donor = float(np.mean(waiting[donor])) if waiting[donor] else 0.0
+        tick.inputs.update(candidate_prefill=float(target), throughput_gain_lcb_frac=frac)
+        tick.inputs.update(early_queue_gainer=q_gain, early_queue_donor=q_donor)
+        starved = q_gain >= cfg.early_queue and q_donor < 1.0
+        if starved and (frac >= cfg.early_gain_frac or (frac > -cfg.tie_frac and q_gain >= 4 * cfg.early_queue)):
+            why = f"early throughput: {frac:+.3f} served (lower bound), {q_gain:.1f} waiting per {gainer.value} node"
+            return self._model_move(tick, target, why, 1.0)
+        return self._finish(
+            tick, (), f"hold: early, {target}P not clear yet ({frac:.3f}, queues {q_gain:.1f}/{q_donor:.1f})", 0.0
+        )
+
     def _by_model(self, tick: _Tick) -> Decision:
+        if tick.early:
+            return self._early(tick)
         cfg, view = self.config, tick.view
         est, lost, p_cur = tick.est, tick.lost, tick.current[0]
         assert est is not None and lost is not None
-        net = rule.net_gain(est, lost, cfg.horizon_s, cfg.estimator.z)
+        z, g = cfg.estimator.z, cfg.min_gain_frac
         # Upper bounds here, means in the persisted check: moving down needs
         # confidence, repairing up needs a breach that held (hysteresis).
-        floor, ceiling = rule.slo_bounds(est, view.slo, cfg.slo_margin, cfg.estimator.z)
+        floor, ceiling = rule.slo_bounds(est, view.slo, cfg.slo_margin, z)
         tick.inputs.update(ttft_floor_prefill=float(floor), tpot_ceiling_prefill=float(ceiling))
         p = est.prefill_nodes
         in_range = (p >= tick.lo) & (p <= tick.hi)
         allowed = in_range & (p >= floor) & (p <= ceiling)
+        i_cur = est.index(p_cur)
+        tick.inputs.update(
+            served_current_rps=float(est.served_rps[i_cur]),
+            response_current_s=float(est.response_s[i_cur]),
+            capacity_current_rps=float(est.capacity_rps[i_cur]),
+        )
         if p_cur < floor or p_cur > ceiling:
             p_floor, p_ceiling = self._persisted_bounds(tick)
             if p_cur < p_floor or p_cur > p_ceiling:
                 repair = in_range & (p >= p_floor) & (p <= max(p_floor, p_ceiling))
-                target = rule.best_split(est, net.lcb, repair, p_cur)
+                target = objective.throughput_target(est, repair, p_cur)
                 if target is None:  # bounds outside what can move now: go as far as allowed
                     target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
-                why = "TTFT" if p_cur < p_floor else "TPOT"
-                return self._move(tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0)
-            tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the gain rule may still move
-        if cfg.latency_headroom is not None:
-            by_latency = self._by_latency(tick, allowed)
-            if by_latency is not None:
-                return by_latency
-        target = rule.best_split(est, net.lcb, allowed | (p == p_cur), p_cur)
-        i_cur = est.index(p_cur)
-        cap_cur = float(est.capacity_rps[i_cur])
-        if target is None or target == p_cur:
-            alt = np.where(allowed & (p != p_cur), net.mean, -np.inf)
-            j = int(np.argmax(alt))
-            conf = 1.0 - rule.normal_confidence(float(net.mean[j]), float(net.sd[j])) if np.isfinite(alt[j]) else 1.0
-            return self._finish(tick, (), "hold: current split is best", conf)
-        i = est.index(target)
-        frac_lcb = rule.gain_fraction(float(net.lcb[i]), cap_cur, cfg.horizon_s)
-        conf = rule.normal_confidence(float(net.mean[i]), float(net.sd[i]))
-        tick.inputs.update(
-            candidate_prefill=float(target),
-            net_gain_lcb_frac=frac_lcb,
-            gain_rps=float(est.gain_rps[i]),
-            switch_cost_requests=float(lost[i]),
-        )
-        if frac_lcb < cfg.min_gain_frac:
-            return self._finish(tick, (), f"hold: gain of {target}P below threshold ({frac_lcb:.3f})", 1.0 - conf)
-        worst = self._persisted_gain(tick, target, float(lost[i]))
-        tick.inputs["persisted_gain_frac"] = worst
-        if worst < cfg.min_gain_frac:
-            return self._finish(tick, (), f"hold: gain of {target}P not persisted ({worst:.3f})", 1.0 - conf)
-        return self._move(tick, target, f"gain: {frac_lcb:.3f} of capacity (lower bound)", conf)
-
-    def _by_latency(self, tick: _Tick, allowed: np.ndarray) -> Decision | None:
-        """None unless the current split has capacity headroom; then the
-        split whose mean response time is lowest, if its upper bound is
-        ``min_gain_frac`` below the current one's and that held in every
-        persistence sub-window (only splits with the same headroom count)."""
-        cfg, est, w = self.config, tick.est, tick.workload
-        assert est is not None and w is not None and cfg.latency_headroom is not None
-        z, p_cur = cfg.estimator.z, tick.current[0]
-        need = w.rate_rps * (1.0 + cfg.latency_headroom)
-        cap_lo = est.capacity_rps - z * est.capacity_sd_rps
-        i_cur = est.index(p_cur)
-        if not cap_lo[i_cur] >= need:
-            return None
-        e_cur = float(est.e2e_s[i_cur])
-        roomy = allowed & est.feasible & (cap_lo >= need) & (est.prefill_nodes != p_cur)
-        upper = np.where(roomy, est.e2e_s + z * est.e2e_sd_s, np.inf)
-        j = int(np.argmin(upper))
-        tick.inputs.update(headroom=float(cap_lo[i_cur] / max(w.rate_rps, 1e-9) - 1.0), e2e_current_s=e_cur)
-        frac = 1.0 - float(upper[j]) / e_cur if np.isfinite(upper[j]) and e_cur > 0 else -np.inf
-        if frac < cfg.min_gain_frac:
-            return self._finish(tick, (), "hold: capacity has headroom and no split answers clearly faster", 1.0)
-        target = int(est.prefill_nodes[j])
-        conf = rule.normal_confidence(e_cur - float(est.e2e_s[j]), float(est.e2e_sd_s[j]))
-        tick.inputs.update(candidate_prefill=float(target), e2e_gain_frac_ucb=frac)
-        buckets = self._bucket_estimates(tick)
-        ests = self._quick(buckets, np.array([p_cur, target]), tick) if buckets else []
-        worst = min((1.0 - float(e.e2e_s[1]) / float(e.e2e_s[0]) for e in ests), default=-np.inf)
-        tick.inputs["persisted_e2e_gain_frac"] = worst
-        if worst < cfg.min_gain_frac:
-            return self._finish(
-                tick, (), f"hold: faster responses at {target}P not persisted ({worst:.3f})", 1.0 - conf
+                if est.served_rps[est.index(target)] >= (1.0 - cfg.tie_frac) * est.served_rps[i_cur]:
+                    why = "TTFT" if p_cur < p_floor else "TPOT"
+                    return self._model_move(tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0)
+                tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
+            else:
+                tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
+        candidates = in_range | (p == p_cur)
+        held: list[str] = []
+        target = objective.throughput_target(est, candidates, p_cur, cfg.tie_frac, allowed)
+        if target is not None and target != p_cur:
+            i = est.index(target)
+            frac = objective.throughput_gain(est, target, p_cur, float(lost[i]), cfg.horizon_s, z)
+            tick.inputs.update(candidate_prefill=float(target), throughput_gain_lcb_frac=frac)
+            conf = rule.normal_confidence(
+                float(est.served_rps[i] - est.served_rps[i_cur]) * cfg.horizon_s - float(lost[i]),
+                float(est.served_gain_sd_rps[i]) * cfg.horizon_s,
             )
-        return self._move(
-            tick, target, f"latency: mean response {frac:.3f} shorter at {target}P (bound), capacity has headroom", conf
-        )
+            if frac >= g:
+                worst = self._persisted(tick, target, float(lost[i]), "throughput")
+                tick.inputs["persisted_throughput_gain_frac"] = worst
+                if worst >= g:
+                    return self._model_move(tick, target, f"throughput: +{frac:.3f} served (lower bound)", conf)
+                held.append(f"throughput gain of {target}P not persisted ({worst:.3f})")
+            else:
+                held.append(f"throughput gain of {target}P below threshold ({frac:.3f})")
+        fast = objective.latency_target(est, candidates, p_cur, cfg.tie_frac, allowed)
+        if fast is not None and fast != p_cur and (bool(allowed[est.index(fast)]) or not bool(allowed[i_cur])):
+            frac = objective.latency_gain(est, fast, p_cur, z)
+            tick.inputs.update(latency_candidate_prefill=float(fast), response_gain_ucb_frac=frac)
+            j = est.index(fast)
+            conf = rule.normal_confidence(float(est.response_s[i_cur] - est.response_s[j]), float(est.response_sd_s[j]))
+            if frac >= g:
+                worst = self._persisted(tick, fast, float(lost[j]), "latency")
+                tick.inputs["persisted_response_gain_frac"] = worst
+                if worst >= g:
+                    why = f"latency: responses {frac:.3f} shorter at {fast}P (bound), throughput kept"
+                    return self._model_move(tick, fast, why, conf)
+                held.append(f"shorter responses at {fast}P not persisted ({worst:.3f})")
+            else:
+                held.append(f"responses at {fast}P not clearly shorter ({frac:.3f})")
+        return self._finish(tick, (), "hold: " + ("; ".join(held) or "current split is best"), 1.0)
 
     def _bucket_estimates(self, tick: _Tick) -> list[WorkloadEstimate] | None:
         cfg = self.config
-        if not self.workload.covers(tick.view.now, cfg.persist_s):
+        now = tick.view.now
+        if not self.workload.covers(now, cfg.persist_s):
             return None
-        buckets = self.workload.bucket_estimates(tick.view.now, cfg.persist_s, cfg.persist_buckets)
-        return buckets if all(b.n >= cfg.min_bucket_requests for b in buckets) else None
+        buckets = self.workload.bucket_estimates(now, cfg.persist_s, cfg.persist_buckets)
+        if not all(b.n >= cfg.min_bucket_requests for b in buckets):
+            return None
+        end, width = now - cfg.workload.lag_s, cfg.persist_s / cfg.persist_buckets
+        starts = [end - cfg.persist_s + k * width for k in range(cfg.persist_buckets)]
+        return [self._offered(b, s, s + width) for b, s in zip(buckets, starts, strict=True)]
 
     def _persisted_bounds(self, tick: _Tick) -> tuple[int, int]:
         """SLO bounds that held in every sub-window (floor: the lowest one)."""
@@ -356,19 +319,20 @@ class EvolvingPlanner:
         bounds = [rule.slo_bounds(e, tick.view.slo, self.config.slo_margin) for e in ests]
         return min(b[0] for b in bounds), max(b[1] for b in bounds)
 
-    def _persisted_gain(self, tick: _Tick, target: int, lost: float) -> float:
-        """Smallest mean net-gain fraction of ``target`` across sub-windows."""
+    def _persisted(self, tick: _Tick, target: int, lost: float, kind: str) -> float:
+        """Smallest gain fraction of ``target`` (on means) across sub-windows;
+        a latency gain counts only where the throughput stays within tie_frac."""
         buckets = self._bucket_estimates(tick)
         if buckets is None:
             return -np.inf
-        horizon = self.config.horizon_s
-        ests = self._quick(buckets, np.array([tick.current[0], target]), tick)
-        return float(
-            min(
-                rule.gain_fraction(float(e.gain_rps[1]) * horizon - lost, float(e.capacity_rps[0]), horizon)
-                for e in ests
-            )
-        )
+        p_cur = tick.current[0]
+        worst = np.inf
+        for e in self._quick(buckets, np.array([p_cur, target]), tick):
+            thr, lat = objective.mean_gains(e, target, p_cur, lost, self.config.horizon_s)
+            if kind == "latency" and e.served_rps[1] < (1.0 - self.config.tie_frac) * e.served_rps[0]:
+                lat = -np.inf
+            worst = min(worst, thr if kind == "throughput" else lat)
+        return float(worst)
 
     def _quick(self, ws: list[WorkloadEstimate], splits: np.ndarray, tick: _Tick) -> list[SplitEstimate]:
         return estimate_many(
@@ -383,6 +347,20 @@ class EvolvingPlanner:
         )
 
     # -- output --------------------------------------------------------------
+    def _model_move(self, tick: _Tick, target: int, why: str, confidence: float) -> Decision:
+        """A move the model asks for; refused when it undoes the last one too soon."""
+        p_cur, now = tick.current[0], tick.view.now
+        last = self._last_move
+        if last is not None and target == last[1] and now - last[0] < self.config.flap_window_s:
+            tick.inputs["flap_window_left_s"] = self.config.flap_window_s - (now - last[0])
+            return self._finish(
+                tick, (), f"hold: {why}, but {target}P is what the move at t={last[0]:g} left (flap window)", 0.0
+            )
+        decision = self._move(tick, target, why, confidence)
+        if decision.acted:
+            self._last_move = (now, p_cur, decision.chosen_split[0])
+        return decision
+
     def _move(self, tick: _Tick, target: int, why: str, confidence: float) -> Decision:
         actions = rule.move_actions(tick.view.nodes, tick.current[0], target, tick.protected)
         if not actions:

@@ -88,6 +88,12 @@ class ClusterView:
     pin: Pin | None = None
     slo: SLO = SLO()
     last_switch_t: float | None = None
+    # Requests received since the gateway started, cumulative: every request
+    # that arrived (queued or running ones included) and those refused at
+    # admission (rate limits). None: not counted (the planner then takes the
+    # rate of finished requests, which cannot exceed what the split serves).
+    requests_arrived: int | None = None
+    requests_rejected: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,14 +106,16 @@ class SwitchAction:
 class SplitPrediction:
     prefill_nodes: int
     decode_nodes: int
-    throughput_rps: float
+    throughput_rps: float  # of the offered load: what this split would serve of it
     throughput_lo_rps: float  # lower confidence bound
     throughput_hi_rps: float
-    tokens_per_s: float
+    tokens_per_s: float  # at capacity
     ttft_s: float
     tpot_s: float
     feasible: bool  # meets SLOs and KV capacity
     switch_cost_s: float  # node-seconds of capacity lost to move here
+    capacity_rps: float = 0.0  # the most requests/s it sustains under the current mix
+    response_s: float = 0.0  # mean response time at throughput_rps
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,18 @@ A sample may carry a weight (default 1): token means and the local fraction
 are weighted, the request count and rate are not. The planner weights
 closed-loop samples so that the mix is the one agents would offer, not the
 one the current split happens to serve (``EvolvingConfig.offered_mix``).
+
+Beyond means, the bins keep what the split model needs at long contexts,
+where a mean of products is not a product of means:
+
+- attention pairs of each request's prefill, chunked as the engine chunks
+  it (``attention_pairs``): a 30k-token prompt costs ~7x what a mean
+  prompt of 3.4k predicts when one request in ten is that long;
+- E[o·prompt] and E[o²]: a running decode request holds its context for o
+  iterations, so the batch's mean context and KV are length-biased,
+  E[o·(prompt + o/2)] / E[o], not prompt + o/2;
+- closed-loop samples' count, gap (Z) and response time (R): with the
+  rate, Little's law gives the number of agents N = X·(Z + R).
 """
 
 from __future__ import annotations
@@ -27,10 +39,36 @@ import numpy as np
 from planner.types import RequestSample
 
 # Column layout of one bin's statistics, per class (0 = remote, 1 = local):
-# request count, weight sum, weighted sums of tokens and squared tokens.
-_N, _W, _U, _U2, _C, _C2, _O, _O2 = range(8)
-_COLUMNS = 8
+# request count, weight sum, weighted sums of tokens and squared tokens,
+# of attention pairs (and squared), of output x prompt; unweighted count,
+# gap sum and response-time sum of closed-loop samples (gap known).
+_N, _W, _U, _U2, _C, _C2, _O, _O2, _PI, _PI2, _OP, _NC, _GZ, _RR = range(14)
+_COLUMNS = 14
 REMOTE, LOCAL = 0, 1
+
+
+def attention_pairs(uncached: np.ndarray | float, cached: np.ndarray | float, chunk_tokens: int) -> np.ndarray:
+    """Σ over a prompt's prefill chunks of n·(n + context before the chunk),
+    for u new tokens over c cached, in an engine that fills each iteration
+    to B = `chunk_tokens` tokens with whatever is queued (vLLM's chunked
+    prefill, the simulator's): u·c + (u² + E[Σ n²]) / 2, the prompt starting
+    at a uniform offset in an iteration's budget, so E[Σ n²] = u² − u³/(3B)
+    for u ≤ B and u·B − B²/3 beyond. Under load this is what a prompt costs;
+    one alone in an iteration costs u·(u + c)."""
+    u = np.asarray(uncached, dtype=float)
+    b = float(chunk_tokens)
+    pieces = np.where(u <= b, u * u - u**3 / (3.0 * b), u * b - b * b / 3.0)
+    return u * np.asarray(cached, dtype=float) + (u * u + pieces) / 2.0
+
+
+def attention_pairs_alone(uncached: np.ndarray | float, cached: np.ndarray | float, chunk_tokens: int) -> np.ndarray:
+    """The same sum for a prompt that starts an iteration (nothing queued
+    before it): chunks of B, B, ..., the rest; u·(u + c) when u ≤ B."""
+    u = np.asarray(uncached, dtype=float)
+    b = float(chunk_tokens)
+    full = np.floor(u / b)
+    rest = u - full * b
+    return u * np.asarray(cached, dtype=float) + (u * u + full * b * b + rest * rest) / 2.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +79,8 @@ class WorkloadConfig:
     local_prefill_max_tokens: the router's threshold (≥ 0): requests with at
         most this many uncached tokens run entirely on a decode node.
     lag_s: windows end at ``now − lag_s`` (≥ 0), for requests still running.
+    chunk_tokens: the engine's prefill token budget per iteration (≥ 1;
+        vLLM max_num_batched_tokens): how a long prompt's attention is chunked.
     """
 
     window_s: float = 120.0
@@ -48,6 +88,7 @@ class WorkloadConfig:
     retention_s: float = 600.0
     local_prefill_max_tokens: int = 256
     lag_s: float = 0.0
+    chunk_tokens: int = 8192
 
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.bin_s <= 0 or self.bin_s > self.window_s:
@@ -56,6 +97,8 @@ class WorkloadConfig:
             raise ValueError("retention_s must be >= window_s")
         if self.local_prefill_max_tokens < 0 or self.lag_s < 0:
             raise ValueError("local_prefill_max_tokens and lag_s must be >= 0")
+        if self.chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -83,10 +126,25 @@ class WorkloadEstimate:
     # Σ weights / window: the rate agents would offer if nothing queued
     # (planner.offered); equals rate_rps when no sample is reweighted.
     offered_rate_rps: float = 0.0
+    # Second moments (None: derived from the means, as for a spread of 0).
+    remote_pairs_mean: float | None = None  # E[attention pairs] of a remote prefill
+    prompt_output_mean: float | None = None  # E[o·(uncached + cached)], all requests
+    output_sq_mean: float | None = None  # E[o²], all requests
+    # The loop (unweighted): share of samples with a known gap, their mean gap and response time.
+    closed_fraction: float = 0.0
+    think_mean_s: float = 0.0
+    response_mean_s: float = 0.0
+    # Requests offered per second, counted at arrival (queued and rejected included); None: unknown.
+    offered_rps: float | None = None
+
+    @property
+    def demand_rps(self) -> float:
+        """What arrives: the offered rate when counted, else the completion rate."""
+        return self.rate_rps if self.offered_rps is None else self.offered_rps
 
     def summary(self) -> dict[str, float]:
         """Flat numbers for a Decision's ``inputs``."""
-        return {
+        out = {
             "rate_rps": self.rate_rps,
             "offered_rate_rps": self.offered_rate_rps,
             "requests": float(self.n),
@@ -94,7 +152,15 @@ class WorkloadEstimate:
             "cached_mean": self.cached_mean,
             "output_mean": self.output_mean,
             "local_fraction": self.local_fraction,
+            "closed_fraction": self.closed_fraction,
+            "think_mean_s": self.think_mean_s,
+            "response_mean_s": self.response_mean_s,
         }
+        if self.offered_rps is not None:
+            out["offered_rps"] = self.offered_rps
+        if self.remote_pairs_mean is not None:
+            out["remote_pairs_mean"] = self.remote_pairs_mean
+        return out
 
 
 def _moments(row: np.ndarray, col: int) -> tuple[float, float]:
@@ -120,6 +186,9 @@ def estimate_from_stats(stats: np.ndarray, window_s: float) -> WorkloadEstimate:
     loc = stats[LOCAL]
     lu, _ = _moments(loc, _U)
     lc, _ = _moments(loc, _C)
+    pi, _ = _moments(r, _PI)
+    w_all = float(total[_W])
+    nc = float(total[_NC])
     return WorkloadEstimate(
         window_s=window_s,
         n=int(n),
@@ -139,6 +208,12 @@ def estimate_from_stats(stats: np.ndarray, window_s: float) -> WorkloadEstimate:
         local_uncached_mean=lu,
         local_cached_mean=lc,
         offered_rate_rps=float(total[_W]) / window_s,
+        remote_pairs_mean=pi if r[_N] > 0 else None,
+        prompt_output_mean=float(total[_OP]) / w_all if n > 0 and w_all > 0 else None,
+        output_sq_mean=float(total[_O2]) / w_all if n > 0 and w_all > 0 else None,
+        closed_fraction=nc / n if n > 0 else 0.0,
+        think_mean_s=float(total[_GZ]) / nc if nc > 0 else 0.0,
+        response_mean_s=float(total[_RR]) / nc if nc > 0 else 0.0,
     )
 
 
@@ -162,11 +237,21 @@ class WorkloadEstimator:
         """Fold finished requests in (``weights``: one per sample, > 0, default
         1); samples older than retention are dropped. ``not_before``: a sample
         that arrived earlier is binned at this time instead."""
-        rows = [(s.t, s.uncached_prompt_tokens, s.cached_prompt_tokens, s.output_tokens) for s in samples]
+        rows = [
+            (
+                s.t,
+                s.uncached_prompt_tokens,
+                s.cached_prompt_tokens,
+                s.output_tokens,
+                -1.0 if s.gap_s is None or s.e2e_s is None else s.gap_s,
+                0.0 if s.e2e_s is None else s.e2e_s,
+            )
+            for s in samples
+        ]
         if not rows:
             return
         arr = np.asarray(rows, dtype=float)
-        t, u, c, o = arr.T
+        t, u, c, o, gap, e2e = arr.T
         if not_before is not None:
             t = np.maximum(t, not_before)
         w = np.ones(len(rows)) if weights is None else np.asarray(list(weights), dtype=float)
@@ -184,8 +269,27 @@ class WorkloadEstimator:
             return
         cls = np.where(u[keep] <= self.config.local_prefill_max_tokens, LOCAL, REMOTE)
         uk, ck, ok, wk = u[keep], c[keep], o[keep], w[keep]
+        pk = attention_pairs(uk, ck, self.config.chunk_tokens)
+        closed = gap[keep] >= 0
+        ones = np.ones_like(uk)
         vals = np.stack(
-            [np.ones_like(uk), wk, wk * uk, wk * uk * uk, wk * ck, wk * ck * ck, wk * ok, wk * ok * ok], axis=-1
+            [
+                ones,
+                wk,
+                wk * uk,
+                wk * uk * uk,
+                wk * ck,
+                wk * ck * ck,
+                wk * ok,
+                wk * ok * ok,
+                wk * pk,
+                wk * pk * pk,
+                wk * ok * (uk + ck),
+                np.where(closed, 1.0, 0.0),
+                np.where(closed, gap[keep], 0.0),
+                np.where(closed, e2e[keep], 0.0),
+            ],
+            axis=-1,
         )
         np.add.at(self._stats, (slots[keep], cls), vals)
         t_min = float(t[keep].min())

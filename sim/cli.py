@@ -21,29 +21,14 @@ import argparse
 import json
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from sim.cluster import Cluster, SimConfig
 from sim.profiles import DEFAULT_PROFILE, GpuProfile
-from sim.scenarios import SCENARIOS, Scenario, build
-
-
-def _planner(name: str, gpu: GpuProfile, prefill_nodes: int):
-    from planner.registry import make_planner
-
-    if name == "evolving":
-        return make_planner("evolving", profile=gpu.planner_profile())
-    if name == "dynamo":
-        return make_planner("dynamo")
-    if name == "static":
-        return make_planner("static", prefill_nodes=prefill_nodes)
-    if name == "none":
-        return None
-    if name.startswith("schedule:"):  # "schedule:0=2,3600=5" (picklable for the process pool)
-        pairs = [item.split("=") for item in name.split(":", 1)[1].split(",")]
-        return make_planner("schedule", schedule=[(float(t), int(p)) for t, p in pairs])
-    raise ValueError(name)
+from sim.runs import run_all, run_one
+from sim.scenarios import SCENARIOS, TRACES, Scenario, build
+from sim.suite import run_suite
+from sim.suite_cases import SuiteConfig
 
 
 def _schedule_spec(schedule: list[tuple[float, int]]) -> str:
@@ -51,10 +36,7 @@ def _schedule_spec(schedule: list[tuple[float, int]]) -> str:
 
 
 def _run_all(tasks: list[tuple], jobs: int) -> list[dict[str, Any]]:
-    if jobs > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(run_one, tasks))
-    return [run_one(t) for t in tasks]
+    return run_all(run_one, tasks, jobs)
 
 
 def oracle_search(
@@ -77,20 +59,6 @@ def oracle_search(
         k = max(range(len(splits)), key=lambda j: (outs[j]["completed"], -outs[j]["mean_e2e_s"]))
         schedule, best = tables[k], outs[k]
     return {**best, "schedule": [[t, p] for t, p in schedule]}
-
-
-def run_one(args: tuple[Scenario, str, str, int, int, dict[str, Any]]) -> dict[str, Any]:
-    """One simulation: (scenario, planner, profile path, prefill_nodes, seed, extra SimConfig fields)."""
-    sc, planner, profile_path, p, seed, extra = args
-    gpu = GpuProfile.from_json(profile_path)
-    t0 = time.perf_counter()
-    cfg = SimConfig(nodes=sc.nodes, prefill_nodes=p, seed=seed, **extra)
-    log = Cluster(sc.workload, gpu, _planner(planner, gpu, p), cfg).run()
-    out = log.summary()
-    out["initial_split"] = [p, sc.nodes - p]
-    out["wall_s"] = round(time.perf_counter() - t0, 1)
-    out["events"] = log.events_processed
-    return out
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -147,6 +115,7 @@ def simulate(
             ratios["e2e_vs_dynamo"] = _ratio(results["dynamo"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"])
         if "oracle" in results:
             ratios["vs_oracle"] = _ratio(ev, results["oracle"]["throughput_rps"])
+        ratios["flaps"] = results["evolving"]["flaps"]
     if "async" in results and "layerwise" in results:
         lw = results["layerwise"]["prefill_idle_fraction"]
         ratios["idle_fraction_reduction"] = round(1 - results["async"]["prefill_idle_fraction"] / lw, 4) if lw else None
@@ -161,6 +130,9 @@ def simulate(
         "gpus": n * gpu.gpus_per_node,
         "profile": gpu.name,
         "requests": len(sc.workload.requests),
+        "horizon_s": sc.workload.duration_s,
+        "initial_split": [sc.prefill_nodes, n - sc.prefill_nodes],
+        "trace_notes": list(sc.workload.notes),
         "seed": seed,
         "results": results,
         "ratios": ratios,
@@ -191,16 +163,19 @@ def plot(report: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="evolving-infra simulate", description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", choices=SCENARIOS, required=True)
-    ap.add_argument("--trace", help="replace the scenario's generated workload by this trace file")
-    ap.add_argument("--planner", default="all", choices=["evolving", "static-best", "dynamo", "all"])
+    ap.add_argument("--scenario", choices=SCENARIOS, help="default: trace when --trace is given")
+    ap.add_argument("--suite", action="store_true", help="every trace at three loads + the synthetic scenarios")
+    ap.add_argument("--trace", help="trace file or folder (--scenario trace, fixed-4p5d)")
+    ap.add_argument("--planner", choices=["evolving", "static-best", "dynamo", "all"], help="default: all")
     ap.add_argument("--oracle", action="store_true", help="also search the clairvoyant split table (costly)")
     ap.add_argument("--oracle-segments", type=int, default=3, help="segments of the oracle's split table")
     ap.add_argument("--nodes", type=int, help="nodes (each gpus_per_node GPUs of the profile)")
-    ap.add_argument("--duration", type=float, help="seconds of workload (scenario default otherwise)")
-    ap.add_argument("--load", type=float, default=1.0, help="multiply the scenario's agent count / rate")
+    ap.add_argument("--initial-prefill", type=int, help="prefill nodes the adaptive planners start from")
+    ap.add_argument("--duration", type=float, help="seconds: the horizon (a trace is cut there)")
+    ap.add_argument("--load", type=float, help="multiply the agents / the rate / a trace's sessions")
+    ap.add_argument("--spread", type=float, help="seconds over which a trace's replicated sessions start")
     ap.add_argument("--mix", choices=["coding", "cu", "math"], help="fixed-4p5d: the agents' kind (default coding)")
     ap.add_argument("--profile", default=str(DEFAULT_PROFILE), help="GPU profile JSON")
     ap.add_argument(
@@ -209,29 +184,78 @@ def main(argv: list[str] | None = None) -> int:
         default="memory",
         help="memory: kvpool's in-memory directory; local: the simulator's faster index",
     )
+    ap.add_argument("--flap-window", type=float, default=600.0, help="s: a split reversal within this is a flap")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2, help="parallel simulations")
+    ap.add_argument("--suite-traces", default=str(TRACES), help="--suite: the traces folder")
+    ap.add_argument("--suite-window", type=float, default=1_800.0, help="--suite: seconds of each trace case")
+    ap.add_argument("--suite-max-requests", type=int, default=90_000, help="--suite: requests per simulation, at most")
+    ap.add_argument("--no-synthetic", action="store_true", help="--suite: trace cases only")
     ap.add_argument("--json", action="store_true", help="print the JSON report")
     ap.add_argument("--full", action="store_true", help="keep per-window series in the JSON")
     ap.add_argument("--plot", help="write split-over-time and throughput PNG here")
+    return ap
+
+
+def _suite(ap: argparse.ArgumentParser, a: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    given = {"--scenario": a.scenario, "--trace": a.trace, "--load": a.load, "--duration": a.duration}
+    given |= {"--spread": a.spread, "--planner": a.planner, "--mix": a.mix, "--initial-prefill": a.initial_prefill}
+    given |= {"--plot": a.plot, "--oracle": a.oracle or None}
+    for flag, value in given.items():
+        if value is not None:
+            ap.error(f"--suite sets {flag} per case; leave it out")
+    if not Path(a.suite_traces).is_dir():
+        ap.error(f"--suite-traces {a.suite_traces}: no such folder")
+    nodes = a.nodes or 9
+    try:
+        cfg = SuiteConfig(
+            nodes=nodes,
+            starts=(max(1, nodes // 3), nodes - max(1, nodes // 3)),
+            window_s=a.suite_window,
+            max_requests=a.suite_max_requests,
+            seed=a.seed,
+            synthetic=() if a.no_synthetic else SuiteConfig().synthetic,
+            traces_root=Path(a.suite_traces),
+        )
+        return run_suite(cfg, profile=a.profile, jobs=a.jobs, extra=extra)
+    except ValueError as e:
+        ap.error(str(e))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     a = ap.parse_args(argv)
-    planners = ["evolving", "static-best", "dynamo"] if a.planner == "all" else [a.planner]
+    if a.jobs < 1 or a.oracle_segments < 1 or a.flap_window < 0:
+        ap.error("--jobs and --oracle-segments must be >= 1, --flap-window >= 0")
+    extra: dict[str, Any] = {"directory": a.directory, "flap_window_s": a.flap_window}
+    if a.suite:
+        report = _suite(ap, a, extra)
+        print(json.dumps(report, indent=1) if a.json else _suite_text(report))
+        return 0
+    scenario = a.scenario or ("trace" if a.trace else None)
+    if scenario is None:
+        ap.error("give --scenario, --trace or --suite")
+    if scenario == "fixed-4p5d" and (a.planner is not None or a.oracle):
+        ap.error("--scenario fixed-4p5d compares KV loading on a static 4P5D: --planner and --oracle do not apply")
+    planners = ["evolving", "static-best", "dynamo"] if a.planner in (None, "all") else [a.planner]
     planners += ["oracle"] if a.oracle else []
     t0 = time.perf_counter()
     try:
         sc = build(
-            a.scenario, seed=a.seed, nodes=a.nodes, trace=a.trace, duration_s=a.duration, scale=a.load, mix=a.mix
+            scenario,
+            seed=a.seed,
+            nodes=a.nodes,
+            trace=a.trace,
+            duration_s=a.duration,
+            scale=a.load,
+            mix=a.mix,
+            spread_s=a.spread,
+            initial_prefill=a.initial_prefill,
         )
-    except ValueError as e:
+    except ValueError as e:  # TraceError included: file and line, nothing simulated
         ap.error(str(e))
     report = simulate(
-        sc,
-        planners,
-        seed=a.seed,
-        profile=a.profile,
-        jobs=a.jobs,
-        extra={"directory": a.directory},
-        oracle_segments=a.oracle_segments,
+        sc, planners, seed=a.seed, profile=a.profile, jobs=a.jobs, extra=extra, oracle_segments=a.oracle_segments
     )
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if a.plot:
@@ -245,11 +269,25 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for name, r in report["results"].items():
             print(
-                f"{name:12s} thr={r['throughput_rps']:.3f} rps  e2e={r['mean_e2e_s']:.1f}s  "
-                f"p95ttft={r['p95_ttft_s']:.2f}s  switches={r['switches']}"
+                f"{name:12s} thr={r['throughput_rps']:.3f} rps  goodput={r['goodput_rps']:.3f}  "
+                f"done={r['completed']}/{r['arrived']}  e2e={r['mean_e2e_s']:.1f}s (all {r['mean_e2e_all_s']:.1f}s)  "
+                f"p95ttft={r['p95_ttft_s']:.2f}s  switches={r['switches']}  flaps={r['flaps']}"
             )
         print("ratios", report["ratios"])
     return 0
+
+
+def _suite_text(report: dict[str, Any]) -> str:
+    lines = [
+        f"{c['case']:60s} vs static {c['vs_static_best']}  vs dynamo {c['vs_dynamo']}  "
+        f"switches {c['evolving']['switches']}  flaps {c['evolving']['flaps']}"
+        for c in report["cases"]
+    ]
+    lines.append(
+        f"min vs static best {report['min_vs_static_best']}, min vs dynamo {report['min_vs_dynamo']}, "
+        f"flaps {report['flaps']}, {report['simulations']} simulations in {report['wall_s']} s"
+    )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

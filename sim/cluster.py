@@ -52,6 +52,7 @@ class SimConfig:
     records_per_tick: int = 1_024  # ...and in all (the fit needs no more; 3,072 GPUs would hand it 24k)
     directory: Literal["memory", "local"] = "memory"  # memory: kvpool's real in-memory directory
     slo: SLO = SLO()
+    flap_window_s: float = 600.0  # a split reversal within this is a flap (sim.metrics)
     router: RouterConfig = RouterConfig()
 
     def __post_init__(self) -> None:
@@ -61,6 +62,8 @@ class SimConfig:
             raise ValueError("tick_s and sample_per_phase must be > 0")
         if self.records_per_node_tick < 1 or self.records_per_tick < 1:
             raise ValueError("records_per_node_tick and records_per_tick must be >= 1")
+        if self.flap_window_s < 0:
+            raise ValueError("flap_window_s must be >= 0")
 
 
 class Cluster:
@@ -96,7 +99,8 @@ class Cluster:
             lambda: self.loop.now,
             cfg.directory,
         )
-        self.log = RunLog()
+        self.log = RunLog(ttft_slo_s=cfg.slo.ttft_s, tpot_slo_s=cfg.slo.tpot_s, flap_window_s=cfg.flap_window_s)
+        self._inflight: dict[int, float] = {}  # req_id -> arrival, until it finishes
         self.samples: list[RequestSample] = []
         mode = cfg.switch_mode
         relaunch = getattr(planner, "relaunch_delay_s", None)
@@ -130,6 +134,7 @@ class Cluster:
             self.loop.run(self._horizon)
         for n in self.nodes.values():
             n.close_phase_clock(self._horizon)
+        self.log.unfinished_arrivals = list(self._inflight.values())
         self.log.finish(self.nodes.values(), self.switcher.events, self.loop.processed, self._horizon)
         return self.log
 
@@ -186,6 +191,7 @@ class Cluster:
         d, tokens = self._route(req.prompt_tokens, min(cap, pool * self.wl.block_tokens), hits, cap)
         sr.cached = min(cap, d.cached_tokens)
         self.log.arrived += 1
+        self._inflight[req.req_id] = now
         self._dispatch(sr, d.prefill_node, d.decode_node, tokens)
 
     def _dispatch(self, sr: SimRequest, prefill: str | None, decode: str, tokens: dict[str, int]) -> None:
@@ -254,6 +260,7 @@ class Cluster:
         """The client has the request's last token at `now`."""
         sr.finish = now
         req = sr.req
+        del self._inflight[req.req_id]
         if req.block_hashes and sr.decode_node:
             self.directory.publish(sr.decode_node, req.block_hashes)
         if req.last_in_branch and req.block_hashes:
@@ -318,7 +325,14 @@ class Cluster:
                     kv_capacity_tokens=self.node_cfg.kv_capacity_tokens,
                 )
             )
-        return ClusterView(self.loop.now, tuple(states), slo=self.cfg.slo, last_switch_t=self.switcher.last_switch_t)
+        return ClusterView(
+            self.loop.now,
+            tuple(states),
+            slo=self.cfg.slo,
+            last_switch_t=self.switcher.last_switch_t,
+            requests_arrived=self.log.arrived,
+            requests_rejected=0,  # the simulated gateway admits every request
+        )
 
     def split(self) -> tuple[int, int, int]:
         p = sum(1 for n in self.nodes.values() if n.accepting and n.phase is Phase.PREFILL)

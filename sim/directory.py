@@ -9,7 +9,7 @@ Block ids are the workload's opaque `block_hashes`.
 from __future__ import annotations
 
 import heapq
-from itertools import compress, islice
+from itertools import compress, filterfalse, islice
 from operator import is_not
 from typing import Protocol
 
@@ -167,19 +167,13 @@ class LocalDirectory:
         # Unreferenced LRU first (scanning a bounded LRU window), then
         # referenced LRU: a store smaller than the active working set must
         # still make room, as kvpool's choose_victims does.
-        victims: list[int] = []
-        referenced: list[int] = []
+        window = store.oldest(4 * over)
         refs = self.refs
-        for i, h in enumerate(store):
-            if i >= 4 * over:
-                break
-            if h not in refs:
-                victims.append(h)
-                if len(victims) >= over:
-                    break
-            elif len(referenced) < over:
-                referenced.append(h)
-        victims += referenced[: over - len(victims)]
+        victims = list(filterfalse(refs.__contains__, window))  # C-level scans: the store holds thousands
+        if len(victims) >= over:
+            del victims[over:]
+        else:
+            victims += list(islice(filter(refs.__contains__, window), over - len(victims)))
         store.remove(victims)
         holders, minus = self.holders, self._minus
         for h in victims:

@@ -50,6 +50,15 @@ class ChainLRU:
             yield from r.ref[r.a : r.b]
             r = r.next
 
+    def oldest(self, k: int) -> list[int]:
+        """The `k` least recently used blocks (fewer if fewer are held), LRU first."""
+        out: list[int] = []
+        r = self._head.next
+        while r is not self._head and len(out) < k:
+            out += r.ref[r.a : min(r.b, r.a + k - len(out))]
+            r = r.next
+        return out
+
     def touch(self, prompt: tuple[int, ...]) -> list[int]:
         """Make the prompt's blocks the most recently used (in prompt
         order, the last one most); returns those that were not held."""

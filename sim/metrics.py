@@ -1,10 +1,20 @@
 """Run log and summary metrics of one simulation.
 
-Definitions (all over requests *finished* before the horizon):
+Definitions (over requests *finished* before the horizon unless said):
 - throughput_rps: finished requests (agent turns) / horizon;
   output_tokens_per_s likewise for output tokens.
 - e2e: finish - arrival; ttft: first token - arrival (a closed-loop turn
   arrives when its tool call returns).
+- completed / arrived: finished requests over requests that arrived before
+  the horizon (`completed_fraction`); a planner that finishes fewer cannot
+  hide it behind faster means.
+- mean_e2e_all_s / p95_e2e_all_s: over *every* arrived request, an
+  unfinished one counted as horizon - arrival (a lower bound of its E2E).
+- goodput_rps: finished requests that met the SLO (TTFT <= slo.ttft_s and
+  mean time per output token after the first <= slo.tpot_s) / horizon.
+- flaps: moves (one tick's switches, net) back to the split the move
+  before them left, less than `flap_window_s` after it (`count_flaps`); an
+  overshoot corrected to a third split is not one.
 - prefill_idle_fraction: 1 - (prefill compute time) / (time nodes spent
   serving in the prefill phase); layer-by-layer KV stalls count as idle.
 - switches: switches started; split_over_time: (t, prefill, decode, other)
@@ -25,8 +35,33 @@ if TYPE_CHECKING:
     from sim.switching import SwitchEvent
 
 
+def count_flaps(moves: list[tuple[float, int, int]], window_s: float) -> int:
+    """Moves (time, prefill nodes before, after) -> how many went back to the
+    split the move before them left, less than `window_s` after it."""
+    flaps = 0
+    for (t0, before0, _), (t1, _, after1) in zip(moves, moves[1:], strict=False):
+        if after1 == before0 and t1 - t0 < window_s:
+            flaps += 1
+    return flaps
+
+
+def split_moves(switch_events: list[Any], initial_prefill: int) -> list[tuple[float, int, int]]:
+    """One move per tick that switched nodes: (time, prefill nodes before, after)."""
+    net: dict[float, int] = {}
+    for e in switch_events:
+        net[e.t] = net.get(e.t, 0) + (1 if e.to_phase == "prefill" else -1)
+    moves, p = [], initial_prefill
+    for t, d in sorted(net.items()):
+        if d:
+            moves.append((t, p, p + d))
+            p += d
+    return moves
+
+
 class RunLog:
-    def __init__(self) -> None:
+    def __init__(self, *, ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.2, flap_window_s: float = 600.0) -> None:
+        self.ttft_slo_s, self.tpot_slo_s, self.flap_window_s = ttft_slo_s, tpot_slo_s, flap_window_s
+        self.unfinished_arrivals: list[float] = []  # arrival times of requests still running at the horizon
         self.arrived = 0
         self.decisions = 0
         self.rows: list[tuple[float, float, float, int, int, int]] = []  # arrival, ttft_t, finish, prompt, out, migr
@@ -66,6 +101,11 @@ class RunLog:
         a = np.array(self.rows, dtype=float).reshape(-1, 6)
         e2e, ttft = a[:, 2] - a[:, 0], a[:, 1] - a[:, 0]
         h = max(self.horizon, 1e-9)
+        e2e_all = np.concatenate([e2e, self.horizon - np.asarray(self.unfinished_arrivals, dtype=float)])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(a[:, 4] > 1, (a[:, 2] - a[:, 1]) / np.maximum(a[:, 4] - 1, 1), 0.0)
+        good = int(np.count_nonzero((ttft <= self.ttft_slo_s) & (tpot <= self.tpot_slo_s)))
+        moves = split_moves(self.switch_events, self.split[0][1] if self.split else 0)
 
         def stat(x: np.ndarray, f) -> float:
             return round(float(f(x)), 4) if len(x) else 0.0
@@ -83,13 +123,19 @@ class RunLog:
         return {
             "completed": len(a),
             "arrived": self.arrived,
+            "completed_fraction": round(len(a) / self.arrived, 4) if self.arrived else None,
             "throughput_rps": round(len(a) / h, 4),
+            "goodput_rps": round(good / h, 4),
             "output_tokens_per_s": round(float(a[:, 4].sum()) / h, 1) if len(a) else 0.0,
             "mean_e2e_s": stat(e2e, np.mean),
             "p95_e2e_s": stat(e2e, lambda x: np.percentile(x, 95)),
+            "mean_e2e_all_s": stat(e2e_all, np.mean),
+            "p95_e2e_all_s": stat(e2e_all, lambda x: np.percentile(x, 95)),
             "mean_ttft_s": stat(ttft, np.mean),
             "p95_ttft_s": stat(ttft, lambda x: np.percentile(x, 95)),
             "switches": len(self.switch_events),
+            "moves": len(moves),
+            "flaps": count_flaps(moves, self.flap_window_s),
             "mean_switch_s": round(float(np.mean(total)), 2) if total else 0.0,
             "migrated_requests": int(a[:, 5].sum()) if len(a) else 0,
             "prefill_idle_fraction": round(1.0 - self.prefill_compute_s / busy, 4) if busy > 0 else None,

@@ -52,6 +52,7 @@ class Workload:
     duration_s: float
     block_tokens: int = BLOCK_TOKENS
     closed_loop: bool = True
+    notes: tuple[str, ...] = ()  # what a loader or replay left out or changed, for the report
 
     def by_id(self) -> dict[int, Request]:
         return {r.req_id: r for r in self.requests}

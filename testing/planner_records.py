@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from core import Phase
+from planner.estimator import SplitEstimate
 from planner.types import ClusterView, IterationRecord, NodeState, PlannerMode, RequestSample
 
 # Ground truth of the synthetic node: prefill (a, b, c, d), decode (a, b, c), ms.
@@ -96,3 +97,42 @@ def synthetic_view(
         for i in range(n_nodes)
     )
     return ClusterView(now=now, nodes=nodes, mode=mode)
+
+
+def literal_estimate(prefill: list[int], total: int = 4, **arrays: list[float]) -> SplitEstimate:
+    """A `SplitEstimate` over the `prefill` splits from literal arrays (unnamed
+    ones are zeros; every split feasible; the first split is the reference)."""
+
+    def arr(name: str) -> np.ndarray:
+        return np.array(arrays.get(name, [0.0] * len(prefill)), dtype=float)
+
+    p = np.array(prefill)
+    served = arr("served_rps")
+    return SplitEstimate(
+        prefill_nodes=p,
+        decode_nodes=total - p,
+        capacity_rps=arr("capacity_rps"),
+        capacity_sd_rps=arr("capacity_sd_rps"),
+        prefill_capacity_rps=arr("prefill_capacity_rps"),
+        decode_capacity_rps=arr("decode_capacity_rps"),
+        tokens_per_s=arr("tokens_per_s"),
+        ttft_s=arr("ttft_s"),
+        tpot_s=arr("tpot_s"),
+        ttft_sd_s=arr("ttft_sd_s"),
+        tpot_sd_s=arr("tpot_sd_s"),
+        e2e_s=arr("e2e_s"),
+        e2e_sd_s=arr("e2e_sd_s"),
+        decode_batch=arr("decode_batch"),
+        feasible=np.ones(len(prefill), dtype=bool),
+        gain_rps=arr("gain_rps"),
+        gain_sd_rps=arr("gain_sd_rps"),
+        served_rps=served,
+        served_sd_rps=arr("served_sd_rps"),
+        served_gain_sd_rps=arr("served_gain_sd_rps"),
+        response_s=arr("response_s"),
+        response_sd_s=arr("response_sd_s"),
+        reference_prefill=prefill[0],
+        reference_prefill_capacity_rps=0.0,
+        reference_decode_capacity_rps=0.0,
+        reference_served_rps=float(served[0]) if len(served) else 0.0,
+    )

@@ -82,7 +82,7 @@ class LastDecisionOut(BaseModel):
 class PredictionOut(BaseModel):
     prefill_nodes: int
     decode_nodes: int
-    throughput_rps: float
+    throughput_rps: float = Field(description="requests/s this split would serve of the offered load")
     throughput_lo_rps: float
     throughput_hi_rps: float
     tokens_per_s: float
@@ -90,6 +90,8 @@ class PredictionOut(BaseModel):
     tpot_s: float
     feasible: bool
     switch_cost_s: float
+    capacity_rps: float = Field(0.0, description="the most requests/s it sustains under the current mix")
+    response_s: float = Field(0.0, description="mean response time at throughput_rps")
 
 
 class LeadershipOut(BaseModel):

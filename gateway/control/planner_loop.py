@@ -83,6 +83,7 @@ class PlannerLoop:
         pin = None
         if runtime.split_pin is not None or runtime.node_pins:
             pin = Pin(prefill_nodes=runtime.split_pin, node_phases={k: Phase(v) for k, v in runtime.node_pins.items()})
+        arrived, rejected = self.workload.counts()
         return ClusterView(
             now=self.clock(),
             nodes=nodes,
@@ -90,6 +91,8 @@ class PlannerLoop:
             pin=pin,
             slo=self.slo,
             last_switch_t=self.last_switch_t,
+            requests_arrived=arrived,
+            requests_rejected=rejected,
         )
 
     async def tick(self, runtime) -> None:

@@ -1,21 +1,27 @@
-"""Finished-request samples on their way to the planner.
+"""Finished-request samples and arrival counts on their way to the planner.
 
 The OpenAI service adds one `RequestSample` per finished request, with the
-branch it belonged to; the planner loop drains them once per tick.
-`WorkloadFeed` is the port. The feed, not the service, knows the agents'
-turn gaps (`planner.offered.TurnGaps`: a request's arrival minus the end of
-its branch's previous request), because with several replicas a branch's
-turns land on different ones:
+branch it belonged to; the planner loop drains them once per tick. It also
+counts every request that is admitted (`count_arrival`, queued ones
+included) and every one refused for a rate or concurrency limit
+(`count_rejection`): the planner takes the offered load from these
+(`planner.arrivals`), not from what finished. `WorkloadFeed` is the port.
+The feed, not the service, knows the agents' turn gaps
+(`planner.offered.TurnGaps`: a request's arrival minus the end of its
+branch's previous request), because with several replicas a branch's turns
+land on different ones:
 
 - `LocalWorkloadFeed` (one gateway process): gaps from its own `TurnGaps`,
-  samples kept in memory;
+  samples and counts kept in memory;
 - `gateway.control.workload_stream.RedisWorkloadFeed` (several replicas):
   gaps computed in Redis from the branch's last finish, whichever replica
-  served it, and every replica's samples on one stream that every replica's
-  planner reads.
+  served it, every replica's samples on one stream that every replica's
+  planner reads, and the arrival and rejection counts as cluster-wide
+  counters.
 
 Bounded: past `max_samples` the oldest are dropped (a planner that stopped
-ticking must not grow the gateway without bound).
+ticking must not grow the gateway without bound); the counts are two
+integers.
 """
 
 from __future__ import annotations
@@ -40,11 +46,22 @@ class WorkloadFeed(Protocol):
     def drain(self) -> list[RequestSample]:
         """Every sample added since the last drain (all replicas' on a shared feed), oldest first."""
 
+    def count_arrival(self) -> None:
+        """A request passed admission (called on the request path: must not block)."""
+
+    def count_rejection(self) -> None:
+        """A request was refused by a rate or concurrency limit."""
+
+    def counts(self) -> tuple[int, int]:
+        """(arrived, rejected) since this feed was made."""
+
 
 class LocalWorkloadFeed:
     def __init__(self, max_samples: int = 100_000, turn_gaps: TurnGaps | None = None) -> None:
         self._samples: collections.deque[RequestSample] = collections.deque(maxlen=max_samples)
         self.turn_gaps = turn_gaps or TurnGaps()
+        self._arrived = 0
+        self._rejected = 0
 
     def add(self, sample: RequestSample, *, branch: str | None = None, last_in_branch: bool = False) -> None:
         if branch is not None:
@@ -53,6 +70,15 @@ class LocalWorkloadFeed:
                 sample, gap_s=self.turn_gaps.finished(branch, sample.t, finish, last_in_branch)
             )
         self._samples.append(sample)
+
+    def count_arrival(self) -> None:
+        self._arrived += 1
+
+    def count_rejection(self) -> None:
+        self._rejected += 1
+
+    def counts(self) -> tuple[int, int]:
+        return self._arrived, self._rejected
 
     def drain(self) -> list[RequestSample]:
         out = list(self._samples)

@@ -14,6 +14,15 @@ appends the sample with it, atomically. A branch's next turn can only start
 after its previous one ended, and a replica sends each sample the moment
 its request finishes, so turns of one branch reach the script in order.
 
+Offered load: each replica counts the requests it admitted and refused
+(`count_arrival`, `count_rejection`) and adds them to two cluster-wide
+counters (`<p>:arrived`, `<p>:rejected`, INCRBY in the writer's round trip);
+`counts()` answers the cluster's totals as last read (the INCRBY replies and
+a GET after every stream read) plus this replica's counts not yet sent, never
+less than it answered before (the planner's `ArrivalHistory` takes a counter
+that went down for a restart). While Redis is unreachable the totals grow by
+this replica's own counts only.
+
 Request path: `add` only appends to a bounded local queue (never blocks). A
 writer task sends what is queued in one pipelined round trip; a reader task
 follows the stream with a blocking XREAD. While Redis is unreachable a
@@ -117,6 +126,9 @@ class RedisWorkloadFeed:
         self.sent = 0
         self.received = 0
         self.kept_local = 0  # samples kept on this replica only (Redis unreachable)
+        self._unsent = [0, 0]  # this replica's (arrived, rejected) not yet added in Redis
+        self._totals = [0, 0]  # the cluster's (arrived, rejected) as last read
+        self._answered = (0, 0)
 
     # -- WorkloadFeed ---------------------------------------------------------------
     def add(self, sample: RequestSample, *, branch: str | None = None, last_in_branch: bool = False) -> None:
@@ -130,6 +142,22 @@ class RedisWorkloadFeed:
 
     def peek(self) -> list[RequestSample]:
         return list(self._inbox)
+
+    def count_arrival(self) -> None:
+        self._unsent[0] += 1
+        self._wake.set()
+
+    def count_rejection(self) -> None:
+        self._unsent[1] += 1
+        self._wake.set()
+
+    def counts(self) -> tuple[int, int]:
+        now = (self._totals[0] + self._unsent[0], self._totals[1] + self._unsent[1])
+        self._answered = (max(self._answered[0], now[0]), max(self._answered[1], now[1]))
+        return self._answered
+
+    def _read_totals(self, arrived: bytes | str | int | None, rejected: bytes | str | int | None) -> None:
+        self._totals = [int(arrived or 0), int(rejected or 0)]
 
     # -- background -----------------------------------------------------------------
     async def start(self) -> None:
@@ -155,9 +183,13 @@ class RedisWorkloadFeed:
     async def flush(self) -> int:
         """Send what is queued now (one round trip); returns how many went."""
         batch = [self._outbox.popleft() for _ in range(min(self._batch, len(self._outbox)))]
-        if not batch:
+        counted = tuple(self._unsent)
+        if not batch and not any(counted):
             return 0
+        self._unsent = [0, 0]
         pipe = self._r.pipeline(transaction=False)
+        pipe.incrby(f"{self._p}:arrived", counted[0])
+        pipe.incrby(f"{self._p}:rejected", counted[1])
         for f in batch:
             s = f.sample
             await self._script(
@@ -177,10 +209,12 @@ class RedisWorkloadFeed:
                 client=pipe,
             )
         try:
-            await pipe.execute()
+            replies = await pipe.execute()
         except (RedisError, OSError):
+            self._unsent = [self._unsent[0] + counted[0], self._unsent[1] + counted[1]]
             self._keep_local(batch)
             raise
+        self._read_totals(replies[0], replies[1])
         self.sent += len(batch)
         return len(batch)
 
@@ -198,7 +232,7 @@ class RedisWorkloadFeed:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._outbox:
+            while self._outbox or any(self._unsent):
                 try:
                     await self.flush()
                 except (RedisError, OSError) as exc:
@@ -210,6 +244,7 @@ class RedisWorkloadFeed:
         while True:
             try:
                 reply: Any = await self._r.xread({key: self.last_id}, count=1000, block=500)
+                self._read_totals(*await self._r.mget(f"{self._p}:arrived", f"{self._p}:rejected"))
             except (RedisError, OSError) as exc:
                 log.warning("workload stream unreadable (%s); retrying", exc)
                 await asyncio.sleep(self._retry_s)

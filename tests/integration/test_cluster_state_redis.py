@@ -158,6 +158,30 @@ async def test_workload_stream_gives_every_replica_every_sample_with_cluster_gap
             await f.stop()
 
 
+async def test_arrivals_and_rejections_are_counted_cluster_wide_and_never_go_down(base: str) -> None:
+    feeds = [RedisWorkloadFeed(client(), base, f"g{i}") for i in range(3)]
+    for f in feeds:
+        await f.start()
+    try:
+        for i in range(30):  # round-robin, as a load balancer spreads them
+            feeds[i % 3].count_arrival()
+        for i in range(7):
+            feeds[i % 3].count_rejection()
+        assert feeds[0].counts() == (10, 3)  # before anything is sent: this replica's own counts
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0
+        seen: list[tuple[int, int]] = []
+        while loop.time() < deadline and any(f.counts() != (30, 7) for f in feeds):
+            seen += [f.counts() for f in feeds]
+            await asyncio.sleep(0.02)
+        assert [f.counts() for f in feeds] == [(30, 7)] * 3
+        per_feed = [seen[i::3] for i in range(3)]
+        assert all(a[0] <= b[0] and a[1] <= b[1] for run in per_feed for a, b in zip(run, run[1:], strict=False))
+    finally:
+        for f in feeds:
+            await f.stop()
+
+
 async def _drain_until(feed: RedisWorkloadFeed, n: int, timeout_s: float = 5.0) -> list[RequestSample]:
     got: list[RequestSample] = []
     loop = asyncio.get_running_loop()

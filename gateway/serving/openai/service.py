@@ -33,7 +33,7 @@ from core import FinishReason
 from core.ids import ID_RE
 from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
 from gateway.directory import Directory
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, RateLimited
 from gateway.metrics import GatewayMetrics
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest, FunctionCall, ToolCall
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
@@ -298,24 +298,32 @@ class OpenAIService:
         # Checked before admission so a refused branch costs no rate-limit
         # budget, and again, atomically across replicas, when the directory
         # opens it (concurrent openers cannot overshoot the cap).
-        await self._check_new_branch(p)
-        async with self.gate.admit(
-            p.tenant,
-            model=self.model_name,
-            prompt_tokens=len(p.job.prompt_token_ids),
-            max_tokens=p.job.sampling.max_tokens,
-        ):
-            cap = None if p.branch.one_shot else p.tenant.max_active_branches
-            opened = await self.directory.open_branch(
-                p.branch.key,
-                tenant_id=p.tenant.tenant_id,
-                parent_id=p.branch.parent_key,
-                session_id=p.branch.session_id,
-                kv_retention_blocks=p.tenant.kv_retention_blocks,
-                max_active_branches=cap,
-            )
-            if not opened:
-                self.gate.check_branch_limit(p.tenant, cap or 0)  # raises RateLimited
+        async with contextlib.AsyncExitStack() as held:
+            try:
+                await self._check_new_branch(p)
+                await held.enter_async_context(
+                    self.gate.admit(
+                        p.tenant,
+                        model=self.model_name,
+                        prompt_tokens=len(p.job.prompt_token_ids),
+                        max_tokens=p.job.sampling.max_tokens,
+                    )
+                )
+                cap = None if p.branch.one_shot else p.tenant.max_active_branches
+                opened = await self.directory.open_branch(
+                    p.branch.key,
+                    tenant_id=p.tenant.tenant_id,
+                    parent_id=p.branch.parent_key,
+                    session_id=p.branch.session_id,
+                    kv_retention_blocks=p.tenant.kv_retention_blocks,
+                    max_active_branches=cap,
+                )
+                if not opened:
+                    self.gate.check_branch_limit(p.tenant, cap or 0)  # raises RateLimited
+            except RateLimited:
+                self.workload.count_rejection()  # offered load the planner must see, though refused
+                raise
+            self.workload.count_arrival()
             try:
                 yield
             finally:

@@ -23,39 +23,13 @@ from planner.decision import (
 )
 from planner.estimator import SplitEstimate
 from planner.types import SLO, NodeState, Pin, SwitchAction
+from testing.planner_records import literal_estimate
 
 P, D = Phase.PREFILL, Phase.DECODE
 
 
 def _est(prefill: list[int], total: int = 4, **arrays: list[float]) -> SplitEstimate:
-    """An estimate over `prefill` splits; unnamed arrays are zeros."""
-
-    def arr(name: str) -> np.ndarray:
-        return np.array(arrays.get(name, [0.0] * len(prefill)), dtype=float)
-
-    p = np.array(prefill)
-    return SplitEstimate(
-        prefill_nodes=p,
-        decode_nodes=total - p,
-        capacity_rps=arr("capacity_rps"),
-        capacity_sd_rps=arr("capacity_sd_rps"),
-        prefill_capacity_rps=arr("prefill_capacity_rps"),
-        decode_capacity_rps=arr("decode_capacity_rps"),
-        tokens_per_s=arr("tokens_per_s"),
-        ttft_s=arr("ttft_s"),
-        tpot_s=arr("tpot_s"),
-        ttft_sd_s=arr("ttft_sd_s"),
-        tpot_sd_s=arr("tpot_sd_s"),
-        e2e_s=arr("e2e_s"),
-        e2e_sd_s=arr("e2e_sd_s"),
-        decode_batch=arr("decode_batch"),
-        feasible=np.ones(len(prefill), dtype=bool),
-        gain_rps=arr("gain_rps"),
-        gain_sd_rps=arr("gain_sd_rps"),
-        reference_prefill=prefill[0],
-        reference_prefill_capacity_rps=0.0,
-        reference_decode_capacity_rps=0.0,
-    )
+    return literal_estimate(prefill, total, **arrays)
 
 
 def test_net_gain_is_gain_times_horizon_minus_cost_with_its_lower_bound() -> None:

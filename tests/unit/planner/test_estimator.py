@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -53,10 +54,13 @@ def test_hand_computed_remote_only() -> None:
     # Little: B = 1 rps·100·0.005 / (1 − 1·100·0.001) = 0.5/0.9; TPOT = 5 + B ms.
     assert est.decode_batch[0] == pytest.approx(0.5 / 0.9)
     assert est.tpot_s[0] == pytest.approx((5 + 0.5 / 0.9) / 1000)
-    # ρ = 4·0.105/2 = 0.21; P95 wait = s·ln(20ρ)/(2(1−ρ)); own batch ρ·k = 0.42 → 1 prompt: 110 ms.
-    assert est.ttft_s[0] == pytest.approx(0.105 * math.log(4.2) / (2 * 0.79) + 0.110)
-    # Mean response: mean wait ρ·s/(2(1−ρ)) + own batch, then 100 tokens at TPOT.
-    assert est.e2e_s[0] == pytest.approx(0.21 * 0.105 / (2 * 0.79) + 0.110 + 100 * (5 + 0.5 / 0.9) / 1000)
+    # The 2 prefill nodes are one M/G/2 queue at ρ = 4·0.105/2 = 0.21: P(wait) = ρ^(√6 − 1),
+    # a waiting prompt waits θ = s/(2·2·(1 − ρ)) on average, P95 = θ·ln(P(wait)/0.05);
+    # own batch ρ·k = 0.42 → 1 prompt: 110 ms.
+    p_wait, theta = 0.21 ** (math.sqrt(6) - 1), 0.105 / (4 * 0.79)
+    assert est.ttft_s[0] == pytest.approx(theta * math.log(p_wait / 0.05) + 0.110)
+    # Mean response: mean wait P(wait)·θ + own batch, then 100 tokens at TPOT (decode slots never wait here).
+    assert est.e2e_s[0] == pytest.approx(p_wait * theta + 0.110 + 100 * (5 + 0.5 / 0.9) / 1000)
     assert bool(est.feasible[0])
     assert est.gain_rps[0] == 0 and est.capacity_sd_rps[0] == 0  # known coefficients, no spread
 
@@ -114,18 +118,55 @@ def test_uncertainty_from_fitted_model() -> None:
 
 
 def test_batched_prefill_attention_is_per_prompt() -> None:
-    # prefill t = 10 + 0.1·u + 0.01·cached + 1·pairs/1e4 ms; 4,000-token batches of k = 4 prompts
-    # (u = 1000 over 3000 cached): 10 + 400 + 120 + 4·1000·4000/1e4 = 2,130 ms, s = 0.5325 s per prompt
-    # (from the batch's totals, 4000·16000/1e4 = 6,400 ms of attention, it would be 1.7225 s).
+    # prefill t = 10 + 0.1·u + 0.01·cached + 1·pairs/1e4 ms; 4,000-token iterations filled with
+    # u = 1000 over 3000 cached. Per prompt: a quarter of the intercept, 100 + 30 ms, and its own
+    # attention, chunked at a uniform offset in the budget: u·c + u² − u³/(6B) = 3,958,333 pairs
+    # (from a batch's totals, 4000·16000/1e4 = 6,400 ms per 4 prompts, it would be 1.6 s each).
     profile = Profile.from_coefficients((10.0, 0.1, 0.01, 1.0), (5.0, 1.0, 0.0))
     cfg = EstimatorConfig(prefill_token_budget=4000)
     est = estimate_splits(profile, _workload(1.0, 1000, 3000, 100), 6, [2], reference_prefill=2, config=cfg)
-    assert est.prefill_capacity_rps[0] == pytest.approx(2 / 0.5325)
-    # TTFT: ρ = 1·0.5325/2; the own iteration holds ρ·k = 1.065 prompts, each attending to its own
-    # context: 10 + 1.065·(100 + 30 + 400) ms (from the totals, the attention would be 1.065² times one prompt's).
-    rho = 0.5325 / 2
-    own = (10 + 1.065 * (100 + 30 + 400)) / 1000
-    assert est.ttft_s[0] == pytest.approx(0.5325 * math.log(20 * rho) / (2 * (1 - rho)) + own)
+    s = (2.5 + 130 + (3e6 + 1e6 - 1e9 / 24_000) / 1e4) / 1000
+    assert est.prefill_capacity_rps[0] == pytest.approx(2 / s)
+    # TTFT: M/G/2 at ρ = s/2; the own iteration (alone: u·(u + c) = 4e6 pairs) holds ρ·k = 4ρ prompts:
+    # 10 + 530 ms, plus (ρ·4 − 1) batch-mates of the mean prompt's 130 + 395.8 ms.
+    rho = s / 2
+    p_wait, theta = rho ** (math.sqrt(6) - 1), s / (4 * (1 - rho))
+    own = (10 + 530 + (4 * rho - 1) * (s * 1000 - 2.5)) / 1000
+    assert est.ttft_s[0] == pytest.approx(theta * math.log(p_wait / 0.05) + own)
+
+
+def test_long_prompts_cost_their_chunks_and_the_mix_its_mean_attention() -> None:
+    # GB300 profile terms at long contexts, B = 8,192: one 30,000-token prompt over 2,000 cached
+    # costs 15·30000/8192 intercept-ms, 0.008·30000, 1e-5·2000 and 0.0113·pairs/1e4 with
+    # pairs = 30000·2000 + (30000² + 30000·8192 − 8192²/3)/2 (chunked at a uniform offset).
+    profile = Profile.from_coefficients((15.0, 0.008, 1e-5, 0.0113), (12.0, 0.06, 8.4e-6))
+    pairs = 30_000 * 2_000 + (30_000**2 + 30_000 * 8_192 - 8_192**2 / 3) / 2
+    s = (15 * 30_000 / 8_192 + 240 + 0.02 + 0.0113 * pairs / 1e4) / 1000
+    w = _workload(1.0, 30_000, 2_000, 300)
+    assert estimate_splits(profile, w, 9, [3], reference_prefill=3).prefill_capacity_rps[0] == pytest.approx(3 / s)
+    # A window whose E[pairs] is known (one prompt in ten of 30k, the rest 1k) prices that, not the mean's.
+    mixed = dataclasses.replace(_workload(1.0, 3_900, 0, 300), remote_pairs_mean=0.9 * 1.0e6 + 0.1 * 9.0e8)
+    s_mix = (15 * 3_900 / 8_192 + 0.008 * 3_900 + 0.0113 * (0.9e6 + 0.9e8) / 1e4) / 1000
+    assert estimate_splits(profile, mixed, 9, [3], reference_prefill=3).prefill_capacity_rps[0] == pytest.approx(
+        3 / s_mix
+    )
+
+
+def test_decode_batch_is_length_biased_at_long_contexts() -> None:
+    # Requests hold their KV for o iterations: half of them 30,000-token prompts with 1,900-token
+    # outputs, half 1,000 with 100: E[o] = 1,000, E[o·prompt] = 0.5·(1900·30000 + 100·1000) = 28.55e6,
+    # E[o²] = 0.5·(1900² + 100²) = 1.81e6. KV per running request, output reserved (the simulator's
+    # admission): (28.55e6 + 1.81e6)/1000 = 30,360 tokens, not the mean prompt + output (16,500).
+    profile = Profile.from_coefficients((15.0, 0.008, 1e-5, 0.0113), (12.0, 0.06, 8.4e-6))
+    w = dataclasses.replace(_workload(0.1, 15_500, 0, 1_000), prompt_output_mean=28.55e6, output_sq_mean=1.81e6)
+    reserved = EstimatorConfig(kv_output_reserved=1.0)
+    est = estimate_splits(profile, w, 9, [3], reference_prefill=3, kv_capacity_tokens=3.5e6, config=reserved)
+    b_max = 3.5e6 / 30_360
+    ctx = (28.55e6 + 1.81e6 / 2) / 1000  # the batch's mean context: 29,455 tokens
+    td = (12 + 0.06 * b_max + 8.4e-6 * b_max * ctx) / 1000
+    assert est.decode_capacity_rps[0] == pytest.approx(6 * b_max / (1_000 * td))
+    grows = estimate_splits(profile, w, 9, [3], reference_prefill=3, kv_capacity_tokens=3.5e6)
+    assert grows.decode_capacity_rps[0] > est.decode_capacity_rps[0]  # KV that grows with the output fits more
 
 
 def test_no_prefill_node_runs_everything_locally_as_the_router_does() -> None:
@@ -142,12 +183,15 @@ def test_no_prefill_node_runs_everything_locally_as_the_router_does() -> None:
     # 1P1D: local half on the decode node (20 ms each), the long half on the prefill node (k = 2: 105 ms each).
     assert est.decode_capacity_rps[1] == pytest.approx(10 / (100 * 0.015 + 10 * 0.5 * 0.020))
     assert est.prefill_capacity_rps[1] == pytest.approx(1 / (0.5 * 0.105))
-    # TTFT at P = 0: an M/G/1 wait for that work (ρ = λ·work/D, cs² = 0), the prompt, one decode step.
+    # TTFT at P = 0: an M/G/1 wait for that work (ρ = λ·work/D, cs² = 0), the prompt, one decode step,
+    # and the wait for one of the D·B_max = 20 decode slots (each held 100 steps of 15 ms; M/M/20).
     rho = 2.0 * work / 2
     tpot = float(est.tpot_s[0])
     wq = rho * work / (2 * (1 - rho))
-    assert est.ttft_s[0] == pytest.approx(wq * math.log(20 * rho) / rho + work + tpot)
-    assert est.e2e_s[0] == pytest.approx(wq + work + tpot + 100 * tpot)
+    rho_d = 2.0 / float(est.decode_capacity_rps[0])
+    slot = rho_d ** (math.sqrt(42) - 1) * 100 * 0.015 * 2 / (2 * 20 * (1 - rho_d))
+    assert est.ttft_s[0] == pytest.approx(wq * math.log(20 * rho) / rho + work + tpot + slot)
+    assert est.e2e_s[0] == pytest.approx(wq + work + tpot + slot + 100 * tpot)
     assert bool(est.feasible[0]) and np.isfinite(est.ttft_s).all()
 
 

@@ -112,3 +112,16 @@ async def test_predictions_outlive_decisions_without_any() -> None:
     assert state.predictions_t == 100.0 and len(state.predictions) == 2
     rt.seed_predictions((_prediction(1),), 90.0)  # an older stored one never replaces a newer live one
     assert (await rt.planner_state()).predictions_t == 100.0
+
+
+async def test_the_view_carries_the_offered_counts() -> None:
+    rt = await _runtime()
+    rt.mode = PlannerMode.ADVISORY
+    feed = LocalWorkloadFeed()
+    for _ in range(2):
+        feed.count_arrival()
+    feed.count_rejection()
+    planner = ScriptedPlanner([("hold", False, ())])
+    await PlannerLoop(planner, workload=feed, clock=lambda: 5.0).tick(rt)
+    view = planner.views[0]
+    assert (view.requests_arrived, view.requests_rejected, view.now) == (2, 1, 5.0)

@@ -1,0 +1,232 @@
+"""`simulate --suite`: every trace at three loads from two starting splits,
+plus the synthetic scenarios; evolving against the best static split (chosen
+in hindsight: every split is run) and the Dynamo-like planner.
+
+    evolving-infra simulate --suite --jobs 2 --json
+
+Prints `{"cases": [...], "min_vs_static_best": x, "min_vs_dynamo": y,
+"flaps": n, ...}`. A case row: the unit or scenario, its load, the starting
+split, evolving's numbers (throughput, goodput, completed / arrived, mean E2E
+over all requests, switches, flaps), the best static split's and Dynamo's,
+the two ratios (throughput, evolving / other), and `settled_s`: when
+evolving's split last entered the splits whose static throughput is within
+2 % of the best one (None: it ended outside them). The cases are in
+`sim.suite_cases`.
+
+Throughput under heavy overload depends on the path: which requests sit
+at the head of which queue when the horizon ends, which prefixes each
+node's cache holds. `placebo_vs_static_best` measures that per case: the
+best static split run again with one node switched away for 10 s at
+mid-run. `below_target_beyond_placebo` lists the cases short of a target
+by more than their placebo moved.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from sim.profiles import GpuProfile
+from sim.runs import run_all, run_one
+from sim.scenarios import Scenario, build
+from sim.suite_cases import SuiteConfig, TraceCase, plan_trace_cases, trace_scenario
+
+NEAR_BEST = 0.98  # a split within this of the best static one counts as converged
+
+Spec = tuple[str, Any, Any]  # ("trace", case, None) | ("synthetic", name, load)
+
+
+def _scenario(cfg: SuiteConfig, spec: Spec, start: int | None) -> Scenario:
+    kind, a, b = spec
+    if kind == "trace":
+        return trace_scenario(cfg, a, start if start is not None else cfg.starts[0])
+    sc = build(a, seed=cfg.seed, nodes=cfg.nodes, scale=b)
+    return sc if start is None else Scenario(sc.name, sc.workload, sc.nodes, start, sc.note)
+
+
+def _task(args: tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]) -> dict[str, Any]:
+    cfg, spec, planner, p, profile, extra = args
+    t0 = time.perf_counter()
+    sc = _scenario(cfg, spec, p)
+    out = run_one((sc, planner, profile, p, cfg.seed, extra))
+    # Progress on stderr (the JSON comes at the end): how far a suite that ran out of time got.
+    name = spec[1] if spec[0] == "synthetic" else f"{spec[1].unit} {spec[1].level}"
+    print(f"suite: {name} {planner} {p}P {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    gpu = GpuProfile.from_json(profile)
+    trace_cases, same = plan_trace_cases(cfg, gpu)
+    groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
+    for name, load in cfg.synthetic:
+        sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
+        info = {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s}
+        groups.append((("synthetic", name, load), [sc.prefill_nodes], info))
+    every = set(cfg.convergence)
+    for case in trace_cases:
+        info = {"nodes": cfg.nodes, "every_start": (case.unit, case.level) in every, "horizon_s": cfg.window_s}
+        groups.append((("trace", case, None), list(cfg.starts), info))
+    tasks: list[tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]] = []
+    index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
+    for g, (spec, starts, info) in enumerate(groups):
+        for p in range(1, info["nodes"]):
+            tasks.append((cfg, spec, "static", p, profile, extra))
+            index.append((g, "static", p))
+            if info.get("every_start") and p not in starts:  # convergence from any start
+                tasks.append((cfg, spec, "evolving", p, profile, extra))
+                index.append((g, "evolving", p))
+        for p in starts:
+            for planner in ("evolving", "dynamo"):
+                tasks.append((cfg, spec, planner, p, profile, extra))
+                index.append((g, planner, p))
+    outs = run_all(_task, tasks, jobs)
+    by: dict[tuple[int, str, int], dict[str, Any]] = dict(zip(index, outs, strict=True))
+    # Placebo: the best static split with one node away for 10 s at mid-run. How far that alone
+    # moves throughput is how far the case's measurement can be trusted (queue-order chaos).
+    placebo_tasks = []
+    for g, (spec, _, info) in enumerate(groups):
+        best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)]["throughput_rps"])
+        mid = round(info["horizon_s"] / 2.0)
+        other = best - 1 if best > 1 else best + 1
+        placebo_tasks.append((cfg, spec, f"schedule:0={best},{mid}={other},{mid + 10}={best}", best, profile, extra))
+    placebos = run_all(_task, placebo_tasks, jobs)
+    cases = []
+    for g, (spec, starts, info) in enumerate(groups):
+        statics = {p: by[(g, "static", p)] for p in range(1, info["nodes"])}
+        for start in starts:
+            row = _row(spec, start, statics, by[(g, "evolving", start)], by[(g, "dynamo", start)], same)
+            top = max(r["throughput_rps"] for r in statics.values())
+            row["placebo_vs_static_best"] = _ratio(placebos[g]["throughput_rps"], top)
+            cases.append(row)
+    convergence = [
+        _convergence(spec, {p: by[(g, "static", p)] for p in range(1, info["nodes"])}, by, g)
+        for g, (spec, _, info) in enumerate(groups)
+        if info.get("every_start")
+    ]
+    vs_static = [c["vs_static_best"] for c in cases if c["vs_static_best"] is not None]
+    vs_dynamo = [c["vs_dynamo"] for c in cases if c["vs_dynamo"] is not None]
+    settled = [c["max_settled_s"] for c in convergence]
+    return {
+        "cases": cases,
+        "convergence": convergence,
+        "max_settled_s": None if None in settled else max(settled, default=None),
+        "min_vs_static_best": min(vs_static, default=None),
+        "min_vs_dynamo": min(vs_dynamo, default=None),
+        "flaps": sum(c["evolving"]["flaps"] for c in cases),
+        "switches": sum(c["evolving"]["switches"] for c in cases),
+        "below_target": [c["case"] for c in cases if (c["vs_static_best"] or 0) < 0.98 or (c["vs_dynamo"] or 0) < 1.0],
+        "below_target_beyond_placebo": [c["case"] for c in cases if _beyond_noise(c)],
+        "same_workload": same,
+        "simulations": len(tasks) + len(placebo_tasks),
+        "jobs": jobs,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _beyond_noise(c: dict[str, Any]) -> bool:
+    """Below 0.98 of the best static split by more than its placebo moved it."""
+    noise = abs(1.0 - (c["placebo_vs_static_best"] or 1.0))
+    return (c["vs_static_best"] or 0.0) < 0.98 - noise or (c["vs_dynamo"] or 0.0) < 1.0 - noise
+
+
+def _convergence(
+    spec: Spec, statics: dict[int, dict[str, Any]], by: dict[tuple[int, str, int], dict[str, Any]], g: int
+) -> dict[str, Any]:
+    """Evolving from every starting split of one stationary case: when it
+    settled within 2 % of the best static split, and its throughput ratio."""
+    case: TraceCase = spec[1]
+    top = max(r["throughput_rps"] for r in statics.values())
+    near = {p for p, r in statics.items() if r["throughput_rps"] >= NEAR_BEST * top}
+    runs = {p: by[(g, "evolving", p)] for p in statics}
+    settled = {str(p): _settled(r["split_over_time"], near) for p, r in runs.items()}
+    return {
+        "case": f"{case.unit} {case.level}",
+        "near_best_splits": sorted(near),
+        "settled_s": settled,
+        "max_settled_s": None if None in settled.values() else max(v for v in settled.values() if v is not None),
+        "vs_static_best": {str(p): _ratio(r["throughput_rps"], top) for p, r in runs.items()},
+        "flaps": sum(r["flaps"] for r in runs.values()),
+    }
+
+
+def _row(
+    spec: Spec,
+    start: int,
+    statics: dict[int, dict[str, Any]],
+    ev: dict[str, Any],
+    dyn: dict[str, Any],
+    same: dict[str, str],
+) -> dict[str, Any]:
+    kind, a, b = spec
+    n = len(statics) + 1
+    best = max(statics, key=lambda p: (statics[p]["throughput_rps"], -statics[p]["mean_e2e_all_s"]))
+    top = statics[best]["throughput_rps"]
+    near = {p for p, r in statics.items() if r["throughput_rps"] >= NEAR_BEST * top}
+    row: dict[str, Any] = {"case": "", "start": [start, n - start]}
+    if kind == "trace":
+        case: TraceCase = a
+        row["case"] = f"{case.unit} {case.level} from {start}P"
+        row.update(
+            trace=case.unit,
+            level=case.level,
+            load=case.load,
+            offered_rps_nominal=round(case.offered_rps, 3),
+            capacity_rps_estimate=round(case.capacity_rps, 3),
+            capped=case.capped,
+            also=sorted(u for u, v in same.items() if v == case.unit),
+        )
+    else:
+        row["case"] = f"{a}" + (f" --load {b:g}" if b is not None else "")
+        row.update(scenario=a, load=b)
+    row.update(
+        requests=ev["arrived"],
+        evolving=_keep(ev),
+        static_best={**_keep(statics[best]), "split": [best, n - best]},
+        static_throughput={str(p): statics[p]["throughput_rps"] for p in sorted(statics)},
+        dynamo=_keep(dyn),
+        vs_static_best=_ratio(ev["throughput_rps"], top),
+        vs_dynamo=_ratio(ev["throughput_rps"], dyn["throughput_rps"]),
+        settled_s=_settled(ev["split_over_time"], near),
+        final_split=ev["split_over_time"][-1][1:3] if ev["split_over_time"] else None,
+    )
+    return row
+
+
+KEEP = (
+    "throughput_rps",
+    "goodput_rps",
+    "completed",
+    "arrived",
+    "completed_fraction",
+    "mean_e2e_s",
+    "mean_e2e_all_s",
+    "p95_ttft_s",
+    "switches",
+    "moves",
+    "flaps",
+    "wall_s",
+)
+
+
+def _keep(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: r.get(k) for k in KEEP}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b > 0 else None
+
+
+def _settled(split_over_time: list[list[float]], near: set[int]) -> float | None:
+    """When the prefill count last entered `near` and stayed (None: it ended outside)."""
+    entered: float | None = None
+    for t, p, _d, other in split_over_time:
+        if other:
+            continue  # mid-switch samples say nothing about the split's target
+        if p in near:
+            entered = t if entered is None else entered
+        else:
+            entered = None
+    return entered

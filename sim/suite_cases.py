@@ -1,0 +1,190 @@
+"""The cases of `simulate --suite` (`sim.suite` runs them).
+
+Trace units are found under the traces folder (`discover`): a folder of
+agent-text files or of ServeGen chunks is one unit, any other *.jsonl or
+*.csv file is one. Units whose workload is the same (agents/aider and
+agents/mooncake_style/aider.jsonl: the converted file of the same runs)
+are simulated once and reported under every name.
+
+Loads are set per unit from an estimate of what the 9-node cluster can
+serve of it (`capacity_rps`, a roofline over the trace's requests with the
+GPU profile's iteration times): `LOADS` times that estimate, reached by
+replicating sessions (`sim.replay`) over a `window_s` window, or by scaling
+a ServeGen rate. The estimate only places the loads; what a case reached
+is in its results (completed / arrived, the static splits' throughput). A
+case that would exceed `max_requests` per simulation is run at the load
+that fits and says so (`capped`): tiny tool-calling turns (taubench) would
+need millions of requests to load 36 GPUs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from sim import traces
+from sim.profiles import GpuProfile
+from sim.scenarios import SERVEGEN_START_S, TRACES, Scenario, load_trace
+from sim.workloads import Workload
+
+LOADS = {"light": 0.3, "near": 0.85, "overload": 1.6}  # x the estimated capacity
+# Stationary cases the evolving planner also starts from every split (convergence from any start).
+CONVERGENCE = (
+    ("mooncake/conversation_trace.jsonl", "near"),
+    ("agents/aider", "near"),
+    ("servegen/reason/deepseek-r1", "near"),
+)
+SYNTHETIC = (("shift", None), ("burst", None), ("burst", 2.0), ("lowrate", None))
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """nodes: cluster size; starts: initial prefill nodes of the adaptive
+    planners (two starting splits); window_s: replay window and horizon of a
+    trace case; max_requests: per simulation (cost bound); seed;
+    convergence: (unit, level) cases evolving also starts from every split."""
+
+    nodes: int = 9
+    starts: tuple[int, ...] = (3, 6)
+    window_s: float = 1_800.0
+    max_requests: int = 90_000
+    seed: int = 0
+    loads: tuple[tuple[str, float], ...] = tuple(LOADS.items())
+    synthetic: tuple[tuple[str, float | None], ...] = SYNTHETIC
+    traces_root: Path = TRACES
+    convergence: tuple[tuple[str, str], ...] = CONVERGENCE
+
+    def __post_init__(self) -> None:
+        if self.nodes < 2 or not self.starts or any(not 1 <= s < self.nodes for s in self.starts):
+            raise ValueError("need nodes >= 2 and every start in [1, nodes - 1]")
+        if self.window_s <= 0 or self.max_requests < 1 or any(u <= 0 for _, u in self.loads):
+            raise ValueError("window_s, max_requests and every load must be > 0")
+
+
+def discover(root: Path) -> list[Path]:
+    """Trace units under `root` (module doc), sorted."""
+    units: list[Path] = []
+    for folder in sorted({p.parent for p in root.rglob("*") if p.suffix in (".jsonl", ".csv")}):
+        if any(folder.glob("chunk-*-trace.csv")):
+            units.append(folder)
+            continue
+        files = sorted(p for p in folder.iterdir() if p.suffix in (".jsonl", ".csv"))
+        nonempty = [p for p in files if p.stat().st_size > 0]
+        if files and all(p.suffix == ".jsonl" for p in files) and nonempty:
+            if traces.trace_format(nonempty[0]) == "agent-text":
+                units.append(folder)
+                continue
+        units += [p for p in files if p.stat().st_size > 0]
+    return units
+
+
+def canonical(wl: Workload) -> Workload:
+    """Block ids renumbered by first appearance (equality kept): the same
+    workload read from text or from its converted file is then identical."""
+    ids: dict[int, int] = {}
+    reqs = tuple(
+        replace(r, block_hashes=tuple(ids.setdefault(h, len(ids)) for h in r.block_hashes)) for r in wl.requests
+    )
+    return replace(wl, requests=reqs, notes=())
+
+
+def fingerprint(wl: Workload) -> int:
+    """Equal for workloads that differ only in block id names and in times
+    below a microsecond (a converted file's ms timestamps vs the text's)."""
+    c = canonical(wl)
+    rows = tuple(
+        (r.session_id.split(":")[-1], round(r.arrival_s, 6), r.prompt_tokens, r.output_tokens, r.block_hashes, r.after)
+        for r in c.requests
+    )
+    return hash((round(c.duration_s, 3), c.block_tokens, c.closed_loop, rows))
+
+
+def capacity_rps(wl: Workload, gpu: GpuProfile, nodes: int) -> float:
+    """Roofline estimate of the requests/s `nodes` nodes serve of this mix at
+    the best fluid split: node-seconds of prefill (prefix reuse within the
+    trace taken as cached, prompts batched to the token budget) plus decode
+    (batch bounded by KV at prompt + output per request) per request."""
+    (a, b, c, d), (da, db, dc) = gpu.model.prefill, gpu.model.decode
+    cfg, bt = gpu.node, wl.block_tokens
+    seen: set[int] = set()
+    work = []
+    for r in wl.requests:
+        hit = 0
+        for h in r.block_hashes:
+            if h not in seen:
+                break
+            hit += 1
+        seen.update(r.block_hashes)
+        cached = min(hit * bt, r.prompt_tokens - 1)
+        u = r.prompt_tokens - cached
+        k = max(1, cfg.chunk_tokens // max(u, 1))
+        pre = (a / k + b * u + c * cached + d * u * (u + cached) / 1e4) / 1000.0
+        batch = max(1.0, min(cfg.max_batch, cfg.kv_capacity_tokens / (r.prompt_tokens + r.output_tokens)))
+        ctx = r.prompt_tokens + r.output_tokens / 2
+        dec = r.output_tokens * (da + db * batch + dc * batch * ctx) / batch / 1000.0
+        work.append(pre + dec)
+    return nodes / float(np.mean(work)) if work else 0.0
+
+
+@dataclass(frozen=True)
+class TraceCase:
+    """One (unit, load) of the suite: what to build in a worker process."""
+
+    unit: str  # path relative to the traces root
+    level: str
+    load: float  # sessions x (or rate x) the trace
+    capacity_rps: float
+    offered_rps: float
+    capped: bool
+
+
+def plan_trace_cases(cfg: SuiteConfig, gpu: GpuProfile) -> tuple[list[TraceCase], dict[str, str]]:
+    """Cases per distinct unit, and {duplicate unit: the unit it repeats}."""
+    cases: list[TraceCase] = []
+    same: dict[str, str] = {}
+    seen: dict[int, str] = {}
+    for path in discover(cfg.traces_root):
+        unit = str(path.relative_to(cfg.traces_root))
+        base = _base(cfg, unit)
+        key = fingerprint(base)
+        if key in seen:
+            same[unit] = seen[key]
+            continue
+        seen[key] = unit
+        cap = capacity_rps(base, gpu, cfg.nodes)
+        rate = len(base.requests) / cfg.window_s
+        for level, u in cfg.loads:
+            load = u * cap / rate if rate > 0 else 1.0
+            capped = load * len(base.requests) > cfg.max_requests
+            if capped:
+                load = cfg.max_requests / len(base.requests)
+            if capped and cases and cases[-1].unit == unit and cases[-1].capped:
+                continue  # a higher level capped to the same load: nothing new to run
+            cases.append(TraceCase(unit, level, round(load, 4), cap, load * rate, capped))
+    return cases, same
+
+
+@functools.lru_cache(maxsize=4)
+def _base(cfg: SuiteConfig, unit: str) -> Workload:
+    """The unit at load 1 over the suite window (ServeGen: its hour-10 slice)."""
+    return _workload(cfg, unit, 1.0)
+
+
+@functools.lru_cache(maxsize=8)
+def _workload(cfg: SuiteConfig, unit: str, load: float) -> Workload:
+    path = cfg.traces_root / unit
+    if traces.trace_format(path) == "servegen":
+        wl = traces.load_servegen(
+            path, seed=cfg.seed, duration_s=cfg.window_s, start_s=SERVEGEN_START_S, rate_scale=load
+        )
+    else:
+        wl = load_trace(path, seed=cfg.seed, load=load, duration_s=cfg.window_s, spread_s=cfg.window_s)
+    return canonical(wl)
+
+
+def trace_scenario(cfg: SuiteConfig, case: TraceCase, start: int) -> Scenario:
+    wl = _workload(cfg, case.unit, case.load)
+    return Scenario("trace", wl, cfg.nodes, start, f"{case.unit} {case.level}")

@@ -1,0 +1,128 @@
+"""The trace suite: discovery, duplicate workloads, load placement, and a smoke run of the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim import cli
+from sim.profiles import GpuProfile
+from sim.suite_cases import SuiteConfig, capacity_rps, discover, plan_trace_cases
+from sim.traces import load_any
+
+
+def _traces(root: Path) -> Path:
+    (root / "mc").mkdir(parents=True)
+    rows = [
+        {
+            "timestamp": 500 * i,
+            "input_length": 2_000 + 37 * (i % 9),
+            "output_length": 30 + i % 7,
+            "hash_ids": [0, 1, 100 + i],
+        }
+        for i in range(60)
+    ]
+    (root / "mc" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    agents = root / "agents" / "chat"
+    agents.mkdir(parents=True)
+    turns = [
+        {
+            "timestamp": 1_700_000_000_000 + 4_000 * i,
+            "session_id": f"s{i % 3}",
+            "input": "ctx " * (300 + 80 * i),
+            "output": "ok " * 40,
+        }
+        for i in range(12)
+    ]
+    (agents / "run.jsonl").write_text("".join(json.dumps(t) + "\n" for t in turns))
+    (agents / "empty.jsonl").write_text("")
+    converted = root / "agents" / "converted"
+    converted.mkdir()
+    wl = load_any(agents)
+    lines = [
+        {
+            "timestamp": r.arrival_s * 1000,
+            "session_id": r.session_id,
+            "input_length": r.prompt_tokens,
+            "output_length": r.output_tokens,
+            "hash_ids": list(r.block_hashes),
+        }
+        for r in wl.requests
+    ]
+    (converted / "chat.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return root
+
+
+def test_discover_finds_folders_of_agent_text_and_files_and_skips_empty_ones(tmp_path: Path) -> None:
+    root = _traces(tmp_path)
+    assert [str(p.relative_to(root)) for p in discover(root)] == [
+        "agents/chat",
+        "agents/converted/chat.jsonl",
+        "mc/a.jsonl",
+    ]
+
+
+def test_the_same_workload_in_two_formats_is_planned_once_and_loads_follow_capacity(tmp_path: Path) -> None:
+    root = _traces(tmp_path)
+    gpu = GpuProfile.from_json()
+    cfg = SuiteConfig(nodes=3, starts=(1, 2), window_s=120.0, max_requests=10**8, traces_root=root, synthetic=())
+    cases, same = plan_trace_cases(cfg, gpu)
+    assert same == {"agents/converted/chat.jsonl": "agents/chat"}
+    mc = [c for c in cases if c.unit == "mc/a.jsonl"]
+    assert [c.level for c in mc] == ["light", "near", "overload"] and not any(c.capped for c in mc)
+    assert mc[2].load / mc[0].load == pytest.approx(1.6 / 0.3, rel=1e-3)
+    assert abs(mc[1].offered_rps - 0.85 * mc[1].capacity_rps) < 1e-6
+    small = SuiteConfig(nodes=3, starts=(1, 2), window_s=120.0, max_requests=100, traces_root=root, synthetic=())
+    capped = [c for c in plan_trace_cases(small, gpu)[0] if c.unit == "mc/a.jsonl"]
+    assert len(capped) < 3 and capped[-1].capped and capped[-1].load * 60 == pytest.approx(100, abs=0.01)
+
+
+def test_capacity_estimate_scales_with_nodes_and_falls_with_longer_prompts(tmp_path: Path) -> None:
+    wl = load_any(_traces(tmp_path) / "mc" / "a.jsonl")
+    gpu = GpuProfile.from_json()
+    assert abs(capacity_rps(wl, gpu, 18) - 2 * capacity_rps(wl, gpu, 9)) < 1e-9
+    from dataclasses import replace
+
+    longer = replace(wl, requests=tuple(replace(r, prompt_tokens=r.prompt_tokens * 10) for r in wl.requests))
+    assert capacity_rps(longer, gpu, 9) < capacity_rps(wl, gpu, 9) / 3
+
+
+def test_suite_smoke_prints_cases_and_minimums(tmp_path: Path, capsys) -> None:
+    root = _traces(tmp_path)
+    argv = ["--suite", "--suite-traces", str(root), "--suite-window", "120", "--suite-max-requests", "400"]
+    assert cli.main([*argv, "--no-synthetic", "--nodes", "3", "--jobs", "1", "--directory", "local", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    cases = report["cases"]
+    assert {c["trace"] for c in cases} == {"agents/chat", "mc/a.jsonl"} and len(cases) % 2 == 0
+    assert {tuple(c["start"]) for c in cases} == {(1, 2), (2, 1)}
+    assert report["min_vs_static_best"] == min(c["vs_static_best"] for c in cases)
+    assert report["min_vs_dynamo"] == min(c["vs_dynamo"] for c in cases)
+    assert report["flaps"] == sum(c["evolving"]["flaps"] for c in cases)
+    assert report["same_workload"] == {"agents/converted/chat.jsonl": "agents/chat"} and report["convergence"] == []
+    row = cases[0]
+    assert set(row["static_throughput"]) == {"1", "2"} and row["static_best"]["split"][0] in (1, 2)
+    assert row["evolving"]["arrived"] >= row["evolving"]["completed"] > 0
+    assert 0.5 < row["placebo_vs_static_best"] < 1.5 and "below_target_beyond_placebo" in report
+
+
+def test_convergence_cases_run_evolving_from_every_start(tmp_path: Path) -> None:
+    from sim.profiles import DEFAULT_PROFILE
+    from sim.suite import run_suite
+
+    root = _traces(tmp_path)
+    cfg = SuiteConfig(
+        nodes=4,
+        starts=(1, 3),
+        window_s=120.0,
+        max_requests=300,
+        traces_root=root,
+        synthetic=(),
+        convergence=(("mc/a.jsonl", "light"),),
+    )
+    report = run_suite(cfg, profile=str(DEFAULT_PROFILE), jobs=1, extra={"directory": "local"})
+    (conv,) = report["convergence"]
+    assert conv["case"] == "mc/a.jsonl light" and set(conv["settled_s"]) == {"1", "2", "3"}
+    assert set(conv["vs_static_best"]) == {"1", "2", "3"} and conv["near_best_splits"]
+    assert report["max_settled_s"] == conv["max_settled_s"]
