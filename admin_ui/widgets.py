@@ -108,6 +108,22 @@ def prediction_status(predictions_t: float | None, last_decision: dict[str, Any]
     return text
 
 
+def leadership_line(leadership: dict[str, Any] | None) -> str:
+    """Which gateway replica's planner acts (the Planner page's mode section);
+    empty for one gateway without an election."""
+    if not leadership:
+        return ""
+    term = leadership.get("term", "?")
+    if not leadership.get("store_reachable", True):
+        return f"No planner leader: the store is unreachable, the planner waits (last term {term})."
+    leader = leadership.get("leader")
+    if leader is None:
+        return f"No planner leader right now (last term {term}): a replica takes over within seconds."
+    if leadership.get("leading"):
+        return f"This gateway replica (`{leader}`) leads the planner, term {term}."
+    return f"Planner leader: replica `{leader}`, term {term}; this replica follows and shows the leader's decisions."
+
+
 def to_datetime(value: Any) -> datetime | None:
     if value is None or value == "":
         return None

@@ -23,6 +23,15 @@ from testing.worker_process import WorkerProcess
 
 # Token ids the demo model accepts (vocab 4096); low ids are special tokens.
 TOKEN_LOW, TOKEN_HIGH = 10, 4000
+# Sent on every call: workers bound beyond loopback (the testbed's) demand the cluster token.
+HEADERS: dict[str, str] = {}
+
+
+def use_cluster_token(token: str | None) -> None:
+    """Present `token` on every /internal call of these helpers from now on."""
+    HEADERS.pop("Authorization", None)
+    if token:
+        HEADERS["Authorization"] = f"Bearer {token}"
 
 
 class BenchError(RuntimeError):
@@ -34,19 +43,24 @@ def synthetic_tokens(n: int, rng: random.Random) -> list[int]:
 
 
 def node_id(url: str) -> str:
-    r = httpx.get(url + "/internal/phase", timeout=10)
+    r = httpx.get(url + "/internal/phase", headers=HEADERS, timeout=10)
     r.raise_for_status()
     return r.json()["node_id"]
 
 
 def phase_of(url: str) -> str:
-    r = httpx.get(url + "/internal/phase", timeout=10)
+    r = httpx.get(url + "/internal/phase", headers=HEADERS, timeout=10)
     r.raise_for_status()
     return r.json()["phase"]
 
 
 def set_phase(url: str, phase: str, deadline_s: float = 30.0) -> dict:
-    r = httpx.post(url + "/internal/phase", json={"phase": phase, "deadline_s": deadline_s}, timeout=deadline_s + 60)
+    r = httpx.post(
+        url + "/internal/phase",
+        json={"phase": phase, "deadline_s": deadline_s},
+        headers=HEADERS,
+        timeout=deadline_s + 60,
+    )
     if r.status_code != 200:
         raise BenchError(f"phase change of {url} to {phase} failed: {r.status_code} {r.text}")
     return r.json()
@@ -54,7 +68,7 @@ def set_phase(url: str, phase: str, deadline_s: float = 30.0) -> dict:
 
 def generate(url: str, body: dict, timeout: float = 300) -> dict:
     """One non-streaming generate; returns the collected final chunk."""
-    r = httpx.post(url + "/internal/generate", json={**body, "stream": False}, timeout=timeout)
+    r = httpx.post(url + "/internal/generate", json={**body, "stream": False}, headers=HEADERS, timeout=timeout)
     if r.status_code != 200:
         raise BenchError(f"generate on {url} failed: {r.status_code} {r.text}")
     return r.json()
@@ -64,7 +78,9 @@ def iterations_since(url: str, since: int = 0) -> list[dict]:
     """Every iteration record of the worker from index `since` on (the endpoint pages them)."""
     out: list[dict] = []
     while True:
-        page = httpx.get(url + "/internal/stats", params={"since": since}, timeout=30).json()["iterations"]
+        page = httpx.get(url + "/internal/stats", params={"since": since}, headers=HEADERS, timeout=30).json()[
+            "iterations"
+        ]
         if not page:
             return out
         out += page
@@ -93,7 +109,9 @@ def stream_generate(
     """Streaming generate (NDJSON); `on_tokens` sees the result after each chunk."""
     out = StreamResult()
     start = time.perf_counter()
-    with httpx.stream("POST", url + "/internal/generate", json={**body, "stream": True}, timeout=timeout) as r:
+    with httpx.stream(
+        "POST", url + "/internal/generate", json={**body, "stream": True}, headers=HEADERS, timeout=timeout
+    ) as r:
         if r.status_code != 200:
             raise BenchError(f"generate on {url} failed: {r.status_code} {r.read().decode()}")
         for line in r.iter_lines():

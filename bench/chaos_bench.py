@@ -211,9 +211,14 @@ class GatewayThread:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="gateway", daemon=True)
         self._error: BaseException | None = None
 
+    def call(self, coro: Any, timeout_s: float = 10.0) -> Any:
+        """Run a coroutine on the gateway's loop (its directory is async)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
     async def _main(self) -> None:
         import uvicorn
 
+        self._loop = asyncio.get_running_loop()
         try:
             self._server = uvicorn.Server(
                 uvicorn.Config(
@@ -532,7 +537,7 @@ def usage_in_store(db: Any, sink: Any, tenant: str, timeout_s: float = 60.0) -> 
 
 def leftovers(gw: GatewayThread, workers: dict[str, Any]) -> dict[str, Any]:
     runtime = gw.app.state.runtime
-    stats = runtime.directory.stats()
+    stats = gw.call(runtime.directory.stats())
     inflight = {}
     for node, w in workers.items():
         try:

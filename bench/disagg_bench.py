@@ -44,6 +44,7 @@ import uuid
 import httpx
 
 from bench._kvbench import (
+    HEADERS,
     BenchError,
     StreamResult,
     WorkerSpec,
@@ -131,7 +132,7 @@ def _stream_and_migrate(url_b: str, body: dict, migrate_after: int) -> tuple[Str
         finally:
             reached.set()
 
-    with httpx.Client(base_url=url_b, timeout=120) as client:
+    with httpx.Client(base_url=url_b, headers=HEADERS, timeout=120) as client:
         client.get("/internal/phase").raise_for_status()  # connect now, not after the 40th token
         t = threading.Thread(target=consume, daemon=True)
         t.start()

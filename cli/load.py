@@ -28,7 +28,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -139,6 +139,18 @@ def _has_token(chunk: dict[str, Any]) -> bool:
     return any((c.get("delta") or {}).get("content") or c.get("finish_reason") for c in chunk.get("choices") or [])
 
 
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The stream's lines, split at LF only, as Server-Sent Events are (`aiter_lines` also
+    splits inside a JSON string at U+2028 and the other `str.splitlines` breaks)."""
+    rest = b""
+    async for data in response.aiter_bytes():
+        *lines, rest = (rest + data).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode()
+    if rest:
+        yield rest.decode()
+
+
 class LoadRun:
     """The agents of one phase at a time, through one HTTP client."""
 
@@ -170,7 +182,7 @@ class LoadRun:
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")[:200]
                     return self._failed(t0, None, f"HTTP {r.status_code}: {text}")
-                async for line in r.aiter_lines():
+                async for line in sse_lines(r):
                     if not line.startswith("data:") or line.strip() == "data: [DONE]":
                         continue
                     chunk = json.loads(line[5:])

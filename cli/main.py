@@ -6,12 +6,13 @@ message instead of breaking the other commands.
 
     evolving-infra up [--workers N] [--model DIR] [--port 8000] [--planner-mode auto] [--load]
     evolving-infra load --base-url URL --api-key-file FILE [--phase-s 180] [--cycles N]
-    evolving-infra gateway --worker-urls URL[,URL...] --model DIR [--port 8000]
+    evolving-infra gateway --worker-urls URL[,URL...] --model DIR [--port 8000] [--workers N]
     evolving-infra worker --model DIR --port P --phase prefill|decode --node-id ID ...
     evolving-infra model init-demo DIR
     evolving-infra db upgrade [--url URL]
-    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos|demo [args...]
+    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos|demo|replicas [args...]
     evolving-infra simulate|replay|console|load [args...]
+    evolving-infra testbed up|link|status|cleanup [args...]   (network namespaces; root)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ BENCHES: dict[str, str] = {
     "planner": "bench.planner_bench:main",
     "chaos": "bench.chaos_bench:main",
     "demo": "bench.demo_bench:main",
+    "replicas": "bench.replicas_bench:main",
 }
 PASSTHROUGH: dict[str, str] = {
     "worker": "workers.cli:run",
@@ -39,6 +41,7 @@ PASSTHROUGH: dict[str, str] = {
     "replay": "bench.replay:main",
     "load": "cli.load:main",
     "console": "admin_ui.cli:main",
+    "testbed": "cli.testbed.command:main",
 }
 # `simulate --fidelity` runs the live cluster beside the simulator: a benchmark.
 FIDELITY = "bench.fidelity:cli"
@@ -83,7 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     from cli import up
 
     up.add_arguments(sub.add_parser("up", help="gateway + N workers + console on this machine"))
-    up.add_gateway_arguments(sub.add_parser("gateway", help="run only the gateway"))
+    gateway = sub.add_parser("gateway", help="run only the gateway")
+    up.add_gateway_arguments(gateway)
+    gateway.add_argument(
+        "--workers",
+        "--processes",
+        dest="workers",
+        type=int,
+        default=1,
+        help="gateway processes on this host, sharing the store and Redis (needs EVOLVING_DIRECTORY_URL for N > 1)",
+    )
     model = sub.add_parser("model", help="model folders")
     model.add_argument("action", choices=["init-demo"])
     model.add_argument("dir")

@@ -124,6 +124,11 @@ def run_gateway(args: argparse.Namespace) -> int:
 
     urls = tuple(u.strip().rstrip("/") for u in args.worker_urls.split(",") if u.strip())
     settings = settings_from_args(args, urls or GatewaySettings.from_env().worker_urls)
+    processes = getattr(args, "workers", 1)
+    if processes != 1:
+        from cli import gateway_procs
+
+        gateway_procs.check(settings, processes)
     cp = ControlPlane.build(settings)
     print(
         f"gateway:  http://{settings.host}:{settings.port}/v1   auth: {settings.auth}   "
@@ -133,6 +138,12 @@ def run_gateway(args: argparse.Namespace) -> int:
     mode = cp.planner_mode
     print(f"planner:  {settings.planner}, mode {mode} ({MODE_MEANING.get(mode, '?')})", flush=True)
     print(admin_token_notice(cp), flush=True)
+    if processes != 1:
+        from cli import gateway_procs
+
+        print(f"{processes} gateway processes on port {settings.port}", flush=True)
+        cp.db.dispose()  # each process opens its own
+        return gateway_procs.run(args, settings)
     serve(settings, args.log_level, cp)
     return 0
 

@@ -13,6 +13,11 @@ injected (tests pass fakes), the rest is built from `settings`:
     planner_tick   coroutine run every `planner_interval_s` (see gateway.control.runtime),
                    reported as `planner_name`
     workload       where finished-request samples go for the planner (LocalWorkloadFeed)
+    leadership     which replica's planner acts (`gateway.control.leadership.LeaderElector`);
+                   None: this gateway always leads. Its term goes on every order
+                   and heartbeat fence; a worker's stale-term refusal deposes it.
+    leader_decision  coroutine function returning the leader's latest decision (what a
+                   follower's admin API shows)
     on_startup     async hooks(runtime) run at startup (the control plane's start)
     on_shutdown    async hooks() run at shutdown, in reverse order
 
@@ -41,8 +46,9 @@ from fastapi.routing import APIRoute
 
 from gateway.asgi import BodySizeLimit, GatewayApp
 from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
+from gateway.control.ports import Leadership
 from gateway.control.registry import WorkerRegistry
-from gateway.control.runtime import ClusterRuntime, PlannerTick
+from gateway.control.runtime import ClusterRuntime, DecisionSource, PlannerTick
 from gateway.control.workload_feed import WorkloadFeed
 from gateway.directory import Directory, GatewayDirectory
 from gateway.http_errors import install_error_handlers
@@ -95,6 +101,8 @@ def create_app(
     planner_name: str = "none",
     planner_interval_s: float = 1.0,
     workload: WorkloadFeed | None = None,
+    leadership: Leadership | None = None,
+    leader_decision: DecisionSource | None = None,
     on_startup: Sequence[StartupHook] = (),
     on_shutdown: Sequence[ShutdownHook] = (),
 ) -> FastAPI:
@@ -112,13 +120,14 @@ def create_app(
         from kvpool.directory import create_directory
 
         backend = (
-            create_directory("redis", url=settings.directory_url)
+            create_directory("redis", url=settings.directory_url, prefix=settings.redis_base + ":kv")
             if settings.directory_url
             else create_directory("memory")
         )
         directory = GatewayDirectory(backend, block_size=settings.block_size, branch_ttl_s=settings.branch_ttl_s)
     metrics = GatewayMetrics()
-    registry = WorkerRegistry(client, directory, failures_to_unhealthy=settings.heartbeat_failures)
+    term = (lambda: leadership.order_term()) if leadership is not None else (lambda: None)
+    registry = WorkerRegistry(client, directory, failures_to_unhealthy=settings.heartbeat_failures, term_source=term)
     orchestrator = Orchestrator(
         registry,
         client,
@@ -129,9 +138,22 @@ def create_app(
         ),
     )
     switcher = PhaseSwitcher(
-        registry, client, deadline_s=settings.switch_deadline_s, sinks=[metrics.observe_switch, *(switch_sinks or [])]
+        registry,
+        client,
+        deadline_s=settings.switch_deadline_s,
+        sinks=[metrics.observe_switch, *(switch_sinks or [])],
+        term_source=term,
+        on_fenced=(lambda why: leadership.deposed(why=why)) if leadership is not None else (lambda why: None),
     )
-    cluster = ClusterRuntime(registry, switcher, directory, planner_tick=planner_tick, planner_name=planner_name)
+    cluster = ClusterRuntime(
+        registry,
+        switcher,
+        directory,
+        planner_tick=planner_tick,
+        planner_name=planner_name,
+        leadership=leadership,
+        leader_decision=leader_decision,
+    )
     service = OpenAIService(
         model_name=settings.served_model,
         tokenizer=tokenizer,
@@ -196,7 +218,7 @@ def create_app(
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        metrics.refresh(registry, directory)
+        metrics.refresh(registry, await directory.stats())
         data, content_type = metrics.render()
         return Response(data, media_type=content_type)
 
@@ -230,6 +252,6 @@ def endpoint_label(route: object) -> str:
 async def _expire_branches(directory: Directory, ttl_s: float) -> None:
     while True:
         await asyncio.sleep(min(60.0, ttl_s / 4))
-        expired = directory.expire()
+        expired = await directory.expire()
         if expired:
             log.info("expired %d idle branches", len(expired))

@@ -6,12 +6,26 @@
 serves (blocking): it migrates the store (`db upgrade`), makes sure an
 operator can log in (the first admin token, or `EVOLVING_ADMIN_TOKEN`), and
 reads the persisted overrides. `compose_app` then wires the control plane
-(store-backed tenant gate, admin API, buffered event sink), the planner and
-its loop (`build_planner`, fed by a `LocalWorkloadFeed` the OpenAI service
-adds to) and the gateway app (`gateway.app.create_app`). In the app's
-lifespan, `ControlPlane.start` starts the sink and the gate's refresh loop
-and restores the overrides (planner mode, split pin, node pins) through the
-`OverridesService`, realising the pins; `stop` flushes what the sink holds.
+(store-backed tenant gate, admin API, buffered event sink, the overrides
+bus, planner leadership), the planner and its loop (`build_planner`) and the
+gateway app (`gateway.app.create_app`).
+
+What several gateway processes (replicas on Kubernetes, or `gateway
+--workers N` on one host) share, when `EVOLVING_DIRECTORY_URL` names a Redis
+server (`Shared`): the KV directory, tenant limits (`ClusterLimits`), the
+workload stream the planner reads (`RedisWorkloadFeed`), the overrides bus
+(`RedisBus`) and the replica membership. Leadership goes through the store
+(`LeaderElector`), with or without Redis. Without Redis everything lives in
+this process (`LocalWorkloadFeed`, `LocalBus`, limits per process): one
+gateway process.
+
+In the app's lifespan, `ControlPlane.start` starts the bus, the membership
+heartbeat, the workload stream, the sink, the gate's refresh loop and the
+limits' lease renewal, restores the overrides (planner mode, split pin, node
+pins) through the `OverridesService`, starts the reconciliation loop, then
+the elector (the leader realises the pins and decides at once); `stop`
+releases the lease first (a follower takes over at once) and flushes what
+the sink holds.
 
 With `settings.auth == "open"` the gate is `OpenTenantGate` (one tenant, no
 keys, no limits); the store, admin API and event history work as usual.
@@ -19,10 +33,12 @@ keys, no limits); the store, admin API and event history work as usual.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import pathlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
@@ -30,11 +46,20 @@ from fastapi import APIRouter
 from gateway.admin import bootstrap_admin_token, build_admin_router
 from gateway.admin._deps import AdminControl
 from gateway.admin.auth import AdminAuthenticator
+from gateway.circuit import CircuitBreaker
+from gateway.control.bus import ADMIN_TOKEN_REVOKED, ClusterEvent, LocalBus, RedisBus
+from gateway.control.leader_view import StoredDecision
+from gateway.control.leadership import LeaderElector
+from gateway.control.lease import LeaseConfig
+from gateway.control.membership import Membership
 from gateway.control.overrides import OverridesService
 from gateway.control.planner_loop import PlannerLoop
 from gateway.control.runtime import ClusterRuntime
-from gateway.control.workload_feed import LocalWorkloadFeed
+from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
+from gateway.control.workload_stream import RedisWorkloadFeed
+from gateway.directory import GatewayDirectory
 from gateway.serving.policy import GateConfig, StoreTenantGate
+from gateway.serving.policy.cluster_limits import ClusterLimits
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Overrides, SinkConfig, repository
@@ -44,9 +69,51 @@ from planner.types import Planner
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
     from fastapi import FastAPI
 
     from gateway.app import GatewayRuntime
+
+
+@dataclass
+class Shared:
+    """The Redis-backed state several gateway processes share (module docstring)."""
+
+    client: aioredis.Redis
+    base: str  # key prefix, `settings.redis_base`
+    replica: str
+    breaker: CircuitBreaker
+    membership: Membership
+    limits: ClusterLimits
+
+    @classmethod
+    def build(cls, settings: GatewaySettings) -> Shared:
+        import redis.asyncio as aioredis
+
+        assert settings.directory_url is not None
+        client = aioredis.Redis.from_url(
+            settings.directory_url,
+            decode_responses=True,
+            socket_timeout=1.0,
+            socket_connect_timeout=1.0,
+            health_check_interval=10,
+        )
+        base, replica = settings.redis_base, settings.replica
+        breaker = CircuitBreaker()
+        membership = Membership(client, base, replica, expected=settings.gateway_replicas)
+        limits = ClusterLimits(client, base, replica, breaker=breaker, replicas=membership.count)
+        return cls(client, base, replica, breaker, membership, limits)
+
+    def directory(self, settings: GatewaySettings) -> GatewayDirectory:
+        from kvpool.directory import create_directory
+
+        return GatewayDirectory(
+            create_directory("redis", client=self.client, prefix=self.base + ":kv"),
+            block_size=settings.block_size,
+            branch_ttl_s=settings.branch_ttl_s,
+            breaker=self.breaker,
+            replicas=self.membership.count,
+        )
 
 
 @dataclass
@@ -59,6 +126,12 @@ class ControlPlane:
     overrides: Overrides
     # The bootstrap operator token when this start created it (print it once), else None.
     first_admin_token: str | None = None
+    shared: Shared | None = None  # None: one gateway process, nothing in Redis
+    bus: LocalBus | RedisBus = field(default_factory=LocalBus)
+    elector: LeaderElector | None = None
+    workload: WorkloadFeed = field(default_factory=LocalWorkloadFeed)
+    service: OverridesService | None = None  # built with the admin router
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -75,14 +148,49 @@ class ControlPlane:
         first = bootstrap_admin_token(db, settings.admin_token)
         overrides = db.run(lambda s: repository.get_overrides(s))
         sink = EventSink(db, config=sink_config)
+        shared = Shared.build(settings) if settings.directory_url else None
         gate: TenantGate = (
-            StoreTenantGate(db, sink, config=gate_config) if settings.auth == "keys" else OpenTenantGate()
+            StoreTenantGate(
+                db,
+                sink,
+                config=gate_config or GateConfig(refresh_interval_s=settings.reconcile_s),
+                cluster=shared.limits if shared is not None else None,
+            )
+            if settings.auth == "keys"
+            else OpenTenantGate()
         )
-        return cls(settings, db, sink, gate, AdminAuthenticator(db), overrides, first)
+        cp = cls(settings, db, sink, gate, AdminAuthenticator(db), overrides, first, shared)
+        cp.wire()
+        return cp
+
+    def wire(self) -> None:
+        """The parts that depend on what this process shares (also for planted control planes)."""
+        replica = self.settings.replica
+        if self.shared is not None:
+            self.bus = RedisBus(self.shared.client, self.shared.base, replica)
+            self.workload = RedisWorkloadFeed(
+                self.shared.client, self.shared.base, replica, gap_ttl_s=self.settings.branch_ttl_s
+            )
+        else:
+            self.bus = LocalBus(replica)
+        self.elector = LeaderElector(
+            self.db, replica, LeaseConfig(ttl_s=self.settings.leader_ttl_s, renew_s=self.settings.leader_renew_s)
+        )
+        if isinstance(self.gate, StoreTenantGate):
+            self.bus.subscribe(self.gate.on_event, on_resync=self.gate.refresh)
+        self.bus.subscribe(self._on_admin_event)
+
+    async def _on_admin_event(self, event: ClusterEvent) -> None:
+        if event.kind == ADMIN_TOKEN_REVOKED:
+            self.auth.forget(str(event.data.get("token_id", "")))
 
     def admin_router(self, control: AdminControl) -> APIRouter:
         """`create_app`'s admin router factory; `control` is the cluster runtime."""
-        return build_admin_router(control=control, db=self.db, sink=self.sink, auth=self.auth)
+        self.service = OverridesService(control, self.sink, bus=self.bus)
+        self.bus.subscribe(self.service.on_event, on_resync=self.reconcile)
+        return build_admin_router(
+            control=control, db=self.db, sink=self.sink, auth=self.auth, overrides=self.service, bus=self.bus
+        )
 
     @property
     def planner_mode(self) -> str:
@@ -90,11 +198,21 @@ class ControlPlane:
         return self.overrides.planner_mode or self.settings.planner_mode
 
     async def start(self, runtime: GatewayRuntime) -> None:
+        await self.bus.start()
+        if self.shared is not None:
+            await self.shared.membership.start()
+            await self.shared.limits.start()
+        if isinstance(self.workload, RedisWorkloadFeed):
+            await self.workload.start()
         self.sink.start()
         if isinstance(self.gate, StoreTenantGate):
             await self.gate.start()
         await self.restore(runtime.cluster)
         await self.seed_predictions(runtime.cluster)
+        self._tasks.append(asyncio.get_running_loop().create_task(self._reconcile_loop(), name="reconcile"))
+        if self.elector is not None:
+            self.elector.on_elected(runtime.cluster.on_elected)
+            await self.elector.start()
 
     async def seed_predictions(self, cluster: ClusterRuntime) -> None:
         """Show the last stored prediction per split until the planner makes a
@@ -108,13 +226,48 @@ class ControlPlane:
             cluster.seed_predictions(latest[1], latest[0])
 
     async def restore(self, cluster: ClusterRuntime) -> None:
-        """Apply the persisted mode and pins; pins win, so realise them now."""
-        await OverridesService(cluster, self.sink).restore(self.overrides, default_mode=self.settings.planner_mode)
+        """Apply the persisted mode and pins; the leader realises the pins."""
+        service = self.service or OverridesService(cluster, self.sink, bus=self.bus)
+        await service.restore(self.overrides, default_mode=self.settings.planner_mode)
+
+    async def reconcile(self) -> None:
+        """Apply overrides changed through other replicas whose notice this one missed."""
+        if self.service is None:
+            return
+        try:
+            stored = await self.db.run_async(lambda s: repository.get_overrides(s))
+        except StoreUnavailable:
+            return
+        await self.service.reconcile(stored)
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reconcile_s)
+            try:
+                await self.reconcile()
+            except Exception:  # the loop must outlive one bad round
+                log.exception("overrides reconciliation failed")
 
     async def stop(self) -> None:
+        if self.elector is not None:
+            await self.elector.stop()  # release the lease first: a follower takes over at once
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
         if isinstance(self.gate, StoreTenantGate):
             await self.gate.stop()
+        if isinstance(self.workload, RedisWorkloadFeed):
+            await self.workload.stop()
+        await self.bus.stop()
+        if self.shared is not None:
+            await self.shared.limits.stop()
+            await self.shared.membership.stop()
         await self.sink.stop()
+        if self.shared is not None:
+            await self.shared.client.aclose()
         self.db.dispose()
 
 
@@ -180,9 +333,12 @@ def compose_app(
     from gateway.app import create_app
 
     cp = control_plane or ControlPlane.build(settings)
+    if cp.elector is None:
+        cp.wire()
     chosen = build_planner(settings) if planner == "settings" else planner
-    workload = LocalWorkloadFeed()
-    loop = PlannerLoop(chosen, workload=workload, sink=cp.sink.record_decision) if chosen is not None else None
+    loop = PlannerLoop(chosen, workload=cp.workload, sink=cp.sink.record_decision) if chosen is not None else None
+    if cp.shared is not None:
+        create_app_kwargs.setdefault("directory", cp.shared.directory(settings))
     app = create_app(
         settings,
         tenant_gate=cp.gate,
@@ -190,7 +346,9 @@ def compose_app(
         switch_sinks=[cp.sink.record_switch],
         planner_tick=loop.tick if loop else None,
         planner_name=loop.planner.name if loop else "none",
-        workload=workload,
+        workload=cp.workload,
+        leadership=cp.elector,
+        leader_decision=StoredDecision(cp.db).latest,
         planner_interval_s=settings.planner_interval_s,
         on_startup=[cp.start],
         on_shutdown=[cp.stop],
@@ -199,3 +357,9 @@ def compose_app(
     app.state.control_plane = cp
     app.state.planner_loop = loop
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The app of one process of `evolving-infra gateway --workers N` (uvicorn's
+    factory): settings from the environment, which the parent filled in."""
+    return compose_app(GatewaySettings.from_env())

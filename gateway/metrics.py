@@ -19,6 +19,12 @@ Exported names (all prefixed `evolving_`):
     evolving_directory_blocks                            blocks in the KV directory
     evolving_directory_referenced_blocks                 blocks held by an active branch
     evolving_directory_branches                          active branches
+    evolving_kv_pulls_total{node,peer,outcome}           a worker's pulls from a peer's host store;
+                                                         outcome = ok|stale|timeout|unavailable|error|skipped
+    evolving_kv_pulled_blocks_total{node,peer}           blocks pulled and verified
+    evolving_kv_peer_up{node,peer}                       1 while the node pulls from the peer, 0 while
+                                                         it is down (loads recompute until it answers)
+    evolving_kv_peer_downs_total{node,peer}              times the peer went down for the node
 
 Cardinality is bounded: `tenant` takes at most `max_tenants` distinct values
 and `endpoint` at most `max_endpoints` (callers pass route names, never raw
@@ -28,14 +34,15 @@ paths: an unknown path is "other"); values past a cap are counted under
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
     from gateway.control.registry import WorkerRegistry
-    from gateway.directory import Directory
     from gateway.serving.orchestrator import Finished
     from gateway.store.records import SwitchOutcome
 
@@ -63,6 +70,28 @@ class _BoundedLabel:
         return value
 
 
+class _KVPeerCollector:
+    """Workers count their pulls themselves; this exports the counts of the
+    last heartbeat (so they are counters that reset when a worker restarts)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, tuple]] = []  # (node_id, its KVPeerStats)
+
+    def collect(self) -> Iterator[Metric]:
+        pulls = CounterMetricFamily("evolving_kv_pulls", "KV pulls from peers", labels=["node", "peer", "outcome"])
+        blocks = CounterMetricFamily("evolving_kv_pulled_blocks", "KV blocks pulled", labels=["node", "peer"])
+        up = GaugeMetricFamily("evolving_kv_peer_up", "1 while a node pulls from a peer", labels=["node", "peer"])
+        downs = CounterMetricFamily("evolving_kv_peer_downs", "Times a peer went down", labels=["node", "peer"])
+        for node, peers in self.nodes:
+            for p in peers:
+                for outcome, n in sorted(p.pulls.items()):
+                    pulls.add_metric([node, p.peer, outcome], n)
+                blocks.add_metric([node, p.peer], p.blocks)
+                up.add_metric([node, p.peer], 1.0 if p.state == "up" else 0.0)
+                downs.add_metric([node, p.peer], p.downs)
+        yield from (pulls, blocks, up, downs)
+
+
 class GatewayMetrics:
     def __init__(self, *, max_tenants: int = 1000, max_endpoints: int = 32) -> None:
         self._tenant = _BoundedLabel(max_tenants)
@@ -71,6 +100,8 @@ class GatewayMetrics:
         self._request_children: dict[tuple[str, str, int], Any] = {}
         self._finished_children: dict[tuple[str, str], tuple[Any, ...]] = {}
         r = self.registry = CollectorRegistry()
+        self._kv_peers = _KVPeerCollector()
+        r.register(self._kv_peers)
         self.requests = Counter(
             "evolving_requests", "OpenAI API requests", ["tenant", "endpoint", "status"], registry=r
         )
@@ -146,15 +177,16 @@ class GatewayMetrics:
             self.switch_seconds.labels("migrate").observe(outcome.migrate_s)
             self.switch_seconds.labels("total").observe(outcome.total_s)
 
-    def refresh(self, registry: WorkerRegistry, directory: Directory) -> None:
-        """Copy live gauges from the registry and directory (called per scrape)."""
+    def refresh(self, registry: WorkerRegistry, directory_stats: dict[str, float]) -> None:
+        """Copy live gauges from the registry and the directory's `stats()` (called per scrape)."""
         for node in registry.nodes():
             self.queue.labels(node.node_id).set(node.num_waiting)
             self.running.labels(node.node_id).set(max(node.num_running, node.inflight))
             self.healthy.labels(node.node_id).set(1 if node.healthy else 0)
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
-        stats = directory.stats()
+        self._kv_peers.nodes = [(node.node_id, node.kv_peers) for node in registry.nodes()]
+        stats = directory_stats
         self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
         self.directory_blocks.set(stats.get("blocks", 0.0))
         self.directory_referenced.set(stats.get("referenced", 0.0))

@@ -47,6 +47,7 @@ from gateway.worker_client import (
 from gateway.worker_wire import encode_generate
 from workers.protocol import (
     AbortResponse,
+    FenceStatus,
     GenerateChunk,
     GenerateRequest,
     MigrateRequest,
@@ -360,6 +361,9 @@ class RawWorkerClient:
 
     async def stats(self, url: str, since: int = 0) -> WorkerStats:
         return await self._control.stats(url, since)
+
+    async def fence(self, url: str, term: int) -> FenceStatus:
+        return await self._control.fence(url, term)
 
     async def ready(self, url: str) -> bool:
         return await self._control.ready(url)

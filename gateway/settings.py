@@ -21,7 +21,19 @@ Environment variables (all optional):
     EVOLVING_LOCAL_PREFILL_MAX    uncached tokens run on the decode node (256)
     EVOLVING_SWITCH_DEADLINE_S    decodes get this long before migration (0 = migrate now)
     EVOLVING_DEFAULT_MAX_TOKENS   max_tokens when a request sets none (1024)
-    EVOLVING_DIRECTORY_URL        Redis URL of a shared KV directory (in memory when unset)
+    EVOLVING_DIRECTORY_URL        Redis URL of the state gateway replicas share: KV directory, tenant
+                                  limits, overrides bus, workload stream (in memory when unset;
+                                  required with more than one gateway process)
+    EVOLVING_REDIS_PREFIX         namespace of every Redis key this cluster uses (evolving)
+    EVOLVING_REPLICA_ID           this gateway process' name in leadership and membership
+                                  (default: <hostname>-<pid>)
+    EVOLVING_GATEWAY_REPLICAS     gateway processes the cluster runs (1); with Redis unreachable
+                                  and no membership seen yet, each enforces limit / this
+    EVOLVING_LEADER_TTL_S         planner leadership lease, s (2.0): a dead leader is replaced
+                                  within about TTL + renew interval
+    EVOLVING_LEADER_RENEW_S       lease renewal / takeover attempt interval, s (0.5)
+    EVOLVING_RECONCILE_S          keys, policies and overrides re-read from the store, s (2.0):
+                                  heals a missed change notice
     EVOLVING_CLUSTER_TOKEN        bearer token for the workers' /internal API
     EVOLVING_DB_URL               SQLAlchemy URL of the control-plane store (default: SQLite
                                   file evolving.db in the data folder)
@@ -42,6 +54,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -78,8 +91,14 @@ class GatewaySettings:
     stream_idle_timeout_s: float = 300.0
     max_connections: int = 1024
     db_url: str | None = None
-    # Redis URL of a shared KV directory (several gateway replicas); None: in memory.
+    # Redis URL of the state replicas share (directory, limits, bus, workload); None: in memory.
     directory_url: str | None = None
+    redis_prefix: str = "evolving"
+    replica_id: str = ""  # empty: <hostname>-<pid> (see `replica`)
+    gateway_replicas: int = 1
+    leader_ttl_s: float = 2.0
+    leader_renew_s: float = 0.5
+    reconcile_s: float = 2.0
     # Bearer token the workers require on /internal (their --cluster-token).
     cluster_token: str | None = None
     # Control plane (gateway.compose). Secrets stay out of repr().
@@ -120,6 +139,12 @@ class GatewaySettings:
             raise ValueError(f"planner_mode must be one of {PLANNER_MODES}, not {self.planner_mode!r}")
         if self.planner_interval_s <= 0:
             raise ValueError("planner_interval_s must be > 0")
+        if not 0 < self.leader_renew_s <= self.leader_ttl_s / 2:
+            raise ValueError("leader_renew_s must be > 0 and at most half of leader_ttl_s")
+        if self.gateway_replicas < 1 or self.reconcile_s <= 0:
+            raise ValueError("gateway_replicas must be >= 1 and reconcile_s > 0")
+        if not self.redis_prefix or any(c in self.redis_prefix for c in "{}: "):
+            raise ValueError("redis_prefix must be non-empty, without braces, colons or spaces")
         if self.planner_min_prefill < 0:
             raise ValueError("planner_min_prefill must be >= 0")
         for url in self.worker_urls:
@@ -133,6 +158,18 @@ class GatewaySettings:
         if self.model_dir:
             return pathlib.Path(self.model_dir).name or "model"
         return "model"
+
+    @property
+    def replica(self) -> str:
+        """This process' replica id: `replica_id`, else <hostname>-<pid> (unique per
+        process, so `gateway --workers N` needs no setting)."""
+        return self.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+
+    @property
+    def redis_base(self) -> str:
+        """Prefix of every Redis key: the namespace as a hash tag (`{evolving}`), so a
+        Redis Cluster keeps the keys one script touches in one slot."""
+        return "{" + self.redis_prefix + "}"
 
     @property
     def store_url(self) -> str:
@@ -165,6 +202,12 @@ class GatewaySettings:
             "SWITCH_DEADLINE_S": ("switch_deadline_s", float),
             "DB_URL": ("db_url", str),
             "DIRECTORY_URL": ("directory_url", str),
+            "REDIS_PREFIX": ("redis_prefix", str),
+            "REPLICA_ID": ("replica_id", str),
+            "GATEWAY_REPLICAS": ("gateway_replicas", int),
+            "LEADER_TTL_S": ("leader_ttl_s", float),
+            "LEADER_RENEW_S": ("leader_renew_s", float),
+            "RECONCILE_S": ("reconcile_s", float),
             "CLUSTER_TOKEN": ("cluster_token", str),
             "DEFAULT_MAX_TOKENS": ("default_max_tokens", int),
             "DATA_DIR": ("data_dir", str),

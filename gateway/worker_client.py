@@ -26,6 +26,8 @@ from workers.protocol import (
     AbortRequest,
     AbortResponse,
     ErrorResponse,
+    FenceRequest,
+    FenceStatus,
     GenerateChunk,
     GenerateRequest,
     MigrateRequest,
@@ -57,10 +59,16 @@ class WorkerUnreachable(WorkerError):
 class WorkerRejected(WorkerError):
     code = "worker_rejected"
 
-    def __init__(self, message: str, *, status: int, retryable: bool) -> None:
+    def __init__(self, message: str, *, status: int, retryable: bool, error_type: str = "") -> None:
         super().__init__(message)
         self.status_code = status
         self.retryable = retryable
+        self.error_type = error_type  # the worker's `ErrorBody.type`, e.g. "stale_term"
+
+    @property
+    def stale_term(self) -> bool:
+        """The worker refused an order of a superseded leadership term (`workers.fence`)."""
+        return self.status_code == 409 and self.error_type == "stale_term"
 
 
 class WorkerAPI(Protocol):
@@ -76,6 +84,9 @@ class WorkerAPI(Protocol):
     async def phase(self, url: str) -> PhaseStatus: ...
     async def change_phase(self, url: str, req: PhaseChangeRequest, *, timeout_s: float) -> PhaseChangeResult: ...
     async def stats(self, url: str, since: int = 0) -> WorkerStats: ...
+    async def fence(self, url: str, term: int) -> FenceStatus:
+        """Tell the worker the newest leadership term (`workers.fence`)."""
+
     async def ready(self, url: str) -> bool: ...
     async def aclose(self) -> None: ...
 
@@ -84,7 +95,9 @@ def rejected_error(status: int, body: bytes) -> WorkerRejected:
     """The `WorkerRejected` for an error answer (an `ErrorResponse` body, or whatever the worker sent)."""
     try:
         err = ErrorResponse.model_validate_json(body).error
-        return WorkerRejected(f"worker {err.type}: {err.message}", status=status, retryable=err.retryable)
+        return WorkerRejected(
+            f"worker {err.type}: {err.message}", status=status, retryable=err.retryable, error_type=err.type
+        )
     except ValidationError:
         text = body[:200].decode(errors="replace")
         return WorkerRejected(f"worker HTTP {status}: {text}", status=status, retryable=status in (429, 503))
@@ -191,6 +204,10 @@ class HttpWorkerClient:
 
     async def stats(self, url: str, since: int = 0) -> WorkerStats:
         return WorkerStats.model_validate_json(await self._get(f"{url}/internal/stats", {"since": since}))
+
+    async def fence(self, url: str, term: int) -> FenceStatus:
+        raw = await self._post(f"{url}/internal/fence", FenceRequest(term=term).model_dump_json(), timeout_s=5.0)
+        return FenceStatus.model_validate_json(raw)
 
     async def ready(self, url: str) -> bool:
         try:

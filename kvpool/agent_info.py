@@ -13,6 +13,10 @@ import pathlib
 from dataclasses import asdict, dataclass
 
 FILE_NAME = "kv-agent.json"
+# Environment variable holding the cluster token: a worker bound beyond
+# loopback answers /internal (this endpoint included) only with it, so
+# a node fetching a peer's agent info sends it.
+CLUSTER_TOKEN_ENV = "EVOLVING_CLUSTER_TOKEN"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ Wire form (one JSON object per datagram, `type` first):
     {"type": "iteration", "t": unix_s, "elapsed_ms": float, "prefill_requests": int,
      "decode_requests": int, "uncached_prompt_tokens": int, "cached_prompt_tokens": int,
      "generated_tokens": int, "context_tokens": int, "attention_pairs": int}
+    {"type": "pull", "peer": str, "outcome": str, "block_count": int, "seconds": float}
+    {"type": "peer", "peer": str, "state": "up" | "down", "reason": str}
 
 `publish` never raises (the directory is best-effort); `decode` raises
 `EventDecodeError` on anything that is not one of these.
@@ -63,8 +65,40 @@ class StepTimed:
     attention_pairs: int = 0
 
 
-KVEvent = BlocksSaved | BlocksDropped | StepTimed
-_TYPES: dict[str, type[Any]] = {"saved": BlocksSaved, "dropped": BlocksDropped, "iteration": StepTimed}
+# Outcomes of one pull from one peer: read and verified; tags no longer named
+# the blocks (the peer evicted them: not a fault); the read timed out; the
+# peer was unreachable or disconnected; any other failure; not tried because
+# the peer is down (recomputed at once).
+PULL_OUTCOMES = ("ok", "stale", "timeout", "unavailable", "error", "skipped")
+
+
+@dataclass(frozen=True)
+class PullDone:
+    """One pull of a load's blocks from one peer, as the model runner saw it."""
+
+    peer: str
+    outcome: str  # one of PULL_OUTCOMES
+    block_count: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PeerChanged:
+    """A peer went down (pulls skip it) or came back."""
+
+    peer: str
+    state: str  # "up" | "down"
+    reason: str = ""
+
+
+KVEvent = BlocksSaved | BlocksDropped | StepTimed | PullDone | PeerChanged
+_TYPES: dict[str, type[Any]] = {
+    "saved": BlocksSaved,
+    "dropped": BlocksDropped,
+    "iteration": StepTimed,
+    "pull": PullDone,
+    "peer": PeerChanged,
+}
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 
 
@@ -110,6 +144,10 @@ def decode(data: bytes) -> KVEvent:
         event: KVEvent = cls(**body)
     except TypeError as exc:
         raise EventDecodeError(str(exc)) from exc
+    if isinstance(event, PullDone) and event.outcome not in PULL_OUTCOMES:
+        raise EventDecodeError(f"unknown pull outcome {event.outcome!r}")
+    if isinstance(event, PeerChanged) and event.state not in ("up", "down"):
+        raise EventDecodeError(f"unknown peer state {event.state!r}")
     return event
 
 

@@ -9,7 +9,10 @@ about the local store; the worker half only copies bytes where it is told
 Slot lifecycle here: free -> reserved (a save or a staging load in flight,
 pinned) -> committed (in the index, LRU-ordered) -> free (evicted). Pinned
 slots are never evicted; a read by a peer of a slot evicted meanwhile is
-caught by the store's tags on the reading side.
+caught by the store's tags on the reading side. A staging slot whose read
+timed out is quarantined (the network may still write it,
+kvpool.transport.base): released, it stays out of use until the worker half
+reports the read finished.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ class SlotIndex:
         self._reserved: set[int] = set()
         # Slots of superseded copies that a load still reads: freed at their last unpin.
         self._retired: set[int] = set()
+        self._quarantined: set[int] = set()  # a timed-out read may still write them
+        self._held: set[int] = set()  # released while quarantined: freed at unquarantine
 
     def __len__(self) -> int:
         return len(self._ready)
@@ -130,7 +135,7 @@ class SlotIndex:
                 self._pins.pop(s, None)
                 if s in self._retired:
                     self._retired.discard(s)
-                    self._free.append(s)
+                    self._give_back(s)
             else:
                 self._pins[s] = n
 
@@ -165,13 +170,35 @@ class SlotIndex:
             if old in self._pins:
                 self._retired.add(old)
             else:
-                self._free.append(old)
+                self._give_back(old)
         self._ready[block_hash] = slot
 
     def release(self, slot: int) -> None:
         """A reserved slot was not filled (failed or cancelled)."""
         if slot in self._reserved:
             self._reserved.discard(slot)
+            self._give_back(slot)
+
+    def quarantine(self, slots: Iterable[int]) -> None:
+        """Keep these slots out of use, even once released, until `unquarantine`."""
+        self._quarantined.update(slots)
+
+    def unquarantine(self, slots: Iterable[int]) -> None:
+        """Nothing writes these slots any more; a released one is free again."""
+        for s in slots:
+            self._quarantined.discard(s)
+            if s in self._held:
+                self._held.discard(s)
+                self._free.append(s)
+
+    @property
+    def quarantined(self) -> frozenset[int]:
+        return frozenset(self._quarantined)
+
+    def _give_back(self, slot: int) -> None:
+        if slot in self._quarantined:
+            self._held.add(slot)
+        else:
             self._free.append(slot)
 
 

@@ -80,11 +80,15 @@ class WorkloadEstimate:
     remote_cached_std: float
     local_uncached_mean: float
     local_cached_mean: float
+    # Σ weights / window: the rate agents would offer if nothing queued
+    # (planner.offered); equals rate_rps when no sample is reweighted.
+    offered_rate_rps: float = 0.0
 
     def summary(self) -> dict[str, float]:
         """Flat numbers for a Decision's ``inputs``."""
         return {
             "rate_rps": self.rate_rps,
+            "offered_rate_rps": self.offered_rate_rps,
             "requests": float(self.n),
             "uncached_mean": self.uncached_mean,
             "cached_mean": self.cached_mean,
@@ -134,6 +138,7 @@ def estimate_from_stats(stats: np.ndarray, window_s: float) -> WorkloadEstimate:
         remote_cached_std=rc_sd,
         local_uncached_mean=lu,
         local_cached_mean=lc,
+        offered_rate_rps=float(total[_W]) / window_s,
     )
 
 

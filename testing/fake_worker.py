@@ -13,6 +13,11 @@ Behaviour, all deterministic:
   in-flight decode with finish_reason "migrated" and the blocks of
   prompt + generated tokens, then flips.
 - `kill()` makes the node dead: open streams break, every call fails.
+- Fencing as the real worker (`workers.fence.TermFence`): a phase change or
+  migrate order of an older term than the newest seen raises
+  `WorkerRejected` 409 "stale_term"; `switch_delay_s` makes every phase
+  change take at least that long (an order that is still running when a
+  test pauses the gateway that sent it).
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from dataclasses import dataclass, field
 from core import Phase, Role
 from gateway.directory import BlockHasher, default_block_hasher
 from gateway.worker_client import WorkerRejected, WorkerUnreachable
+from workers.fence import StaleTerm, TermFence
 from workers.protocol import (
     AbortResponse,
     BlockLocation,
+    FenceStatus,
     GenerateChunk,
     GenerateRequest,
     HostStoreStats,
@@ -64,6 +71,10 @@ class FakeWorker:
     hasher: BlockHasher = field(default_factory=default_block_hasher)
     dead: bool = False
     draining_to: Phase | None = None
+    switch_delay_s: float = 0.0
+    fence: TermFence = field(default_factory=TermFence)
+    # (term, from, to, unix time it was accepted) of every phase change carried out, in order
+    switches: list[tuple[int | None, Phase, Phase, float]] = field(default_factory=list)
     requests: list[GenerateRequest] = field(default_factory=list)
     _running: dict[str, _Running] = field(default_factory=dict)
     _slots: int = 0
@@ -183,8 +194,24 @@ class FakeWorker:
             state.abort = True
         return AbortResponse(request_id=request_id, aborted=state is not None)
 
-    def migrate(self, req: MigrateRequest) -> MigrateResponse:
+    def _admit_order(self, term: int | None) -> None:
+        try:
+            self.fence.admit(term)
+        except StaleTerm as exc:
+            raise WorkerRejected(
+                f"worker stale_term: {exc}", status=409, retryable=False, error_type="stale_term"
+            ) from None
+
+    def fence_status(self, term: int | None = None) -> FenceStatus:
         self._check_alive()
+        self.fence.observe(term)
+        f = self.fence
+        return FenceStatus(node_id=self.node_id, term=f.newest, accepted_orders=f.accepted, refused_orders=f.refused)
+
+    def migrate(self, req: MigrateRequest, *, fenced: bool = True) -> MigrateResponse:
+        self._check_alive()
+        if fenced:
+            self._admit_order(req.term)
         ids = req.request_ids or [r for r, s in self._running.items() if s.req.role is Role.DECODE]
         for rid in ids:
             if rid in self._running:
@@ -204,6 +231,8 @@ class FakeWorker:
 
     async def change_phase(self, req: PhaseChangeRequest) -> PhaseChangeResult:
         self._check_alive()
+        self._admit_order(req.term)
+        accepted_at = self._clock()
         start = time.monotonic()
         from_phase = self.phase
         self.draining_to = req.phase
@@ -214,12 +243,16 @@ class FakeWorker:
             deadline = drained + req.deadline_s
             while self._running and time.monotonic() < deadline:
                 await asyncio.sleep(0.001)
-            migrated = self.migrate(MigrateRequest()).migrated if req.migrate else []
+            migrated = self.migrate(MigrateRequest(), fenced=False).migrated if req.migrate else []
             if not req.migrate:
                 for s in self._running.values():
                     s.abort = True
             while self._running:
                 await asyncio.sleep(0.001)
+            rest = self.switch_delay_s - (time.monotonic() - start)
+            if rest > 0:
+                await asyncio.sleep(rest)
+            self.switches.append((req.term, self.phase, req.phase, accepted_at))
             self.phase = req.phase
         finally:
             self.draining_to = None
@@ -249,6 +282,8 @@ class FakeWorker:
             host_store=HostStoreStats(capacity_blocks=1 << 20, used_blocks=len(self._store), block_bytes=4096),
             iterations=[r for r in self._iterations if r.index >= since],
             saved_blocks=saved,
+            fence_term=self.fence.newest,
+            refused_orders=self.fence.refused,
         )
 
 
@@ -284,6 +319,9 @@ class InProcessWorkerClient:
 
     async def stats(self, url: str, since: int = 0) -> WorkerStats:
         return self._w(url).stats(since)
+
+    async def fence(self, url: str, term: int) -> FenceStatus:
+        return self._w(url).fence_status(term)
 
     async def ready(self, url: str) -> bool:
         return url in self.workers and not self.workers[url].dead

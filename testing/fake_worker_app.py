@@ -4,7 +4,14 @@
 streams) over a FakeWorker. With `openai_model` set, the same app also
 answers `POST /v1/chat/completions` (SSE) with `max_tokens` chunks at the
 same cadence — the "direct" and LiteLLM upstream of `bench gateway`, so all
-paths measured there share one upstream implementation.
+paths measured there share one upstream implementation. `GET
+/testing/switches` lists the phase changes it carried out with their terms
+(what the fencing tests check).
+
+As a process (tests and `bench replicas`):
+
+    python -m testing.fake_worker_app --port P --node-id w0 --phase decode \
+        [--token-delay-s 0.005] [--switch-delay-s 0] [--block-size 16] [--vocab 1000]
 """
 
 from __future__ import annotations
@@ -19,11 +26,20 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.worker_client import WorkerRejected, WorkerUnreachable
 from testing.fake_worker import FakeWorker
-from workers.protocol import ErrorBody, ErrorResponse, GenerateRequest, MigrateRequest, PhaseChangeRequest
+from workers.protocol import (
+    ErrorBody,
+    ErrorResponse,
+    FenceRequest,
+    GenerateRequest,
+    MigrateRequest,
+    PhaseChangeRequest,
+)
 
 
 def _error(exc: WorkerRejected) -> JSONResponse:
-    body = ErrorResponse(error=ErrorBody(type="rejected", message=exc.message, retryable=exc.retryable))
+    body = ErrorResponse(
+        error=ErrorBody(type=exc.error_type or "rejected", message=exc.message, retryable=exc.retryable)
+    )
     return JSONResponse(body.model_dump(), status_code=exc.status_code)
 
 
@@ -59,7 +75,15 @@ def create_fake_worker_app(worker: FakeWorker, *, openai_model: str | None = Non
     @app.post("/internal/migrate")
     async def migrate(request: Request) -> Response:
         req = MigrateRequest.model_validate_json(await request.body())
-        return Response(worker.migrate(req).model_dump_json(), media_type="application/json")
+        try:
+            return Response(worker.migrate(req).model_dump_json(), media_type="application/json")
+        except WorkerRejected as exc:
+            return _error(exc)
+
+    @app.post("/internal/fence")
+    async def fence(request: Request) -> Response:
+        req = FenceRequest.model_validate_json(await request.body())
+        return Response(worker.fence_status(req.term).model_dump_json(), media_type="application/json")
 
     @app.get("/internal/phase")
     async def phase() -> Response:
@@ -68,7 +92,10 @@ def create_fake_worker_app(worker: FakeWorker, *, openai_model: str | None = Non
     @app.post("/internal/phase")
     async def change_phase(request: Request) -> Response:
         req = PhaseChangeRequest.model_validate_json(await request.body())
-        return Response((await worker.change_phase(req)).model_dump_json(), media_type="application/json")
+        try:
+            return Response((await worker.change_phase(req)).model_dump_json(), media_type="application/json")
+        except WorkerRejected as exc:
+            return _error(exc)
 
     @app.get("/internal/stats")
     async def stats(since: int = 0) -> Response:
@@ -76,6 +103,10 @@ def create_fake_worker_app(worker: FakeWorker, *, openai_model: str | None = Non
             return Response(worker.stats(since).model_dump_json(), media_type="application/json")
         except WorkerUnreachable:
             return JSONResponse({"error": {"type": "dead", "message": "dead", "retryable": True}}, 503)
+
+    @app.get("/testing/switches")
+    async def switches() -> list[dict[str, object]]:
+        return [{"term": term, "from": frm.value, "to": to.value, "t": t} for term, frm, to, t in worker.switches]
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -126,3 +157,34 @@ def _add_openai_upstream(app: FastAPI, worker: FakeWorker, model: str) -> None:
                 "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
             }
         )
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    import uvicorn
+
+    from core import Phase
+
+    p = argparse.ArgumentParser(prog="python -m testing.fake_worker_app")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--node-id", required=True)
+    p.add_argument("--phase", choices=["prefill", "decode"], default="decode")
+    p.add_argument("--token-delay-s", type=float, default=0.005)
+    p.add_argument("--switch-delay-s", type=float, default=0.0)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--vocab", type=int, default=1000, help="token ids are drawn from [10, vocab)")
+    args = p.parse_args(argv)
+    worker = FakeWorker(
+        args.node_id,
+        phase=Phase(args.phase),
+        token_delay_s=args.token_delay_s,
+        switch_delay_s=args.switch_delay_s,
+        block_size=args.block_size,
+        token_range=(10, args.vocab),
+    )
+    uvicorn.run(create_fake_worker_app(worker), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

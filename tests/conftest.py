@@ -10,7 +10,7 @@ import pytest
 from gateway.serving.tokenize import PromptTokenizer
 from testing.tiny_tokenizer import write_tiny_tokenizer
 
-pytest_plugins = ["testing.vllm_cluster"]
+pytest_plugins = ["testing.vllm_cluster", "testing.netns_testbed"]
 
 
 @pytest.fixture(scope="session")

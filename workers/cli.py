@@ -22,6 +22,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--kvcache-gib", type=int, default=1, help="device KV cache (VLLM_CPU_KVCACHE_SPACE)")
     p.add_argument("--kv-store-gib", type=float, default=0.25, help="host block store shared via the KV pool")
     p.add_argument("--no-kv-pool", action="store_true", help="run without the KV pool connector")
+    p.add_argument(
+        "--kv-pull-timeout-s",
+        type=float,
+        default=3.0,
+        help="deadline of one pull from a peer's host store; past it the blocks are recomputed",
+    )
     p.add_argument("--threads-bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND, e.g. 0 or 0-1")
     p.add_argument(
         "--http-cpus",
@@ -57,6 +63,7 @@ def run(argv: list[str] | None = None) -> int:
             kvcache_gib=args.kvcache_gib,
             kv_store_gib=args.kv_store_gib,
             kv_pool=not args.no_kv_pool,
+            kv_pull_timeout_s=args.kv_pull_timeout_s,
             threads_bind=args.threads_bind,
             http_cpus=args.http_cpus,
             executor=args.executor,
@@ -67,6 +74,10 @@ def run(argv: list[str] | None = None) -> int:
     token = args.cluster_token or os.environ.get("EVOLVING_CLUSTER_TOKEN") or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
         raise SystemExit("a worker bound beyond loopback needs --cluster-token (or EVOLVING_CLUSTER_TOKEN)")
+    if token:
+        # vLLM's engine process inherits it: the KV connector presents it to
+        # peers when it fetches their /internal/kv/agent.
+        os.environ["EVOLVING_CLUSTER_TOKEN"] = token
     import uvicorn
 
     from workers.server import create_app

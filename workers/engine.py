@@ -37,6 +37,7 @@ class EngineConfig:
     kvcache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE: device (paged) KV cache
     kv_store_gib: float = 0.25  # host block store shared through the KV pool
     kv_pool: bool = True  # load the KV connector (kvpool.connector.pool)
+    kv_pull_timeout_s: float = 3.0  # deadline of one pull from a peer (> 0); then the blocks are recomputed
     threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "1"
     http_cpus: str | None = None  # this process's own threads: None, "auto" or a CPU list (workers/affinity.py)
     enforce_eager: bool = True  # faster start on CPU; compile cache helps later
@@ -52,6 +53,8 @@ class EngineConfig:
             raise ValueError("block_size must be a positive multiple of 32")
         if self.max_model_len < self.block_size:
             raise ValueError("max_model_len must be >= block_size")
+        if self.kv_pull_timeout_s <= 0:
+            raise ValueError("kv_pull_timeout_s must be > 0")
         if self.kvcache_gib < 1:
             raise ValueError("kvcache_gib must be >= 1 (vLLM-CPU takes whole GiB)")
         if self.executor not in ("uni", "mp"):
@@ -121,6 +124,7 @@ class WorkerEngine:
                     "store_gib": cfg.kv_store_gib,
                     "run_dir": str(run_dir),
                     "events_socket": self.kv_events.path,
+                    "pull_timeout_s": cfg.kv_pull_timeout_s,
                 },
             }
         args = AsyncEngineArgs(

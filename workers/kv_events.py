@@ -4,7 +4,7 @@ The connector (in vLLM's EngineCore and model-runner processes) sends typed
 events; this process listens, keeps saved/dropped blocks for the next stats
 call (the gateway publishes them to the directory), hands step timings to
 the iteration log, and lets a finishing request wait for its own
-`BlocksSaved`.
+`BlocksSaved`, and counts the connector's pulls per peer (for the stats).
 """
 
 from __future__ import annotations
@@ -15,7 +15,18 @@ import os
 import socket
 from collections.abc import Callable
 
-from kvpool.events import Block, BlocksDropped, BlocksSaved, EventDecodeError, KVEvent, StepTimed, decode
+from kvpool.events import (
+    Block,
+    BlocksDropped,
+    BlocksSaved,
+    EventDecodeError,
+    KVEvent,
+    PeerChanged,
+    PullDone,
+    StepTimed,
+    decode,
+)
+from workers.protocol import KVPeerStats
 
 log = logging.getLogger(__name__)
 MAX_UNCLAIMED_SAVES = 10_000  # saved events nobody waited for (a request that ended otherwise)
@@ -43,6 +54,7 @@ class KVEventChannel:
         self._waiters: dict[str, asyncio.Future[BlocksSaved]] = {}
         self.pending_saved: list[Block] = []
         self.pending_dropped: list[Block] = []
+        self._peers: dict[str, KVPeerStats] = {}
 
     async def start(self) -> None:
         if os.path.exists(self.path):
@@ -71,8 +83,28 @@ class KVEventChannel:
                     self._saved.pop(next(iter(self._saved)))
         elif isinstance(event, BlocksDropped):
             self.pending_dropped.extend(event.blocks)
+        elif isinstance(event, PullDone):
+            peer = self._peer(event.peer)
+            peer.pulls[event.outcome] = peer.pulls.get(event.outcome, 0) + 1
+            if event.outcome == "ok":
+                peer.blocks += event.block_count
+                peer.pull_seconds += event.seconds
+        elif isinstance(event, PeerChanged):
+            peer = self._peer(event.peer)
+            if event.state == "down" and peer.state != "down":
+                peer.downs += 1
+            peer.state, peer.reason = event.state, event.reason or peer.reason
         elif self.on_step is not None:
             self.on_step(event)
+
+    def _peer(self, node_id: str) -> KVPeerStats:
+        if node_id not in self._peers:
+            self._peers[node_id] = KVPeerStats(peer=node_id)
+        return self._peers[node_id]
+
+    def peer_stats(self) -> list[KVPeerStats]:
+        """Pull counters per peer (copies, sorted by peer)."""
+        return [self._peers[n].model_copy(deep=True) for n in sorted(self._peers)]
 
     async def wait_saved(self, rid: str, timeout: float) -> BlocksSaved | None:
         if rid in self._saved:

@@ -11,6 +11,7 @@ Endpoints (all under the worker's base URL):
     POST /internal/migrate       MigrateRequest   -> MigrateResponse
     GET  /internal/phase                          -> PhaseStatus
     POST /internal/phase         PhaseChangeRequest -> PhaseChangeResult
+    POST /internal/fence         FenceRequest     -> FenceStatus
     GET  /internal/stats?since=N                  -> WorkerStats
     GET  /internal/kv/agent                       -> KVAgentInfo   (NIXL metadata of this node)
     GET  /healthz                                 -> {"status": "ok"}
@@ -18,6 +19,10 @@ Endpoints (all under the worker's base URL):
 
 Errors are `ErrorBody` with a 4xx/5xx status; `retryable` tells the gateway it
 may send the same request to another node (wrong phase, draining, overload).
+
+Fencing (`workers.fence`): switch and migrate orders carry the sender's
+leadership `term`; a worker refuses an order older than the newest term it
+has seen with 409 and `type` "stale_term".
 """
 
 from __future__ import annotations
@@ -135,6 +140,8 @@ class MigrateRequest(_Model):
     """Stop the named in-flight decodes (all when empty) and save their KV."""
 
     request_ids: list[str] = Field(default_factory=list)
+    # Leadership term of the sender (fencing); None counts as 0.
+    term: int | None = Field(None, ge=0)
 
 
 class MigrateResponse(_Model):
@@ -155,6 +162,21 @@ class PhaseChangeRequest(_Model):
     # (migrate=True) or aborted with finish_reason "abort" (migrate=False).
     deadline_s: float = Field(30.0, ge=0.0, le=3600.0)
     migrate: bool = True
+    # Leadership term of the sender (fencing); None counts as 0.
+    term: int | None = Field(None, ge=0)
+
+
+class FenceRequest(_Model):
+    """The newest leadership term the sender knows (a new leader announces itself)."""
+
+    term: int = Field(ge=0)
+
+
+class FenceStatus(_Model):
+    node_id: str
+    term: int  # newest term this worker has seen
+    accepted_orders: int = 0
+    refused_orders: int = 0  # orders refused as stale since the worker started
 
 
 class PhaseChangeResult(_Model):
@@ -209,6 +231,18 @@ class HostStoreStats(_Model):
     block_bytes: int = 0
 
 
+class KVPeerStats(_Model):
+    """This node's pulls from one peer since it started (its KV connector's view)."""
+
+    peer: str
+    state: str = "up"  # "down": pulls skip it (recompute) until it answers a probe again
+    reason: str = ""  # why it last went down: timeout | unavailable | unreachable | http NNN | error
+    pulls: dict[str, int] = Field(default_factory=dict)  # outcome -> count (kvpool.events.PULL_OUTCOMES)
+    blocks: int = 0  # blocks pulled and verified
+    pull_seconds: float = 0.0  # time in pulls that succeeded
+    downs: int = 0  # times it went down
+
+
 class WorkerStats(_Model):
     node_id: str
     phase: Phase
@@ -228,6 +262,10 @@ class WorkerStats(_Model):
     # the gateway publishes them to the directory.
     saved_blocks: list[BlockLocation] = Field(default_factory=list)
     dropped_blocks: list[BlockLocation] = Field(default_factory=list)
+    kv_peers: list[KVPeerStats] = Field(default_factory=list)
+    # Fencing: the newest leadership term seen and the orders refused as stale.
+    fence_term: int = 0
+    refused_orders: int = 0
 
 
 class KVAgentInfo(_Model):

@@ -21,11 +21,14 @@ from core import FinishReason, Phase
 from kvpool.agent_info import AgentInfo
 from workers import phase as ph
 from workers.engine import EngineConfig, EngineError, WorkerEngine
+from workers.fence import StaleTerm
 from workers.protocol import (
     AbortRequest,
     AbortResponse,
     ErrorBody,
     ErrorResponse,
+    FenceRequest,
+    FenceStatus,
     GenerateChunk,
     GenerateRequest,
     HostStoreStats,
@@ -122,9 +125,21 @@ def create_app(
     async def abort(req: AbortRequest):
         return AbortResponse(request_id=req.request_id, aborted=await eng.abort(req.request_id))
 
+    def _stale(exc: StaleTerm) -> JSONResponse:
+        return _error(409, "stale_term", str(exc))
+
     @app.post("/internal/migrate", response_model=MigrateResponse)
     async def migrate(req: MigrateRequest):
+        try:
+            ws.fence.admit(req.term)
+        except StaleTerm as exc:
+            return _stale(exc)
         return MigrateResponse(migrated=await eng.migrate(req.request_ids))
+
+    @app.post("/internal/fence", response_model=FenceStatus)
+    async def fence(req: FenceRequest):
+        ws.fence.observe(req.term)
+        return _fence_status(ws, config.node_id)
 
     @app.get("/internal/phase", response_model=PhaseStatus)
     async def get_phase():
@@ -135,6 +150,10 @@ def create_app(
 
     @app.post("/internal/phase")
     async def set_phase(req: PhaseChangeRequest):
+        try:
+            ws.fence.admit(req.term)  # before anything else: a stale order changes nothing
+        except StaleTerm as exc:
+            return _stale(exc)
         if ws.switch_lock.locked():
             return _error(409, "switch_in_progress", "a phase change is already in progress", retryable=True)
         async with ws.switch_lock:
@@ -164,6 +183,9 @@ def create_app(
             iterations=eng.iterations.since(max(0, since)),
             saved_blocks=[loc(h, s) for h, s in saved],
             dropped_blocks=[loc(h, s) for h, s in dropped],
+            kv_peers=eng.kv_events.peer_stats() if eng.kv_events else [],
+            fence_term=ws.fence.newest,
+            refused_orders=ws.fence.refused,
         )
 
     @app.get("/internal/requests", response_model=list[RequestTimingWire])
@@ -179,6 +201,11 @@ def create_app(
         return KVAgentInfo(**dataclasses.asdict(info))
 
     return app
+
+
+def _fence_status(ws: WorkerState, node_id: str) -> FenceStatus:
+    f = ws.fence
+    return FenceStatus(node_id=node_id, term=f.newest, accepted_orders=f.accepted, refused_orders=f.refused)
 
 
 def _store_stats(ws: WorkerState, config: EngineConfig) -> HostStoreStats:

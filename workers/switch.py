@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from core import Phase, Role
 from workers import phase as ph
 from workers.engine import WorkerEngine
+from workers.fence import TermFence
 from workers.protocol import HostStoreStats, PhaseChangeRequest, PhaseChangeResult
 
 # After the deadline's migrations/aborts, how long the last calls may take to end.
@@ -36,6 +37,7 @@ class WorkerState:
         self.engine = engine
         self.state = ph.from_phase(initial)
         self.switch_lock = asyncio.Lock()
+        self.fence = TermFence()  # orders of a superseded leadership term are refused
         self.store_stats: HostStoreStats | None = None  # host store layout, once known
 
     @property

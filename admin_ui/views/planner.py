@@ -13,7 +13,7 @@ import streamlit as st
 
 from admin_ui import charts, session
 from admin_ui.client import JSON
-from admin_ui.widgets import confirmed_action, fetch, fmt_time, prediction_status
+from admin_ui.widgets import confirmed_action, fetch, fmt_time, leadership_line, prediction_status
 
 MODES = ["auto", "advisory", "manual"]
 PHASES = ["prefill", "decode"]
@@ -29,6 +29,8 @@ def mode_section(state: JSON) -> None:
     current = str(state.get("mode", "?"))
     st.subheader("Mode")
     st.markdown(f"Current mode: **{current}** — {MODE_HELP.get(current, '')}. Planner: `{state.get('planner', '?')}`")
+    if line := leadership_line(state.get("leadership")):
+        st.caption(line)
     choice = st.radio(
         "New mode",
         MODES,

@@ -9,6 +9,7 @@ persisted pins/mode go through the buffered `EventSink`.
 # `Annotated` dependency aliases at definition time.
 
 import dataclasses
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -65,14 +66,17 @@ def planner_out(state: PlannerState) -> schemas.PlannerOut:
             reason=d.reason,
             confidence=d.confidence,
             actions=[schemas.ActionOut(node_id=a.node_id, to_phase=a.to_phase.value) for a in d.actions],
+            inputs={k: float(v) for k, v in d.inputs.items() if isinstance(v, (int, float)) and math.isfinite(v)},
         )
     )
+    lead = state.leadership
     return schemas.PlannerOut(
         mode=state.mode.value,
         planner=state.planner,
         last_decision=last,
         predictions=[schemas.PredictionOut(**dataclasses.asdict(p)) for p in state.predictions],
         predictions_t=state.predictions_t,
+        leadership=None if lead is None else schemas.LeadershipOut(**dataclasses.asdict(lead)),
     )
 
 

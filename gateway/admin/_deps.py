@@ -25,6 +25,17 @@ class AdminControl(ClusterControl, ClusterHistory, Protocol):
     """What the admin API needs from the live cluster."""
 
 
+class ChangeNotices(Protocol):
+    """The overrides bus (`gateway.control.bus`): tells every replica about a change."""
+
+    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> Any: ...
+
+
+class _NoNotices:
+    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class AdminContext:
     control: AdminControl
@@ -32,6 +43,7 @@ class AdminContext:
     db: Database
     sink: EventSink
     auth: AdminAuthenticator
+    bus: ChangeNotices = _NoNotices()
 
 
 Limit = Annotated[int, Query(ge=1, le=10_000, description="page size")]

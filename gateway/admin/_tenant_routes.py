@@ -1,7 +1,10 @@
 """Admin routes for tenants, their API keys, policies and usage.
 
 Each write and its audit entry commit in one transaction; these routes need
-the store and answer 503 while it is unreachable.
+the store and answer 503 while it is unreachable. After the commit a notice
+goes on the overrides bus, so every replica's key and policy cache applies
+the change at once (a revoked key is refused everywhere within a pub/sub
+delivery, not at the next refresh).
 """
 
 # No `from __future__ import annotations`: FastAPI must resolve the local
@@ -16,6 +19,7 @@ from gateway import errors
 from gateway.admin import schemas
 from gateway.admin._deps import AdminContext, Limit, Offset, RoleDependency, Since, Until, unix_s
 from gateway.admin.auth import AdminPrincipal
+from gateway.control.bus import KEY_REVOKED, TENANT_CHANGED
 from gateway.store import repository
 from gateway.store.tables import Tenant
 
@@ -67,7 +71,9 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             )
             return tenant
 
-        return await ctx.db.run_async(create)
+        tenant = await ctx.db.run_async(create)
+        await ctx.bus.publish(TENANT_CHANGED, {"tenant_id": tenant.id})
+        return tenant
 
     @router.get("/{tenant_id}", summary="One tenant", response_model=schemas.TenantOut)
     async def get_tenant(tenant_id: str, _: Viewer) -> Any:
@@ -90,7 +96,9 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             )
             return tenant
 
-        return await ctx.db.run_async(rename)
+        tenant = await ctx.db.run_async(rename)
+        await ctx.bus.publish(TENANT_CHANGED, {"tenant_id": tenant_id})
+        return tenant
 
     @router.delete(
         "/{tenant_id}", summary="Delete a tenant, its keys and policy", status_code=status.HTTP_204_NO_CONTENT
@@ -112,6 +120,7 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             )
 
         await ctx.db.run_async(delete)
+        await ctx.bus.publish(TENANT_CHANGED, {"tenant_id": tenant_id, "deleted": True})
 
     @router.get(
         "/{tenant_id}/keys",
@@ -146,7 +155,9 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             )
             return schemas.ApiKeyCreated(id=key.id, name=key.name, prefix=key.prefix, secret=secret)
 
-        return await ctx.db.run_async(create)
+        created = await ctx.db.run_async(create)
+        await ctx.bus.publish(TENANT_CHANGED, {"tenant_id": tenant_id})
+        return created
 
     @router.delete("/{tenant_id}/keys/{key_id}", summary="Revoke an API key", response_model=schemas.ApiKeyOut)
     async def revoke_key(tenant_id: str, key_id: str, who: Operator) -> Any:
@@ -165,7 +176,9 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             )
             return key
 
-        return await ctx.db.run_async(revoke)
+        key = await ctx.db.run_async(revoke)
+        await ctx.bus.publish(KEY_REVOKED, {"key_id": key_id, "tenant_id": tenant_id})
+        return key
 
     @router.get("/{tenant_id}/policy", summary="A tenant's policy", response_model=schemas.PolicyBody)
     async def get_policy(tenant_id: str, _: Viewer) -> Any:
@@ -197,7 +210,9 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             )
             return body
 
-        return await ctx.db.run_async(store)
+        stored = await ctx.db.run_async(store)
+        await ctx.bus.publish(TENANT_CHANGED, {"tenant_id": tenant_id})
+        return stored
 
     @router.get(
         "/{tenant_id}/usage",

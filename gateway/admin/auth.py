@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import exc as sa_exc
+
 from gateway import errors
 from gateway.store import repository
 from gateway.store.db import Database, StoreUnavailable
@@ -108,7 +110,17 @@ def bootstrap_admin_token(db: Database, env_token: str | None) -> str | None:
     """
     if env_token is not None and len(env_token) < MIN_ENV_TOKEN_LEN:
         raise ValueError(f"the admin token from the environment must be at least {MIN_ENV_TOKEN_LEN} characters")
+    try:
+        return _bootstrap_once(db, env_token)
+    except sa_exc.IntegrityError:
+        # Another replica starting at the same moment inserted the same name
+        # first (SQLite; PostgreSQL serializes on the lock): look again.
+        return _bootstrap_once(db, env_token)
+
+
+def _bootstrap_once(db: Database, env_token: str | None) -> str | None:
     with db.session() as session:
+        repository.lock_admin_bootstrap(session)  # replicas starting at once import one token, not two
         if env_token is not None:
             if repository.find_admin_token(session, secret=env_token, pepper=db.pepper) is None:
                 row, _ = repository.create_admin_token(

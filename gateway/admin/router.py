@@ -16,7 +16,7 @@ from fastapi import APIRouter
 
 from gateway.admin._access_routes import access_routes
 from gateway.admin._cluster_routes import cluster_routes
-from gateway.admin._deps import AdminContext, AdminControl, role_dependencies
+from gateway.admin._deps import AdminContext, AdminControl, ChangeNotices, _NoNotices, role_dependencies
 from gateway.admin._tenant_routes import tenant_routes
 from gateway.admin.auth import AdminAuthenticator
 from gateway.control.overrides import OverridesService
@@ -41,16 +41,20 @@ def build_admin_router(
     sink: EventSink,
     auth: AdminAuthenticator | None = None,
     overrides: OverridesService | None = None,
+    bus: ChangeNotices | None = None,
     prefix: str = "/admin",
 ) -> APIRouter:
     """The admin API. `control` implements `ClusterControl` and `ClusterHistory`;
-    `overrides` defaults to an `OverridesService` over `control` recording to `sink`."""
+    `overrides` defaults to an `OverridesService` over `control` recording to `sink`;
+    `bus` gets a notice of every tenant, key and policy change (other replicas
+    apply it at once), none by default."""
     ctx = AdminContext(
         control=control,
         overrides=overrides or OverridesService(control, sink),
         db=db,
         sink=sink,
         auth=auth or AdminAuthenticator(db),
+        bus=bus or _NoNotices(),
     )
     viewer, operator = role_dependencies(ctx.auth)
     router = APIRouter(prefix=prefix, responses=ERROR_RESPONSES)

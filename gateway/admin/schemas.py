@@ -76,6 +76,7 @@ class LastDecisionOut(BaseModel):
     reason: str
     confidence: float
     actions: list[ActionOut]
+    inputs: dict[str, float] = Field(default_factory=dict, description="workload and model figures it decided on")
 
 
 class PredictionOut(BaseModel):
@@ -91,14 +92,25 @@ class PredictionOut(BaseModel):
     switch_cost_s: float
 
 
+class LeadershipOut(BaseModel):
+    replica: str = Field(description="the gateway replica that answered")
+    leader: str | None = Field(description="the replica whose planner acts; null while none holds the lease")
+    term: int = Field(description="the newest leadership term this replica knows (workers fence orders by it)")
+    leading: bool = Field(description="the answering replica is the leader")
+    store_reachable: bool
+
+
 class PlannerOut(BaseModel):
     mode: Mode
     planner: str
-    last_decision: LastDecisionOut | None
+    last_decision: LastDecisionOut | None = Field(
+        description="the latest decision of the leader (on a follower: read from the store)"
+    )
     # The newest prediction per split, made at `predictions_t` (unix s): older than
     # `last_decision` while the planner holds for lack of data.
     predictions: list[PredictionOut]
     predictions_t: float | None = None
+    leadership: LeadershipOut | None = Field(None, description="null: one gateway without an election")
 
 
 class PlannerModeIn(BaseModel):

@@ -15,6 +15,11 @@
 
 The worker's own drain/migrate timings are used; `total_s` is measured
 here and includes the RPC.
+
+Fencing: every order carries `term_source()` (the replica's leadership term,
+`workers.fence`). A worker that has seen a newer term refuses it (409
+`stale_term`): nothing changed on the node, the outcome is `fenced`, and
+`on_fenced(detail)` tells the leadership that this replica has been deposed.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from core import Phase
 from gateway.control.registry import WorkerRegistry
 from gateway.errors import Conflict, InvalidRequest
 from gateway.store.records import SwitchOutcome
-from gateway.worker_client import WorkerAPI, WorkerError
+from gateway.worker_client import WorkerAPI, WorkerError, WorkerRejected
 from workers.protocol import PhaseChangeRequest
 
 log = logging.getLogger(__name__)
@@ -46,7 +51,12 @@ class PhaseSwitcher:
         deadline_s: float = 0.0,
         rpc_margin_s: float = 120.0,
         sinks: list[SwitchSink] | None = None,
+        term_source: Callable[[], int | None] = lambda: None,
+        on_fenced: Callable[[str], None] = lambda detail: None,
     ) -> None:
+        self.term_source = term_source
+        self.on_fenced = on_fenced
+        self.fenced = 0  # orders workers refused as stale
         self._registry = registry
         self._client = client
         self._deadline_s = deadline_s
@@ -79,15 +89,17 @@ class PhaseSwitcher:
             raise Conflict(f"node {node_id} is unhealthy", code="node_unhealthy")
         self._busy.add(node_id)
         start = time.monotonic()
+        term = self.term_source()
         self._registry.mark_draining(node_id, target)
         try:
             result = await self._client.change_phase(
                 node.url,
-                PhaseChangeRequest(phase=target, deadline_s=self._deadline_s, migrate=True),
+                PhaseChangeRequest(phase=target, deadline_s=self._deadline_s, migrate=True, term=term),
                 timeout_s=self._deadline_s + self._rpc_margin_s,
             )
         except (TimeoutError, WorkerError) as exc:
             self._registry.finish_switch(node_id, from_phase)
+            fenced = isinstance(exc, WorkerRejected) and exc.stale_term
             outcome = SwitchOutcome(
                 node_id,
                 from_phase.value,
@@ -95,10 +107,15 @@ class PhaseSwitcher:
                 0.0,
                 0.0,
                 time.monotonic() - start,
-                "failed",
+                "fenced" if fenced else "failed",
                 f"{type(exc).__name__}: {exc}",
             )
-            log.warning("switch of %s to %s failed: %s", node_id, target.value, exc)
+            if fenced:
+                self.fenced += 1
+                log.warning("switch of %s to %s refused: term %s is stale (%s)", node_id, target.value, term, exc)
+                self.on_fenced(str(exc))
+            else:
+                log.warning("switch of %s to %s failed: %s", node_id, target.value, exc)
             return await self._emit(outcome, reason, who)
         finally:
             self._busy.discard(node_id)

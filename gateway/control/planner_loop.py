@@ -16,6 +16,13 @@ Each tick reads as decide -> one I/O step -> apply:
 
 The planner never sees HTTP or the database; a failing switch is recorded
 and the next tick decides again from what actually happened.
+
+With several replicas only the leader (`runtime.leads()`) decides and acts;
+a follower still feeds its planner the iteration records and the cluster's
+workload samples each tick, so it takes over with warm models, but records
+no decision of its own. The lease is checked once per tick; an order that a
+worker refuses as stale (`fenced`: a newer leader exists) ends the tick's
+remaining orders.
 """
 
 from __future__ import annotations
@@ -89,6 +96,8 @@ class PlannerLoop:
         records = coalesce_decode_steps(self.cadence.apply(runtime.registry.drain_iterations()))
         self.planner.observe_iterations(records)
         self.planner.observe_requests(self.workload.drain())
+        if not runtime.leads():
+            return
         view = self.view(runtime)
         if not view.nodes:
             return
@@ -101,7 +110,7 @@ class PlannerLoop:
             return
         for action in decision.actions:
             try:
-                await runtime.switch(
+                outcome = await runtime.switch(
                     action.node_id,
                     action.to_phase.value,
                     reason=f"planner: {decision.reason}",
@@ -110,6 +119,9 @@ class PlannerLoop:
                 self.last_switch_t = self.clock()
             except Exception as exc:  # noqa: BLE001 - one failed switch must not stop the loop
                 log.warning("planner switch of %s failed: %s", action.node_id, exc)
+                continue
+            if outcome.outcome == "fenced":
+                break
 
     def _persist(self, decision: Decision, mode: str) -> None:
         """Every auto/advisory decision, acted on or not, goes to the event store (buffered)."""

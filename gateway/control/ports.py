@@ -38,18 +38,47 @@ class ClusterSnapshot:
 
 
 @dataclass(frozen=True)
+class LeadershipStatus:
+    """Planner leadership as one replica sees it (`gateway.control.leadership`)."""
+
+    replica: str  # the replica answering
+    leader: str | None  # the lease holder, None while nobody holds it
+    term: int  # the newest leadership term this replica knows
+    leading: bool  # the answering replica's planner acts now
+    store_reachable: bool = True
+
+
+@dataclass(frozen=True)
 class PlannerState:
     """What the planner is doing: its mode, its name, its latest decision and
     its latest prediction per split, made at `predictions_t` (unix s). A
     decision taken without enough data carries no prediction, so the
     predictions may be older than the decision (even from before a restart:
-    the runtime seeds them from the stored decisions)."""
+    the runtime seeds them from the stored decisions). On a follower the
+    decision and predictions are the leader's (read from the store), never
+    ones of its own."""
 
     mode: PlannerMode
     planner: str
     last_decision: Decision | None = None
     predictions: tuple[SplitPrediction, ...] = ()
     predictions_t: float | None = None
+    leadership: LeadershipStatus | None = None  # None: one gateway, no election
+
+
+class Leadership(Protocol):
+    """Which replica's planner acts (`gateway.control.leadership.LeaderElector`)."""
+
+    def is_leader(self) -> bool:
+        """May this replica decide and send orders now?"""
+
+    def order_term(self) -> int:
+        """The leadership term this replica's orders carry."""
+
+    def status(self) -> LeadershipStatus: ...
+
+    def deposed(self, newer_term: int | None = None, why: str = "") -> None:
+        """A worker refused an order as stale: stop acting at once."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,14 @@ never wrong KV). A later successful heartbeat makes it healthy again.
 
 Draining is set by the switch orchestrator (`mark_draining`) before it asks
 the worker to change phase, so the router stops sending at once.
+
+Fencing (`workers.fence`): `term_source()` is the newest leadership term this
+replica knows (its own while it leads, else the one it last read from the
+lease). A worker whose heartbeat reports an older `fence_term` is told the
+newer one (`POST /internal/fence`) right away, so a worker that restarted,
+or that no order of the new leader has reached yet, refuses a deposed
+leader's orders. `announce_term(term)` does it for every worker at once (a
+new leader, before its first order).
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from core import Phase
 from gateway.directory import Directory
@@ -31,7 +40,7 @@ from gateway.errors import NotFound
 from gateway.worker_client import WorkerAPI, WorkerError
 from planner.types import IterationRecord
 from routing import NodeLoad
-from workers.protocol import WorkerStats
+from workers.protocol import KVPeerStats, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +65,9 @@ class WorkerNode:
     kv_capacity_tokens: int = 0
     inflight: int = 0  # requests this gateway has open on the node
     next_iteration: int = 0
+    kv_peers: tuple[KVPeerStats, ...] = ()  # the node's pulls from its peers (last heartbeat)
+    fence_term: int = 0  # newest leadership term the worker reported (workers.fence)
+    refused_orders: int = 0  # orders it refused as stale
 
     @property
     def draining(self) -> bool:
@@ -89,12 +101,15 @@ class WorkerRegistry:
         failures_to_unhealthy: int = 3,
         iteration_buffer: int = 50_000,
         clock: Callable[[], float] = time.time,
+        term_source: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._client = client
+        self.term_source = term_source
         self._directory = directory
         self._max_failures = failures_to_unhealthy
         self._clock = clock
         self._nodes: dict[str, WorkerNode] = {}
+        self._background: set[asyncio.Task[object]] = set()
         self._iterations: collections.deque[IterationRecord] = collections.deque(maxlen=iteration_buffer)
 
     # -- membership ---------------------------------------------------------
@@ -147,7 +162,7 @@ class WorkerRegistry:
         log.warning("worker %s marked unhealthy: %s", node_id, why)
         node.healthy = False
         node.failures = max(node.failures, self._max_failures)
-        self._directory.drop_node(node_id)
+        self._spawn(self._directory.drop_node(node_id))
 
     @contextlib.contextmanager
     def track(self, node_id: str) -> Iterator[None]:
@@ -160,9 +175,28 @@ class WorkerRegistry:
             if node is not None:
                 node.inflight -= 1
 
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+        """Run `coro` in the background (the directory call of a sync state change)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     # -- heartbeat --------------------------------------------------------------
     async def poll_once(self) -> None:
         await asyncio.gather(*(self._poll(n) for n in list(self._nodes.values())))
+
+    async def announce_term(self, term: int) -> int:
+        """Tell every healthy worker the newest term; returns how many confirmed it."""
+
+        async def one(node: WorkerNode) -> bool:
+            try:
+                return (await self._client.fence(node.url, term)).term >= term
+            except WorkerError as exc:
+                log.warning("could not announce term %d to %s: %s", term, node.node_id, exc)
+                return False
+
+        done = await asyncio.gather(*(one(n) for n in list(self._nodes.values()) if n.healthy))
+        return sum(done)
 
     async def _poll(self, node: WorkerNode) -> None:
         try:
@@ -172,11 +206,17 @@ class WorkerRegistry:
             if node.healthy and node.failures >= self._max_failures:
                 log.warning("worker %s missed %d heartbeats: %s", node.node_id, node.failures, exc)
                 node.healthy = False
-                self._directory.drop_node(node.node_id)
+                await self._directory.drop_node(node.node_id)
             return
-        self._apply(node, stats)
+        await self._apply(node, stats)
+        term = self.term_source()
+        if term is not None and stats.fence_term < term:
+            try:
+                await self._client.fence(node.url, term)
+            except WorkerError as exc:
+                log.warning("could not tell %s the leadership term %d: %s", node.node_id, term, exc)
 
-    def _apply(self, node: WorkerNode, stats: WorkerStats) -> None:
+    async def _apply(self, node: WorkerNode, stats: WorkerStats) -> None:
         if stats.node_id != node.node_id:
             self._nodes.pop(node.node_id, None)
             node.node_id = stats.node_id
@@ -187,9 +227,11 @@ class WorkerRegistry:
             # While the gateway drives a switch its own mark wins.
             node.phase, node.draining_to = stats.phase, stats.draining_to
         node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
+        node.fence_term, node.refused_orders = stats.fence_term, stats.refused_orders
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
         node.max_num_seqs, node.max_num_batched_tokens = stats.max_num_seqs, stats.max_num_batched_tokens
         node.kv_capacity_tokens = stats.kv_capacity_tokens
+        node.kv_peers = tuple(stats.kv_peers)
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
             log.error(
@@ -201,9 +243,9 @@ class WorkerRegistry:
         if not was_healthy:
             log.info("worker %s healthy at %s (%s)", node.node_id, node.url, node.phase.value)
         if stats.saved_blocks:
-            self._directory.publish(node.node_id, stats.saved_blocks, stats.host_store.block_bytes)
+            await self._directory.publish(node.node_id, stats.saved_blocks, stats.host_store.block_bytes)
         if stats.dropped_blocks:
-            self._directory.unpublish(node.node_id, [b.block_hash for b in stats.dropped_blocks])
+            await self._directory.unpublish(node.node_id, [b.block_hash for b in stats.dropped_blocks])
         for it in stats.iterations:
             self._iterations.append(
                 IterationRecord(

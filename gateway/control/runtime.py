@@ -11,27 +11,37 @@ Planner seam: `ClusterRuntime(planner_tick=...)` takes a coroutine function
 `runtime.record_decision(...)`, and, in mode "auto", `runtime.switch(...)`.
 Pins always win: `switch` refuses a switch that contradicts a node pin, and
 `enforce_pins` realises pins with switches (`pin_switches` is the pure rule).
+
+Leadership (`leadership`, a `ports.Leadership`; None: a lone gateway that
+always leads): only the leader realises pins and runs the planner's
+decisions; a follower keeps the pins and mode it is told about (admin API,
+overrides bus) and shows the leader's latest decision (`leader_decision`,
+read from the store) instead of one of its own. `on_elected(term)` is the
+leadership hook: announce the term to every worker, realise the pins, and
+run the planner tick at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from gateway.control.phase_switch import PhaseSwitcher
-from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
+from gateway.control.ports import ClusterSnapshot, Leadership, NodeSnapshot, PlannerState, SplitSample
 from gateway.control.registry import WorkerRegistry
 from gateway.directory import Directory
-from gateway.errors import Conflict, InvalidRequest
+from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.store.records import SwitchOutcome
 from planner.types import Decision, PlannerMode, SplitPrediction
 
 log = logging.getLogger(__name__)
 
 PlannerTick = Callable[["ClusterRuntime"], Awaitable[None]]
+DecisionSource = Callable[[], Awaitable[Decision | None]]
 
 
 def pin_switches(
@@ -72,6 +82,8 @@ class ClusterRuntime:
         planner_tick: PlannerTick | None = None,
         history_len: int = 7200,
         clock: Callable[[], float] = time.time,
+        leadership: Leadership | None = None,
+        leader_decision: DecisionSource | None = None,
     ) -> None:
         self.registry = registry
         self.switcher = switcher
@@ -88,6 +100,13 @@ class ClusterRuntime:
         self.predictions_t: float | None = None
         self._history: collections.deque[SplitSample] = collections.deque(maxlen=history_len)
         self._clock = clock
+        self.leadership = leadership
+        self._leader_decision = leader_decision
+        self._wake = asyncio.Event()
+
+    def leads(self) -> bool:
+        """Does this replica's planner act (decide, switch, realise pins) now?"""
+        return self.leadership is None or self.leadership.is_leader()
 
     # -- ClusterControl ---------------------------------------------------------
     async def snapshot(self) -> ClusterSnapshot:
@@ -110,8 +129,8 @@ class ClusterRuntime:
             nodes=nodes,
             split=self.split(),
             split_pin=self.split_pin,
-            directory=self.directory.stats(),
-            top_branches=self.directory.top_branches(),
+            directory=await self.directory.stats(),
+            top_branches=await self.directory.top_branches(),
         )
 
     def split(self) -> tuple[int, int]:
@@ -120,12 +139,18 @@ class ClusterRuntime:
         return prefill, len(healthy) - prefill
 
     async def planner_state(self) -> PlannerState:
+        d = self.last_decision
+        if not self.leads() and self._leader_decision is not None:
+            d = await self._leader_decision()  # the leader's, never a follower's own
+            if d is not None and d.predictions:
+                self.seed_predictions(d.predictions, d.t)
         return PlannerState(
             mode=self.mode,
             planner=self.planner_name,
-            last_decision=self.last_decision,
+            last_decision=d,
             predictions=self.last_predictions,
             predictions_t=self.predictions_t,
+            leadership=self.leadership.status() if self.leadership is not None else None,
         )
 
     async def set_mode(self, mode: str) -> None:
@@ -138,7 +163,8 @@ class ClusterRuntime:
         if prefill_nodes is not None and not 0 <= prefill_nodes <= len(self.registry.nodes()):
             raise InvalidRequest("prefill_nodes must be between 0 and the number of nodes", param="prefill_nodes")
         self.split_pin = prefill_nodes
-        await self.enforce_pins(who="pin")
+        if self.leads():
+            await self.enforce_pins(who="pin")
 
     async def pin_node(self, node_id: str, phase: str | None) -> None:
         self.registry.get(node_id)
@@ -148,7 +174,8 @@ class ClusterRuntime:
         if phase not in ("prefill", "decode"):
             raise InvalidRequest(f"phase must be 'prefill' or 'decode', not {phase!r}", param="phase")
         self.node_pins[node_id] = phase
-        await self.enforce_pins(who="pin")
+        if self.leads():
+            await self.enforce_pins(who="pin")
 
     async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
         known = {n.node_id for n in self.registry.nodes()}
@@ -156,7 +183,7 @@ class ClusterRuntime:
             log.warning("persisted pin for unknown node %s ignored (not among the workers)", node)
         self.split_pin = split_pin
         self.node_pins = {n: p for n, p in node_pins.items() if n in known}
-        return await self.enforce_pins(who=who)
+        return await self.enforce_pins(who=who) if self.leads() else []
 
     async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
         pinned = self.node_pins.get(node_id)
@@ -164,11 +191,43 @@ class ClusterRuntime:
             raise Conflict(f"node {node_id} is pinned to {pinned}; unpin it first", code="node_pinned")
         return await self.switcher.switch(node_id, to_phase, reason=reason, who=who)
 
-    async def enforce_pins(self, *, who: str) -> list[SwitchOutcome]:
-        todo = pin_switches(
+    def pins_realised(self) -> bool:
+        return not self.pin_switches()
+
+    def pin_switches(self) -> list[tuple[str, str]]:
+        return pin_switches(
             [(n.node_id, n.phase.value, n.healthy) for n in self.registry.nodes()], self.split_pin, self.node_pins
         )
-        return [await self.switcher.switch(n, p, reason="pin", who=who) for n, p in todo]
+
+    async def enforce_pins(self, *, who: str) -> list[SwitchOutcome]:
+        """Realise the pins with switches; stops at an order a worker fenced
+        (this replica no longer leads). The lease is checked by the caller,
+        once per batch: orders of a batch interrupted by a pause go out with
+        the old term and the workers refuse them."""
+        out: list[SwitchOutcome] = []
+        busy = self.switcher.switching()
+        for n, p in self.pin_switches():
+            if n in busy:
+                continue
+            outcome = await self.switcher.switch(n, p, reason="pin", who=who)
+            out.append(outcome)
+            if outcome.outcome == "fenced":
+                break
+        return out
+
+    async def on_elected(self, term: int) -> None:
+        """Leadership hook: tell the workers the new term, realise pins, decide now."""
+        confirmed = await self.registry.announce_term(term)
+        log.info("term %d announced to %d workers", term, confirmed)
+        try:
+            await self.enforce_pins(who="leader")
+        except GatewayError as exc:  # e.g. a pinned node unhealthy: realised by the next pin action
+            log.warning("could not realise the pins at election: %s", exc.message)
+        self.wake()
+
+    def wake(self) -> None:
+        """Run the cluster loop's next tick now."""
+        self._wake.set()
 
     # -- ClusterHistory -----------------------------------------------------------
     async def split_history(self, since_s: float) -> list[SplitSample]:
@@ -192,7 +251,8 @@ class ClusterRuntime:
             self.last_predictions, self.predictions_t = predictions, t
 
     async def run(self, interval_s: float = 1.0) -> None:
-        """Sample the split and run the planner tick forever (cancel to stop)."""
+        """Sample the split and run the planner tick forever (cancel to stop);
+        `wake()` runs the next tick at once."""
         while True:
             self.sample()
             if self.planner_tick is not None:
@@ -200,4 +260,6 @@ class ClusterRuntime:
                     await self.planner_tick(self)
                 except Exception:  # a planner bug must not stop sampling or serving
                     log.exception("planner tick failed")
-            await asyncio.sleep(interval_s)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval_s)

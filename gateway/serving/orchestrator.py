@@ -121,7 +121,7 @@ class Orchestrator:
         )
         while not progress.budget_spent():
             # decide
-            node_id, role, kv = self._decide(job, progress)
+            node_id, role, kv = await self._decide(job, progress)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
             # Built from validated parts (see Job): no validation pass over the prompt
@@ -149,7 +149,7 @@ class Orchestrator:
                 is Next.DONE
             ):
                 break
-        self._remember_branch(job, progress.generated)
+        await self._remember_branch(job, progress.generated)
         yield Finished(
             finish_reason=progress.finish,
             prompt_tokens=len(job.prompt_token_ids),
@@ -163,11 +163,11 @@ class Orchestrator:
         )
 
     # -- decide -----------------------------------------------------------------
-    def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
+    async def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
         context, excluded = progress.context(), progress.excluded
         dead = [n.node_id for n in self._registry.nodes() if not n.healthy]
         # Only the request's first lookup counts toward the pool hit rate.
-        hit = self._directory.lookup(
+        hit = await self._directory.lookup(
             context, job.tenant_salt, exclude=dead, record=progress.first_segment, known=job.prompt_hashes
         )
         # At least one token must be computed, so a full hit counts as len-1.
@@ -204,7 +204,7 @@ class Orchestrator:
             with self._registry.track(node_id):
                 async for chunk in chunks:
                     if chunk.saved_blocks:
-                        self._directory.publish(node_id, chunk.saved_blocks)
+                        await self._directory.publish(node_id, chunk.saved_blocks)
                     if chunk.finish_reason is FinishReason.ERROR:
                         raise UpstreamFailed(
                             f"worker {node_id} failed the request: {chunk.error or 'error'}", code="worker_error"
@@ -273,9 +273,9 @@ class Orchestrator:
         task.add_done_callback(self._background.discard)
 
     # -- apply ------------------------------------------------------------------
-    def _remember_branch(self, job: Job, generated: list[int]) -> None:
+    async def _remember_branch(self, job: Job, generated: list[int]) -> None:
         if job.branch_id is not None and job.reference_blocks:
             hashes = self._directory.block_hashes(
                 job.prompt_token_ids + generated, job.tenant_salt, known=job.prompt_hashes
             )
-            self._directory.reference(job.branch_id, hashes)
+            await self._directory.reference(job.branch_id, hashes)

@@ -15,9 +15,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from core import Phase
 from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides, SwitchOutcome
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent, UsageMinute
-from planner.types import Decision, SplitPrediction
+from planner.types import Decision, SplitPrediction, SwitchAction
+
+_PREDICTION_FIELDS = {f.name for f in dataclasses.fields(SplitPrediction)}
 
 
 def json_safe(value: Any) -> Any:
@@ -89,6 +92,39 @@ def list_decisions(
         stmt = stmt.where(PlannerDecision.acted.is_(acted))
     return _page(
         session, stmt.order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc()), limit=limit, offset=offset
+    )
+
+
+def latest_decision(session: Session) -> Decision | None:
+    """The newest stored decision as the planner made it (what followers show)."""
+    row = session.scalars(
+        sa.select(PlannerDecision).order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc()).limit(1)
+    ).first()
+    if row is None:
+        return None
+    predictions = tuple(
+        # json_safe stored non-finite numbers (an infeasible split's TTFT) as null
+        SplitPrediction(**{k: (math.inf if v is None else v) for k, v in p.items() if k in _PREDICTION_FIELDS})
+        for p in row.predictions or []
+        if isinstance(p, dict) and _PREDICTION_FIELDS <= p.keys()
+    )
+    actions = tuple(
+        SwitchAction(node_id=str(a["node_id"]), to_phase=Phase(a["to_phase"]))
+        for a in row.actions or []
+        if isinstance(a, dict) and "node_id" in a and a.get("to_phase") in ("prefill", "decode")
+    )
+    inputs = {str(k): float(v) for k, v in (row.inputs or {}).items() if isinstance(v, (int, float))}
+    return Decision(
+        t=row.t,
+        planner=row.planner,
+        current_split=(row.current_prefill, row.current_decode),
+        chosen_split=(row.chosen_prefill, row.chosen_decode),
+        actions=actions,
+        acted=row.acted,
+        reason=row.reason,
+        confidence=row.confidence,
+        predictions=predictions,
+        inputs=inputs,
     )
 
 
@@ -265,15 +301,20 @@ def list_usage(
 
 
 def set_override(session: Session, *, key: str, value: Any, who: str, t: float | None = None) -> None:
-    """Set (or, with None, clear) one override."""
+    """Set (or, with None, clear) one override at version `t` (default: now).
+
+    A clear keeps the row as a tombstone (value null) so that replicas
+    reconciling from the store see the clear and its version. A write older
+    than the stored version (a replica's buffered write landing late) is
+    ignored: the newest change wins, whichever replica flushes last.
+    """
+    at = time.time() if t is None else t
     row = session.get(Override, key)
-    if value is None:
-        if row is not None:
-            session.delete(row)
+    if row is not None and row.updated_at > at:
         return
     row = row or Override(key=key)
-    row.value = json_safe(value)
-    row.updated_at = time.time() if t is None else t
+    row.value = None if value is None else json_safe(value)
+    row.updated_at = at
     row.updated_by = who
     session.add(row)
 
@@ -282,11 +323,15 @@ def get_overrides(session: Session) -> Overrides:
     split_pin: int | None = None
     mode: str | None = None
     nodes: dict[str, str] = {}
+    versions: dict[str, float] = {}
     for row in session.scalars(sa.select(Override)):
+        versions[row.key] = float(row.updated_at)
+        if row.value is None:  # a tombstone: cleared at updated_at
+            continue
         if row.key == SPLIT_PIN:
             split_pin = int(row.value)
         elif row.key == PLANNER_MODE:
             mode = str(row.value)
         elif row.key.startswith(NODE_PIN_PREFIX):
             nodes[row.key[len(NODE_PIN_PREFIX) :]] = str(row.value)
-    return Overrides(split_pin=split_pin, node_pins=nodes, planner_mode=mode)
+    return Overrides(split_pin=split_pin, node_pins=nodes, planner_mode=mode, versions=versions)

@@ -207,6 +207,22 @@ def create_admin_token(
     return token, sealed.secret
 
 
+# pg_advisory_xact_lock key of the admin token bootstrap ("evoladmn"), not the migration's
+ADMIN_BOOTSTRAP_LOCK_KEY = 0x65766F6C61646D6E
+
+
+def lock_admin_bootstrap(session: Session) -> None:
+    """Serialize the start-up import of admin tokens across replicas starting
+    at once (PostgreSQL: a transaction-level advisory lock, released at
+    commit). Without it two replicas both see no `env` token and both insert
+    one. SQLite: a write that changes nothing takes the database's write lock
+    first, so the reads that follow already see the other process' token."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADMIN_BOOTSTRAP_LOCK_KEY})
+    else:
+        session.execute(sa.text("UPDATE admin_tokens SET name = name WHERE 1 = 0"))
+
+
 def active_admin_token_named(session: Session, *, name: str, role: str) -> AdminToken | None:
     stmt = sa.select(AdminToken).where(
         AdminToken.name == name, AdminToken.role == role, AdminToken.revoked_at.is_(None)

@@ -73,6 +73,8 @@ class Overrides:
     split_pin: int | None = None
     node_pins: dict[str, str] = field(default_factory=dict)  # node_id -> phase
     planner_mode: str | None = None
+    # override key -> version (unix time of the change), cleared keys included
+    versions: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class SwitchOutcome:
     drain_s: float
     migrate_s: float
     total_s: float
-    outcome: str  # "ok" | "failed" | "noop"
+    outcome: str  # "ok" | "failed" | "noop" | "fenced" (refused by the worker: a stale leadership term)
     detail: str = ""
 
 
@@ -94,3 +96,12 @@ class UsageRecord:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The planner lease row as one claim left it (`gateway.control.lease`)."""
+
+    holder: str  # "" when nobody ever held it
+    term: int  # 0 before the first claim
+    expires_in_s: float  # by the database's clock; <= 0: expired

@@ -15,6 +15,7 @@ from gateway.store._event_repo import (
     add_usage,
     get_overrides,
     json_safe,
+    latest_decision,
     latest_predictions,
     list_audit,
     list_decisions,
@@ -23,6 +24,7 @@ from gateway.store._event_repo import (
     minute_of,
     set_override,
 )
+from gateway.store._lease_repo import PLANNER_LEASE, claim_lease, read_lease, release_lease
 from gateway.store._tenant_repo import (
     active_admin_token_named,
     count_active_admin_tokens,
@@ -37,6 +39,7 @@ from gateway.store._tenant_repo import (
     list_api_keys,
     list_tenants,
     load_key_grants,
+    lock_admin_bootstrap,
     put_policy,
     rename_tenant,
     revoke_admin_token,
@@ -44,6 +47,10 @@ from gateway.store._tenant_repo import (
 )
 
 __all__ = [
+    "PLANNER_LEASE",
+    "claim_lease",
+    "read_lease",
+    "release_lease",
     "NODE_PIN_PREFIX",
     "PLANNER_MODE",
     "SPLIT_PIN",
@@ -53,6 +60,7 @@ __all__ = [
     "add_usage",
     "get_overrides",
     "json_safe",
+    "latest_decision",
     "latest_predictions",
     "list_audit",
     "list_decisions",
@@ -67,6 +75,7 @@ __all__ = [
     "create_tenant",
     "delete_tenant",
     "find_admin_token",
+    "lock_admin_bootstrap",
     "get_policy",
     "get_tenant",
     "list_admin_tokens",

@@ -3,7 +3,7 @@
 Portable across SQLite and PostgreSQL: times are unix seconds in floats (the
 unit the planner and the cluster use), JSON columns are JSONB on PostgreSQL
 and JSON text on SQLite, ids are short strings or integer sequences. The
-migrations in `migrations/versions/` (0001, then 0002) create exactly these.
+migrations in `migrations/versions/` (0001, 0002, then 0003) create exactly these.
 """
 
 from __future__ import annotations
@@ -160,3 +160,14 @@ class AdminToken(Base):
     secret_hash: Mapped[str] = mapped_column(sa.String(128))
     created_at: Mapped[float] = mapped_column(sa.Float)
     revoked_at: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
+
+
+class LeaderLease(Base):
+    """Planner leadership (`gateway.store._lease_repo`): holder, term, expiry on the DB clock."""
+
+    __tablename__ = "leader_lease"
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(sa.String(200))
+    term: Mapped[int] = mapped_column(sa.BigInteger)
+    expires_at: Mapped[float] = mapped_column(sa.Float)
+    renewed_at: Mapped[float] = mapped_column(sa.Float)

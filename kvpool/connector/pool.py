@@ -33,6 +33,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorWorkerMetadata,
 )
 
 from kvpool.events import BlocksDropped, BlocksSaved, publish
@@ -46,6 +47,19 @@ GIB = 1 << 30
 @dataclass
 class PoolMetadata(KVConnectorMetadata):
     plan: StepPlan = field(default_factory=StepPlan)
+
+
+@dataclass
+class SlotNotices(KVConnectorWorkerMetadata):
+    """Worker -> scheduler, per step: staging slots a timed-out read may still
+    write (keep them out of use) and slots whose read has now finished."""
+
+    quarantined: tuple[int, ...] = ()
+    released: tuple[int, ...] = ()
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+        assert isinstance(other, SlotNotices)
+        return SlotNotices(self.quarantined + other.quarantined, self.released + other.released)
 
 
 def block_bytes_of(kv_cache_config) -> int:
@@ -118,6 +132,10 @@ class PoolConnector(KVConnectorBase_V1):
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self._worker.take_load_errors()
+
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        quarantined, released = self._worker.slot_notices()
+        return SlotNotices(tuple(quarantined), tuple(released)) if quarantined or released else None
 
     def shutdown(self) -> None:
         if hasattr(self, "_worker"):
@@ -236,6 +254,13 @@ class _SchedulerSide:
         return True, None
 
     def on_worker_output(self, out) -> None:
+        notices = getattr(out, "kv_connector_worker_meta", None)
+        if isinstance(notices, SlotNotices):
+            # Before any finished load below can release its staging slots.
+            self.index.quarantine(notices.quarantined)
+            self.index.unquarantine(notices.released)
+            if notices.quarantined:
+                log.warning("%d staging slots quarantined after a timed-out KV pull", len(notices.quarantined))
         for rid in out.finished_sending or ():
             item = self.inflight_saves.pop(rid, None)
             if item is None:

@@ -13,6 +13,12 @@ does exactly what the scheduler half's `StepPlan` says:
   pass reaches it.
 
 A failed load reports its device blocks as invalid; vLLM recomputes them.
+A pull has a deadline (`pull_timeout_s`); its peer is then marked down and
+later loads from it recompute at once until the recovery loop
+(kvpool.connector.peers) has it answering again. The staging slots of a
+read that timed out stay quarantined (the network may still write them):
+`slot_notices()` reports them, and later their release, to the scheduler
+half, which keeps them out of use meanwhile.
 
 When: vLLM starts async loads after launching the forward pass, which on a
 GPU overlaps them with it. On the CPU backend the forward pass is
@@ -28,6 +34,7 @@ import base64
 import concurrent.futures
 import dataclasses
 import logging
+import os
 import pathlib
 import threading
 import time
@@ -35,18 +42,19 @@ import time
 import httpx
 import torch
 
-from kvpool.agent_info import AgentInfo
-from kvpool.events import StepTimed, publish
+from kvpool.agent_info import CLUSTER_TOKEN_ENV, AgentInfo
+from kvpool.connector.peers import RECOVERY_INTERVAL_S, PeerLinks, failure_reason
+from kvpool.events import PullDone, StepTimed, publish
 from kvpool.hashing import hash_tag
-from kvpool.plan import LoadItem, StepPlan
+from kvpool.plan import LoadItem, RemoteRead, StepPlan
 from kvpool.store import HostBlockStore, StoreConfig
+from kvpool.transport.base import TransferError, TransferTimeout
 
 log = logging.getLogger(__name__)
 
 # Reads of a few blocks take milliseconds; a peer that has not answered in
 # this long is dead or wedged, and every load queued behind it would wait too.
 PULL_TIMEOUT_S = 3.0
-BAD_PEER_COOLDOWN_S = 30.0
 
 
 class WorkerSide:
@@ -54,11 +62,20 @@ class WorkerSide:
         self.node_id, self.block_bytes, self.capacity = node_id, block_bytes, capacity
         self.run_dir = pathlib.Path(extra.get("run_dir", "data/run"))
         self.use_nixl = bool(extra.get("nixl", True))
+        self.pull_timeout_s = float(extra.get("pull_timeout_s", PULL_TIMEOUT_S))
+        if self.pull_timeout_s <= 0:
+            raise ValueError(f"pull_timeout_s must be > 0, not {self.pull_timeout_s}")
+        # The secret travels by environment, inherited from the worker
+        # process, never in vLLM's config (which vLLM logs).
+        self.cluster_token = os.environ.get(CLUSTER_TOKEN_ENV) or None
         self.layers: list[tuple[str, torch.Tensor, int]] = []  # (layer, u8 view [blocks, bytes], offset)
         self.store: HostBlockStore | None = None
         self.transport = None
-        self._peers: dict[str, str] = {}
-        self._bad_peers: dict[str, float] = {}  # node -> monotonic time until which it is skipped
+        self.links: PeerLinks | None = None
+        self._quarantined: list[int] = []  # staging slots to report as quarantined / released
+        self._released: list[int] = []
+        self._stop = threading.Event()
+        self._recovery: threading.Thread | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kv-load")
         self._lock = threading.Lock()
         self._done_recv: set[str] = set()
@@ -92,7 +109,8 @@ class WorkerSide:
         if self.use_nixl:
             from kvpool.transport.nixl import NixlTransport, NixlTransportConfig
 
-            self.transport = NixlTransport(self.node_id, self.store, NixlTransportConfig(progress_interval_s=0.05))
+            self.transport = NixlTransport(self.node_id, self.store, NixlTransportConfig(timeout_s=self.pull_timeout_s))
+            self.attach(self.transport)
             info = dataclasses.replace(
                 info,
                 agent_name=self.node_id,
@@ -101,10 +119,44 @@ class WorkerSide:
             )
         info.write(self.run_dir)
 
+    def attach(self, transport) -> None:
+        """Pull through `transport` (a BlockTransport over this side's store)
+        and start the recovery loop."""
+        self.transport = transport
+        self.links = PeerLinks(
+            transport, cluster_token=self.cluster_token, timeout_s=self.pull_timeout_s, events_socket=self.events_socket
+        )
+        self._recovery = threading.Thread(target=self._recovery_loop, name="kv-peer-recovery", daemon=True)
+        self._recovery.start()
+
     def close(self) -> None:
+        self._stop.set()
         self._pool.shutdown(wait=True, cancel_futures=False)
+        if self._recovery is not None:
+            self._recovery.join(timeout=5.0)
         if self.transport is not None:
             self.transport.close()
+
+    def slot_notices(self) -> tuple[list[int], list[int]]:
+        """(staging slots newly quarantined, slots whose quarantine ended) since
+        the last call, for the scheduler half. Reported no later than the
+        step that reports the load finished (quarantine happens first)."""
+        with self._lock:
+            out = (self._quarantined, self._released)
+            self._quarantined, self._released = [], []
+        return out
+
+    def _recovery_loop(self) -> None:
+        assert self.links is not None
+        while not self._stop.wait(RECOVERY_INTERVAL_S):
+            try:
+                freed = self.links.heal()
+            except Exception:
+                log.exception("KV peer recovery round failed; trying again")
+                continue
+            if freed:
+                with self._lock:
+                    self._released.extend(freed)
 
     # -- per step ------------------------------------------------------------
     def begin_step(self, plan: StepPlan) -> None:
@@ -124,7 +176,8 @@ class WorkerSide:
     def _transfer(self, plan: StepPlan) -> None:
         """The plan's saves (synchronous) and loads (async on the load thread,
         or pulled now when layerwise)."""
-        self._peers.update(plan.peers)
+        if self.links is not None and plan.peers:
+            self.links.note_urls(plan.peers)
         for save in plan.saves:
             self._copy_to_host(list(save.device_blocks), list(save.slots), list(save.hashes))
             with self._lock:
@@ -198,49 +251,57 @@ class WorkerSide:
         """Read the load's remote slots into its staging slots; verify tags."""
         if not load.remote:
             return True
-        if self.transport is None:
+        if self.transport is None or self.links is None:
             return False
-        from kvpool.transport.base import TransferError
-
-        by_node: dict[str, list] = {}
+        by_node: dict[str, list[RemoteRead]] = {}
         for r in load.remote:
             by_node.setdefault(r.node_id, []).append(r)
-        node = ""
-        try:
-            for node, reads in by_node.items():
-                if time.monotonic() < self._bad_peers.get(node, 0.0):
-                    return False  # failed recently: recompute at once instead of waiting on it again
-                self._ensure_peer(node)
-                self.transport.read_blocks_sync(
-                    node, [r.remote_slot for r in reads], [r.local_slot for r in reads], timeout_s=PULL_TIMEOUT_S
-                )
-        except (TransferError, ValueError, httpx.HTTPError) as exc:
-            log.warning(
-                "KV pull for %s from %s failed: %s; skipping that peer for %.0f s",
-                load.req_id,
-                node,
-                exc,
-                BAD_PEER_COOLDOWN_S,
-            )
-            self._bad_peers[node] = time.monotonic() + BAD_PEER_COOLDOWN_S
-            self.transport.remove_peer(node)  # a restarted peer comes back with new metadata
-            return False
-        expected = dict(zip(load.local_slots, load.hashes, strict=False))
-        assert self.store is not None
-        for r in load.remote:
-            if self.store.tags[r.local_slot].numpy().tobytes() != hash_tag(expected[r.local_slot]):
-                log.warning("peer %s slot %d no longer holds the block; recomputing", r.node_id, r.remote_slot)
+        for node, reads in by_node.items():
+            if not self._pull_from(load, node, reads):
                 return False
         return True
 
-    def _ensure_peer(self, node_id: str) -> None:
-        if node_id in self.transport.peers():
-            return
-        url = self._peers.get(node_id)
-        if url is None:
-            raise ValueError(f"no address for peer {node_id}")
-        info = AgentInfo(**httpx.get(f"{url}/internal/kv/agent", timeout=5.0).raise_for_status().json())
-        self.transport.add_peer(node_id, base64.b64decode(info.metadata_b64))
+    def _pull_from(self, load: LoadItem, node: str, reads: list[RemoteRead]) -> bool:
+        """One peer's share of a load: True when read and verified."""
+        assert self.transport is not None and self.links is not None and self.store is not None
+        start = time.perf_counter()
+        local = [r.local_slot for r in reads]
+        outcome, failure = "ok", None
+        if not self.links.begin(node):
+            outcome = "skipped"  # down: recompute now rather than wait on it again
+        else:
+            try:
+                self.links.connect(node)
+                self.transport.read_blocks_sync(node, [r.remote_slot for r in reads], local, self.pull_timeout_s)
+            except (TransferError, ValueError, httpx.HTTPError) as exc:
+                outcome, failure = failure_reason(exc), exc
+                if isinstance(exc, TransferTimeout):
+                    outcome = "timeout"
+                    with self._lock:
+                        self._quarantined.extend(local)  # before the load is reported finished
+            finally:
+                self.links.end(node)
+        if failure is not None:
+            log.warning(
+                "KV pull of %d blocks for %s from %s failed after %.2f s (%s); recomputing",
+                len(reads),
+                load.req_id,
+                node,
+                time.perf_counter() - start,
+                failure,
+            )
+            self.links.failed(node, failure)
+            outcome = outcome if outcome in ("timeout", "unavailable") else "error"
+        elif outcome == "ok":
+            expected = dict(zip(load.local_slots, load.hashes, strict=False))
+            for r in reads:
+                if self.store.tags[r.local_slot].numpy().tobytes() != hash_tag(expected[r.local_slot]):
+                    log.info("peer %s slot %d no longer holds the block; recomputing", node, r.remote_slot)
+                    outcome = "stale"
+                    break
+        if self.events_socket:
+            publish(self.events_socket, PullDone(node, outcome, len(reads), time.perf_counter() - start))
+        return outcome == "ok"
 
     def _copy_to_host(self, device_blocks: list[int], slots: list[int], hashes: list[str]) -> None:
         assert self.store is not None

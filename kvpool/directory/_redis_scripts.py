@@ -77,11 +77,14 @@ if tonumber(now) > tonumber(redis.call('HGET', k, 'last')) then
 end
 """
 
+# ARGV[7]: the tenant's max active branches ('' = no cap). Returns -2 (and
+# opens nothing) for a new branch past the cap, else 0.
 OPEN_BRANCH = (
     """
-local p, id, tenant, now, parent, session = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local p, id, tenant, now, parent, session, cap = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local k = p..':br:'..id
 if redis.call('EXISTS', k) == 0 then
+  if cap ~= '' and redis.call('SCARD', p..':tbr:'..tenant) >= tonumber(cap) then return -2 end
   redis.call('HSET', k, 'tenant', tenant, 'parent', parent, 'session', session,
              'opened', now, 'last', now)
   redis.call('ZADD', p..':active', now, id)

@@ -30,6 +30,19 @@ class BranchStateError(DirectoryError):
     """An event that the branch's current state does not allow."""
 
 
+class BranchLimitReached(DirectoryError):
+    """`open_branch(..., max_active=n)` of a new branch when its tenant already has n."""
+
+    def __init__(self, tenant_id: str, active: int) -> None:
+        super().__init__(f"tenant {tenant_id!r} has {active} active branches")
+        self.tenant_id, self.active = tenant_id, active
+
+
+class DirectoryUnavailable(DirectoryError):
+    """The backend could not be reached (Redis down, slow past its timeout).
+    Callers treat it as "no cache hit", never as a failed request."""
+
+
 class BranchState(str, Enum):
     ACTIVE = "active"
     FINISHED = "finished"  # terminal: refs released
@@ -163,8 +176,12 @@ class BlockDirectory(Protocol):
         now: float,
         parent_id: str | None = None,
         session_id: str | None = None,
+        max_active: int | None = None,
     ) -> BranchInfo:
-        """Open (or, when active, touch) a branch. Idempotent per request."""
+        """Open (or, when active, touch) a branch. Idempotent per request.
+        With `max_active`, a *new* branch of a tenant that already has that
+        many active ones raises `BranchLimitReached` instead (atomically: two
+        replicas racing for the last slot cannot both get it)."""
 
     def touch(self, branch_id: str, now: float) -> None:
         """Mark an active branch as used; BranchStateError when not active."""
@@ -207,6 +224,69 @@ class BlockDirectory(Protocol):
         the node does not hold count as least recently used."""
 
     def stats(self) -> DirectoryStats: ...
+
+
+class AsyncBlockDirectory(Protocol):
+    """`BlockDirectory` with every method a coroutine: what the gateway's
+    event loop calls, so a slow backend delays only the callers waiting on it.
+
+    Same contract, same results as the synchronous protocol above; a backend
+    that cannot be reached raises `DirectoryUnavailable`.
+    """
+
+    async def publish(self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float) -> None:
+        """See `BlockDirectory.publish`."""
+
+    async def unpublish(self, node_id: str, block_hashes: Sequence[str]) -> None: ...
+
+    async def drop_node(self, node_id: str) -> list[str]: ...
+
+    async def longest_prefix(
+        self,
+        block_hashes: Sequence[str],
+        *,
+        prefer: str | None = None,
+        exclude: Sequence[str] = (),
+        record: bool = True,
+    ) -> PrefixHit: ...
+
+    async def touch_blocks(self, node_id: str, block_hashes: Sequence[str], now: float) -> None: ...
+
+    async def open_branch(
+        self,
+        branch_id: str,
+        tenant_id: str,
+        now: float,
+        parent_id: str | None = None,
+        session_id: str | None = None,
+        max_active: int | None = None,
+    ) -> BranchInfo: ...
+
+    async def touch(self, branch_id: str, now: float) -> None: ...
+
+    async def reference(self, branch_id: str, block_hashes: Sequence[str], now: float) -> int: ...
+
+    async def finish_branch(self, branch_id: str) -> BranchInfo | None: ...
+
+    async def expire(self, now: float, idle_ttl_s: float) -> list[str]: ...
+
+    async def branch(self, branch_id: str) -> BranchInfo | None: ...
+
+    async def ref_counts(self, block_hashes: Sequence[str]) -> list[int]: ...
+
+    async def branch_blocks(self, tenant_id: str) -> int: ...
+
+    async def tenant_ref_counts(self, tenant_id: str, block_hashes: Sequence[str]) -> list[int]: ...
+
+    async def active_branch_count(self, tenant_id: str) -> int: ...
+
+    async def top_branches(self, n: int) -> list[BranchInfo]: ...
+
+    async def choose_victims(self, node_id: str, n: int) -> list[str]: ...
+
+    async def eviction_order(self, node_id: str, candidates: Sequence[str]) -> list[str]: ...
+
+    async def stats(self) -> DirectoryStats: ...
 
 
 # -- pure helpers shared by the backends ----------------------------------

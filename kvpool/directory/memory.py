@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from kvpool.directory.base import (
     BranchEvent,
     BranchInfo,
+    BranchLimitReached,
     BranchState,
     DirectoryStats,
     PrefixHit,
@@ -106,10 +107,14 @@ class MemoryDirectory:
         now: float,
         parent_id: str | None = None,
         session_id: str | None = None,
+        max_active: int | None = None,
     ) -> BranchInfo:
         next_branch_state(self._state(branch_id), BranchEvent.OPEN, branch_id)
         br = self._branches.get(branch_id)
         if br is None:
+            active = self._tenant_branches.get(tenant_id, 0)
+            if max_active is not None and active >= max_active:
+                raise BranchLimitReached(tenant_id, active)
             br = self._branches[branch_id] = _Branch(tenant_id, parent_id, session_id, now, now)
             self._tenant_branches[tenant_id] = self._tenant_branches.get(tenant_id, 0) + 1
         br.last_active_at = max(br.last_active_at, now)

@@ -1,22 +1,29 @@
-"""Redis BlockDirectory: several gateway replicas share one directory.
+"""Redis directory: several gateway replicas share one directory.
 
-Mutations are single Lua scripts (atomic per call across replicas); reads are
-pipelined. Key layout: see `_redis_scripts`. Losing Redis loses cache hits,
-never correctness: callers treat a redis.RedisError as "no hit".
+`AsyncRedisDirectory` implements `AsyncBlockDirectory` over `redis.asyncio`,
+so a slow Redis delays only the requests waiting on it, never the gateway's
+event loop. Mutations are single Lua scripts (atomic per call across
+replicas); reads are pipelined. Key layout: see `_redis_scripts`. Every
+Redis failure (refused, reset, past the client's socket timeout) surfaces as
+`DirectoryUnavailable`; losing Redis loses cache hits, never correctness.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 
-import redis
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from kvpool.directory import _redis_scripts as lua
 from kvpool.directory.base import (
     BranchEvent,
     BranchInfo,
+    BranchLimitReached,
     BranchState,
     DirectoryStats,
+    DirectoryUnavailable,
     PrefixHit,
     build_prefix_hit,
     next_branch_state,
@@ -28,16 +35,18 @@ def _t(now: float) -> str:
     return repr(float(now))
 
 
-class RedisDirectory:
-    """BlockDirectory on Redis; see kvpool.directory.base for the contract.
+class AsyncRedisDirectory:
+    """AsyncBlockDirectory on Redis; see kvpool.directory.base for the contract.
 
-    `client` must be created with decode_responses=True. `prefix` namespaces
-    every key (tests use a unique one and call `clear()`).
+    `client` (a `redis.asyncio.Redis`) must be created with
+    decode_responses=True; give it a socket timeout, which bounds how long a
+    stalled Redis can hold one call. `prefix` namespaces every key (tests use
+    a unique one and call `clear()`).
     """
 
-    def __init__(self, client: redis.Redis, prefix: str = "{kvpool}") -> None:
+    def __init__(self, client: aioredis.Redis, prefix: str = "{kvpool}") -> None:
         if not client.connection_pool.connection_kwargs.get("decode_responses"):
-            raise ValueError("RedisDirectory needs a client with decode_responses=True")
+            raise ValueError("AsyncRedisDirectory needs a client with decode_responses=True")
         self._r = client
         self._p = prefix
         self._scripts = {
@@ -55,35 +64,47 @@ class RedisDirectory:
         }
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "{kvpool}") -> RedisDirectory:
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+    def from_url(cls, url: str, prefix: str = "{kvpool}", *, socket_timeout_s: float = 1.0) -> AsyncRedisDirectory:
+        client = aioredis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s
+        )
+        return cls(client, prefix)
 
-    def _run(self, name: str, *args: object) -> object:
-        return self._scripts[name](args=[self._p, *args])
+    @contextlib.asynccontextmanager
+    async def _guard(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except (RedisError, OSError) as exc:  # TimeoutError is an OSError
+            raise DirectoryUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
+
+    async def _run(self, name: str, *args: object) -> object:
+        async with self._guard():
+            return await self._scripts[name](args=[self._p, *args])
 
     def _k(self, *parts: str) -> str:
         return ":".join((self._p, *parts))
 
-    def clear(self) -> int:
+    async def clear(self) -> int:
         """Delete every key under the prefix (tests, operator reset)."""
-        keys = list(self._r.scan_iter(match=self._p + ":*", count=1000))
-        return int(self._r.delete(*keys)) if keys else 0
+        async with self._guard():
+            keys = [k async for k in self._r.scan_iter(match=self._p + ":*", count=1000)]
+            return int(await self._r.delete(*keys)) if keys else 0
 
     # -- locations -----------------------------------------------------
-    def publish(self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float) -> None:
+    async def publish(self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float) -> None:
         flat: list[object] = []
         for h, slot in locations:
             flat += [h, int(slot)]
-        self._run("PUBLISH", node_id, int(block_bytes), _t(now), *flat)
+        await self._run("PUBLISH", node_id, int(block_bytes), _t(now), *flat)
 
-    def unpublish(self, node_id: str, block_hashes: Sequence[str]) -> None:
+    async def unpublish(self, node_id: str, block_hashes: Sequence[str]) -> None:
         if block_hashes:
-            self._run("UNPUBLISH", node_id, *block_hashes)
+            await self._run("UNPUBLISH", node_id, *block_hashes)
 
-    def drop_node(self, node_id: str) -> list[str]:
-        return sorted(self._run("DROP_NODE", node_id))
+    async def drop_node(self, node_id: str) -> list[str]:
+        return sorted(await self._run("DROP_NODE", node_id))  # type: ignore[call-overload]
 
-    def longest_prefix(
+    async def longest_prefix(
         self,
         block_hashes: Sequence[str],
         *,
@@ -91,125 +112,146 @@ class RedisDirectory:
         exclude: Sequence[str] = (),
         record: bool = True,
     ) -> PrefixHit:
-        pipe = self._r.pipeline(transaction=False)
-        for h in block_hashes:
-            pipe.hgetall(self._k("loc", h))
-        raw = pipe.execute() if block_hashes else []
-        per_block = [{n: int(s) for n, s in m.items()} for m in raw]
-        hit = build_prefix_hit(per_block, prefer=prefer, exclude=exclude)
-        if record:
-            pipe = self._r.pipeline(transaction=True)
-            pipe.hincrby(self._k("stats"), "lookups", 1)
-            pipe.hincrby(self._k("stats"), "looked_up_blocks", len(block_hashes))
-            pipe.hincrby(self._k("stats"), "hit_blocks", hit.num_blocks)
-            pipe.execute()
-        return hit
+        async with self._guard():
+            raw: list[dict[str, str]] = []
+            if block_hashes:
+                pipe = self._r.pipeline(transaction=False)
+                for h in block_hashes:
+                    pipe.hgetall(self._k("loc", h))
+                raw = await pipe.execute()
+            per_block = [{n: int(s) for n, s in m.items()} for m in raw]
+            hit = build_prefix_hit(per_block, prefer=prefer, exclude=exclude)
+            if record:
+                pipe = self._r.pipeline(transaction=True)
+                pipe.hincrby(self._k("stats"), "lookups", 1)
+                pipe.hincrby(self._k("stats"), "looked_up_blocks", len(block_hashes))
+                pipe.hincrby(self._k("stats"), "hit_blocks", hit.num_blocks)
+                await pipe.execute()
+            return hit
 
-    def touch_blocks(self, node_id: str, block_hashes: Sequence[str], now: float) -> None:
+    async def touch_blocks(self, node_id: str, block_hashes: Sequence[str], now: float) -> None:
         if block_hashes:
-            self._run("TOUCH_BLOCKS", node_id, _t(now), *block_hashes)
+            await self._run("TOUCH_BLOCKS", node_id, _t(now), *block_hashes)
 
     # -- branches ------------------------------------------------------
-    def open_branch(
+    async def open_branch(
         self,
         branch_id: str,
         tenant_id: str,
         now: float,
         parent_id: str | None = None,
         session_id: str | None = None,
+        max_active: int | None = None,
     ) -> BranchInfo:
-        self._run("OPEN_BRANCH", branch_id, tenant_id, _t(now), parent_id or "", session_id or "")
-        info = self.branch(branch_id)
-        if info is None:  # finished by another replica in between
-            return self.open_branch(branch_id, tenant_id, now, parent_id, session_id)
-        return info
+        cap = "" if max_active is None else str(int(max_active))
+        while True:
+            opened = await self._run(
+                "OPEN_BRANCH", branch_id, tenant_id, _t(now), parent_id or "", session_id or "", cap
+            )
+            if opened == -2:
+                raise BranchLimitReached(tenant_id, await self.active_branch_count(tenant_id))
+            info = await self.branch(branch_id)
+            if info is not None:  # else finished by another replica in between: open it again
+                return info
 
     def _not_active(self, branch_id: str, event: BranchEvent) -> None:
         next_branch_state(None, event, branch_id)  # raises BranchStateError
 
-    def touch(self, branch_id: str, now: float) -> None:
-        if self._run("TOUCH", branch_id, _t(now)) == -1:
+    async def touch(self, branch_id: str, now: float) -> None:
+        if await self._run("TOUCH", branch_id, _t(now)) == -1:
             self._not_active(branch_id, BranchEvent.TOUCH)
 
-    def reference(self, branch_id: str, block_hashes: Sequence[str], now: float) -> int:
-        added = int(self._run("REFERENCE", branch_id, _t(now), *block_hashes))
+    async def reference(self, branch_id: str, block_hashes: Sequence[str], now: float) -> int:
+        added = int(await self._run("REFERENCE", branch_id, _t(now), *block_hashes))  # type: ignore[call-overload]
         if added == -1:
             self._not_active(branch_id, BranchEvent.REFERENCE)
         return added
 
-    def _release(self, branch_id: str, cutoff: str, event: BranchEvent) -> BranchInfo | None:
-        flat = self._run("RELEASE", branch_id, cutoff)
+    async def _release(self, branch_id: str, cutoff: str, event: BranchEvent) -> BranchInfo | None:
+        flat = await self._run("RELEASE", branch_id, cutoff)
         if not flat:
             return None
         state = next_branch_state(BranchState.ACTIVE, event, branch_id)
         return _info(branch_id, _pairs(flat), state)  # type: ignore[arg-type]
 
-    def finish_branch(self, branch_id: str) -> BranchInfo | None:
-        return self._release(branch_id, "", BranchEvent.FINISH)
+    async def finish_branch(self, branch_id: str) -> BranchInfo | None:
+        return await self._release(branch_id, "", BranchEvent.FINISH)
 
-    def expire(self, now: float, idle_ttl_s: float) -> list[str]:
+    async def expire(self, now: float, idle_ttl_s: float) -> list[str]:
         cutoff = _t(now - idle_ttl_s)
-        stale = self._r.zrangebyscore(self._k("active"), "-inf", cutoff)
-        return sorted(b for b in stale if self._release(b, cutoff, BranchEvent.EXPIRE))
+        async with self._guard():
+            stale = await self._r.zrangebyscore(self._k("active"), "-inf", cutoff)
+        return sorted([b for b in stale if await self._release(b, cutoff, BranchEvent.EXPIRE)])
 
-    def branch(self, branch_id: str) -> BranchInfo | None:
-        pipe = self._r.pipeline(transaction=True)
-        pipe.hgetall(self._k("br", branch_id))
-        pipe.zscore(self._k("size"), branch_id)
-        fields, size = pipe.execute()
+    async def branch(self, branch_id: str) -> BranchInfo | None:
+        async with self._guard():
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hgetall(self._k("br", branch_id))
+            pipe.zscore(self._k("size"), branch_id)
+            fields, size = await pipe.execute()
         if not fields:
             return None
         return _info(branch_id, {**fields, "size": size or 0}, BranchState.ACTIVE)
 
-    def ref_counts(self, block_hashes: Sequence[str]) -> list[int]:
+    async def ref_counts(self, block_hashes: Sequence[str]) -> list[int]:
         if not block_hashes:
             return []
-        return [int(v or 0) for v in self._r.hmget(self._k("refs"), list(block_hashes))]
+        async with self._guard():
+            return [int(v or 0) for v in await self._r.hmget(self._k("refs"), list(block_hashes))]
 
-    def branch_blocks(self, tenant_id: str) -> int:
-        return int(self._r.hlen(self._k("trefs", tenant_id)))
+    async def branch_blocks(self, tenant_id: str) -> int:
+        async with self._guard():
+            return int(await self._r.hlen(self._k("trefs", tenant_id)))
 
-    def tenant_ref_counts(self, tenant_id: str, block_hashes: Sequence[str]) -> list[int]:
+    async def tenant_ref_counts(self, tenant_id: str, block_hashes: Sequence[str]) -> list[int]:
         if not block_hashes:
             return []
-        return [int(v or 0) for v in self._r.hmget(self._k("trefs", tenant_id), list(block_hashes))]
+        async with self._guard():
+            return [int(v or 0) for v in await self._r.hmget(self._k("trefs", tenant_id), list(block_hashes))]
 
-    def active_branch_count(self, tenant_id: str) -> int:
-        return int(self._r.scard(self._k("tbr", tenant_id)))
+    async def active_branch_count(self, tenant_id: str) -> int:
+        async with self._guard():
+            return int(await self._r.scard(self._k("tbr", tenant_id)))
 
-    def top_branches(self, n: int) -> list[BranchInfo]:
-        sizes = self._r.zrange(self._k("size"), 0, -1, withscores=True)
+    async def top_branches(self, n: int) -> list[BranchInfo]:
+        async with self._guard():
+            sizes = await self._r.zrange(self._k("size"), 0, -1, withscores=True)
         ranked = sorted(sizes, key=lambda kv: (-kv[1], kv[0]))[: max(n, 0)]
-        infos = (self.branch(b) for b, _ in ranked)
+        infos = [await self.branch(b) for b, _ in ranked]
         return [i for i in infos if i is not None]
 
     # -- eviction and stats ---------------------------------------------
-    def choose_victims(self, node_id: str, n: int) -> list[str]:
-        held = self._r.zrange(self._k("held", node_id), 0, -1, withscores=True)
-        refs = self.ref_counts([h for h, _ in held])
+    async def choose_victims(self, node_id: str, n: int) -> list[str]:
+        async with self._guard():
+            held = await self._r.zrange(self._k("held", node_id), 0, -1, withscores=True)
+        refs = await self.ref_counts([h for h, _ in held])
         entries = [(h, at, r) for (h, at), r in zip(held, refs, strict=False)]
         return order_victims(entries)[: max(n, 0)]
 
-    def eviction_order(self, node_id: str, candidates: Sequence[str]) -> list[str]:
+    async def eviction_order(self, node_id: str, candidates: Sequence[str]) -> list[str]:
         unique = list(dict.fromkeys(candidates))
         if not unique:
             return []
-        times = self._r.zmscore(self._k("held", node_id), unique)
-        refs = self.ref_counts(unique)
+        async with self._guard():
+            times = await self._r.zmscore(self._k("held", node_id), unique)
+        refs = await self.ref_counts(unique)
         return order_victims(list(zip(unique, times, refs, strict=False)))
 
-    def stats(self) -> DirectoryStats:
-        pipe = self._r.pipeline(transaction=True)
-        pipe.get(self._k("nblocks"))
-        pipe.hgetall(self._k("nodes"))
-        pipe.hlen(self._k("refs"))
-        pipe.zcard(self._k("active"))
-        pipe.hgetall(self._k("stats"))
-        nblocks, nodes, nrefs, nactive, counters = pipe.execute()
-        pipe = self._r.pipeline(transaction=False)
-        for node in nodes:
-            pipe.zcard(self._k("held", node))
-        held = pipe.execute() if nodes else []
+    async def stats(self) -> DirectoryStats:
+        async with self._guard():
+            pipe = self._r.pipeline(transaction=True)
+            pipe.get(self._k("nblocks"))
+            pipe.hgetall(self._k("nodes"))
+            pipe.hlen(self._k("refs"))
+            pipe.zcard(self._k("active"))
+            pipe.hgetall(self._k("stats"))
+            nblocks, nodes, nrefs, nactive, counters = await pipe.execute()
+            held: list[int] = []
+            if nodes:
+                pipe = self._r.pipeline(transaction=False)
+                for node in nodes:
+                    pipe.zcard(self._k("held", node))
+                held = await pipe.execute()
         return DirectoryStats(
             blocks=int(nblocks or 0),
             bytes=sum(c * int(bb) for c, bb in zip(held, nodes.values(), strict=False)),

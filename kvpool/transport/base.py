@@ -3,14 +3,25 @@
 Errors (one hierarchy, drawn here):
 
     TransferError            any failed read; the local slots hold garbage
-    ├── PeerUnavailable      peer unknown, dead or disconnected (retry elsewhere)
-    └── TransferTimeout      no completion before the deadline (cancelled)
+    ├── PeerUnavailable      peer unknown, dead, disconnected or still draining
+    │                        stuck reads (retry elsewhere, or later)
+    └── TransferTimeout      no completion before the deadline
 
 A read moves the data of `remote_slots` into `local_slots` (pairwise), then
 the tags of the same slots (see kvpool.store): after DONE the caller commits
 the local slots with `HostBlockStore.commit(slots, verify=True)`, which
-rejects blocks the peer evicted or overwrote during the read. Reads are
-one-sided: the peer's CPU is not involved once connected.
+rejects blocks the peer evicted or overwrote during the read. With RDMA or
+CMA reads are one-sided; over TCP UCX emulates them and the peer's progress
+thread serves each one.
+
+Quarantine. A read that timed out cannot be cancelled: over TCP the network
+may still deliver its data into the local slots seconds later (when a pulled
+cable is plugged back in). So a timed-out read keeps its slots: they are
+*quarantined* until the transport sees the request finish (done, or failed
+once UCX gives the connection up), and `drain_quarantine()` hands them back.
+The caller must not write or reuse quarantined slots before that. The peer
+is marked down at the timeout: reads to it raise PeerUnavailable until
+`add_peer` again, which is refused while it still has quarantined reads.
 """
 
 from __future__ import annotations
@@ -31,7 +42,8 @@ class PeerUnavailable(TransferError):
 
 
 class TransferTimeout(TransferError):
-    """The read did not finish before its deadline and was cancelled."""
+    """The read did not finish before its deadline; its local slots are
+    quarantined (see the module doc) and the peer is marked down."""
 
 
 class TransferState(str, Enum):
@@ -78,12 +90,25 @@ class BlockTransport(Protocol):
         """Opaque bytes a peer passes to add_peer (node id, layout, agent metadata)."""
 
     def add_peer(self, node_id: str, descriptor: bytes) -> None:
-        """Learn (or refresh after a restart) how to read the peer's store.
-        Raises ValueError when its block layout differs from ours."""
+        """Learn (or refresh after a restart or a link failure) how to read
+        the peer's store; replaces an earlier entry (a fresh connection).
+        Raises ValueError when its block layout differs from ours and
+        PeerUnavailable while reads to it are still quarantined."""
 
     def remove_peer(self, node_id: str) -> None: ...
 
-    def peers(self) -> list[str]: ...
+    def peers(self) -> list[str]:
+        """Peers reads may go to now (known and not marked down)."""
+
+    def probe(self, node_id: str, timeout_s: float) -> None:
+        """A minimal read from the peer (one tag into a private buffer): returns
+        when the peer answered, raises like a read otherwise. For health checks."""
+
+    def quarantined(self, node_id: str | None = None) -> int:
+        """Timed-out reads (to this peer, or to any) not yet finished."""
+
+    def drain_quarantine(self) -> list[int]:
+        """Local slots of timed-out reads that have now finished: safe to reuse."""
 
     def read_blocks(self, node_id: str, remote_slots: Sequence[int], local_slots: Sequence[int]) -> TransferHandle:
         """Start reading remote_slots[i] into local_slots[i]. Never blocks on

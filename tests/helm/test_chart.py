@@ -56,7 +56,7 @@ SCENARIOS: dict[str, dict] = {
         "externalRedis": {"existingSecret": "ops-redis", "existingSecretKey": "url"},
     },
     "many-gateways-rdma-monitoring": {
-        "gateway": {"replicas": 6, "podDisruptionBudget": {"minAvailable": 4}},
+        "gateway": {"replicas": 6, "processes": 2, "podDisruptionBudget": {"minAvailable": 4}},
         "workers": {
             "replicas": 16,
             "gpus": 8,
@@ -324,7 +324,11 @@ def test_gateway_probes_ports_and_disruption_budget(render) -> None:
         "name": f"{PREFIX}-secrets",
         "key": "clusterToken",
     }
-    assert env["EVOLVING_PLANNER"]["value"] == "evolving" and env["EVOLVING_PLANNER_MODE"]["value"] == "advisory"
+    # Several replicas act as one planner: one leader (lease in the store), mode auto.
+    assert env["EVOLVING_PLANNER"]["value"] == "evolving" and env["EVOLVING_PLANNER_MODE"]["value"] == "auto"
+    assert (env["EVOLVING_LEADER_TTL_S"]["value"], env["EVOLVING_LEADER_RENEW_S"]["value"]) == ("2", "0.5")
+    assert env["EVOLVING_RECONCILE_S"]["value"] == "2" and env["EVOLVING_REDIS_PREFIX"]["value"] == "evolving"
+    assert env["EVOLVING_GATEWAY_REPLICAS"]["value"] == "2"
     init = pod_spec(deploy)["initContainers"][0]
     assert init["command"] == ["evolving-infra", "db", "upgrade"]
     assert deploy["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
@@ -338,6 +342,7 @@ def test_gateway_lists_every_worker_by_its_peer_dns_name(render) -> None:
     objs = render("many-gateways-rdma-monitoring")
     gw = container(objs[("Deployment", f"{PREFIX}-gateway")], "gateway")
     urls = env_of(gw)["EVOLVING_WORKER_URLS"]["value"].split(",")
+    assert "--workers=2" in gw["args"] and env_of(gw)["EVOLVING_GATEWAY_REPLICAS"]["value"] == "12"
     sts = objs[("StatefulSet", f"{PREFIX}-worker")]
     peers = sts["spec"]["serviceName"]
     assert peers == f"{PREFIX}-worker-peers" and ("Service", peers) in objs
@@ -366,9 +371,21 @@ def test_workers_get_gpus_shared_memory_and_ucx(render) -> None:
     env = env_of(worker)
     assert env["UCX_TLS"]["value"] == "tcp,sm,self,cuda_copy,cuda_ipc"
     assert env["UCX_NET_DEVICES"]["value"] == "all"
-    assert {"--host=0.0.0.0", "--port=8100", "--node-id=$(POD_NAME)", "--block-size=32", "--kv-store-gib=64"} <= set(
-        worker["args"]
-    )
+    # Failure detection and segment sizes of KV reads over TCP (docs/operations.md).
+    assert {k: env[k]["value"] for k in ("UCX_TCP_USER_TIMEOUT", "UCX_KEEPALIVE_INTERVAL", "UCX_TCP_CONN_NB")} == {
+        "UCX_TCP_USER_TIMEOUT": "3s",
+        "UCX_KEEPALIVE_INTERVAL": "1s",
+        "UCX_TCP_CONN_NB": "y",
+    }
+    assert env["UCX_TCP_TX_SEG_SIZE"]["value"] == env["UCX_TCP_RX_SEG_SIZE"]["value"] == "4mb"
+    assert {
+        "--host=0.0.0.0",
+        "--port=8100",
+        "--node-id=$(POD_NAME)",
+        "--block-size=32",
+        "--kv-store-gib=64",
+        "--kv-pull-timeout-s=3",
+    } <= set(worker["args"])
     assert env["EVOLVING_CLUSTER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "clusterToken"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(sts)["tolerations"]
     peers = objs[("Service", f"{PREFIX}-worker-peers")]
@@ -484,6 +501,14 @@ def test_dashboard_configmap_carries_the_dashboard_file(render) -> None:
         ({"postgresql": {"enabled": False}}, "externalDatabase.url"),
         ({"redis": {"enabled": False}, "gateway": {"replicas": 2}}, "gateway.replicas > 1 needs a shared KV directory"),
         ({"workers": {"replicas": 0}}, "workers.replicas must be >= 1"),
+        (
+            {"redis": {"enabled": False}, "gateway": {"replicas": 1, "processes": 4}},
+            "gateway.processes > 1 needs Redis",
+        ),
+        (
+            {"gateway": {"settings": {"leadership": {"leaseTtlSeconds": 1.0, "renewSeconds": 0.8}}}},
+            "renewSeconds must be at most leaseTtlSeconds / 2",
+        ),
         ({"adminToken": {"value": "short"}}, "adminToken.value must be at least 16 characters"),
         ({"gateway": {"settings": {"blockSize": 16}}}, "gateway.settings.blockSize must be a positive multiple of 32"),
     ],

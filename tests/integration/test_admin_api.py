@@ -332,6 +332,18 @@ async def test_bootstrap_is_once_and_env_token_imports(migrated_db: Database) ->
     assert names == ["env", "env-2"]
 
 
+def test_replicas_starting_at_once_import_the_env_token_once(migrated_db: Database) -> None:
+    """Several gateway replicas start together with the same EVOLVING_ADMIN_TOKEN:
+    one imports it, the others find it (no unique-name error stops a start)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: bootstrap_admin_token(migrated_db, "env-token-0123456789"), range(4)))
+    assert results == [None] * 4
+    with migrated_db.session() as s:
+        assert [t.name for t in repository.list_admin_tokens(s)[0]] == ["env"]
+
+
 def test_openapi_documents_every_route(migrated_db: Database) -> None:
     app = FastAPI()
     app.include_router(build_admin_router(control=FakeClusterControl(), db=migrated_db, sink=EventSink(migrated_db)))

@@ -105,11 +105,11 @@ async def test_multi_turn_branch_cached_tokens_grow(tokenizer):
             ]
         assert cached[0] == 0 and cached[1] > 0 and cached[2] > cached[1]
         directory = s.runtime.directory
-        assert directory.is_branch_active("default/agent-1")
+        assert await directory.is_branch_active("default/agent-1")
         async with httpx.AsyncClient() as h:
             r = await h.post(f"{s.url}/v1/branches/agent-1/finish")
         assert r.status_code == 200 and r.json() == {"id": "agent-1", "object": "branch", "finished": True}
-        assert not directory.is_branch_active("default/agent-1")
+        assert not await directory.is_branch_active("default/agent-1")
 
 
 async def test_finished_requests_carry_their_turn_gap_for_the_planner(tokenizer):

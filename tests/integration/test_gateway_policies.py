@@ -27,7 +27,7 @@ from gateway.serving.tenancy import OpenTenantGate
 from gateway.serving.tokenize import PromptTokenizer
 from gateway.settings import GatewaySettings
 from gateway.store import SinkConfig, StoreUnavailable, repository
-from kvpool.directory import create_directory
+from kvpool.directory import BranchLimitReached, create_directory
 from planner.types import ClusterView, Decision, PlannerMode, SwitchAction
 from testing.fake_worker import FakeWorker
 from testing.fake_worker_app import create_fake_worker_app
@@ -218,7 +218,7 @@ async def test_policies_enforced_with_exact_statuses(tokenizer, tmp_path, db_url
         assert (await p.chat(rpm)).status_code == 200
         r = await p.chat(rpm)
         assert_openai_error(r, 429, "rate_limit_error", "requests_per_minute_exceeded")
-        assert 1 <= retry_after(r) <= 30
+        assert 55 <= retry_after(r) <= 60  # until the first of the two leaves the one-minute window
         assert (await p.chat(free)).status_code == 200  # nothing else changes, for anyone
 
         # Tokens per minute (prompt + max_tokens): too large for the whole budget, then exhausted.
@@ -243,13 +243,13 @@ async def test_policies_enforced_with_exact_statuses(tokenizer, tmp_path, db_url
         assert retry_after(r) == 5
         assert (await p.chat(branches, branch="b1")).status_code == 200
         assert (await p.chat(branches)).status_code == 200
-        assert p.runtime.directory.active_branch_count("branches") == 2
+        assert await p.runtime.directory.active_branch_count("branches") == 2
         r = await p.http.post("/v1/branches/b1/finish", headers={"Authorization": f"Bearer {branches}"})
         assert r.status_code == 200 and r.json()["finished"] is True
         assert (await p.chat(branches, branch="b3")).status_code == 200
         # X-Branch-Finished closes the branch with its last request.
         r = await p.chat(branches, branch="b3", headers={"X-Branch-Finished": "true"})
-        assert r.status_code == 200 and p.runtime.directory.active_branch_count("branches") == 1
+        assert r.status_code == 200 and await p.runtime.directory.active_branch_count("branches") == 1
 
 
 async def test_concurrency_cap_and_policy_change(tokenizer, tmp_path) -> None:
@@ -281,9 +281,9 @@ async def test_finish_is_tenant_scoped_and_cache_isolation(tokenizer, tmp_path) 
         assert (await p.chat(a, branch="work")).status_code == 200
         r = await p.http.post("/v1/branches/work/finish", headers={"Authorization": f"Bearer {b}"})
         assert r.status_code == 200 and r.json()["finished"] is False
-        assert p.runtime.directory.is_branch_active("a/work")
+        assert await p.runtime.directory.is_branch_active("a/work")
         r = await p.http.post("/v1/branches/work/finish", headers={"Authorization": f"Bearer {a}"})
-        assert r.json()["finished"] is True and not p.runtime.directory.is_branch_active("a/work")
+        assert r.json()["finished"] is True and not await p.runtime.directory.is_branch_active("a/work")
 
         async def cached(key: str) -> int:
             r = await p.chat(key, content=LONG_TEXT, branch="long")
@@ -305,15 +305,15 @@ async def test_kv_retention_quota_leaves_extra_blocks_unpinned(tokenizer, tmp_pa
             r = await p.chat(key, content=LONG_TEXT, branch="agent", max_tokens=4)
             assert r.status_code == 200  # the quota never refuses a request
         directory = p.runtime.directory.backend
-        assert directory.branch_blocks("free") > 2
-        assert directory.branch_blocks("capped") == 2  # only the first two blocks pinned
-        assert p.runtime.directory.unpinned_over_quota == directory.branch_blocks("free") - 2
-        info = directory.branch("capped/agent")
+        assert await directory.branch_blocks("free") > 2
+        assert await directory.branch_blocks("capped") == 2  # only the first two blocks pinned
+        assert p.runtime.directory.unpinned_over_quota == await directory.branch_blocks("free") - 2
+        info = await directory.branch("capped/agent")
         assert info is not None and info.num_blocks == 2
 
 
 @pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def test_directory_tenant_counts(backend: str) -> None:
+async def test_directory_tenant_counts(backend: str) -> None:
     if backend == "redis":
         import redis
 
@@ -325,22 +325,26 @@ def test_directory_tenant_counts(backend: str) -> None:
     else:
         d = create_directory("memory")
     try:
-        d.open_branch("a/1", "a", 1.0)
-        d.open_branch("a/1", "a", 2.0)  # re-open: still one
-        d.open_branch("a/2", "a", 2.0)
-        d.open_branch("b/1", "b", 2.0)
-        d.reference("a/1", ["h1", "h2"], 3.0)
-        d.reference("a/2", ["h2"], 3.0)
-        assert (d.active_branch_count("a"), d.active_branch_count("b"), d.active_branch_count("c")) == (2, 1, 0)
-        assert d.tenant_ref_counts("a", ["h1", "h2", "h3"]) == [1, 2, 0]
-        assert d.tenant_ref_counts("b", ["h1"]) == [0]
-        d.finish_branch("a/1")
-        assert d.active_branch_count("a") == 1 and d.tenant_ref_counts("a", ["h1", "h2"]) == [0, 1]
-        assert d.expire(100.0, 10.0) == ["a/2", "b/1"]
-        assert d.active_branch_count("a") == 0 and d.active_branch_count("b") == 0
+        await d.open_branch("a/1", "a", 1.0)
+        await d.open_branch("a/1", "a", 2.0)  # re-open: still one
+        await d.open_branch("a/2", "a", 2.0)
+        await d.open_branch("b/1", "b", 2.0)
+        await d.reference("a/1", ["h1", "h2"], 3.0)
+        await d.reference("a/2", ["h2"], 3.0)
+        counts = [await d.active_branch_count(t) for t in ("a", "b", "c")]
+        assert counts == [2, 1, 0]
+        assert await d.tenant_ref_counts("a", ["h1", "h2", "h3"]) == [1, 2, 0]
+        assert await d.tenant_ref_counts("b", ["h1"]) == [0]
+        with pytest.raises(BranchLimitReached):  # a third branch of a tenant capped at 2
+            await d.open_branch("a/3", "a", 2.5, max_active=2)
+        await d.open_branch("a/2", "a", 2.5, max_active=2)  # an active one re-opens under the cap
+        await d.finish_branch("a/1")
+        assert await d.active_branch_count("a") == 1 and await d.tenant_ref_counts("a", ["h1", "h2"]) == [0, 1]
+        assert await d.expire(100.0, 10.0) == ["a/2", "b/1"]
+        assert await d.active_branch_count("a") == 0 and await d.active_branch_count("b") == 0
     finally:
         if backend == "redis":
-            d.clear()  # type: ignore[attr-defined]
+            await d.clear()  # type: ignore[attr-defined]
 
 
 async def test_open_auth_serves_without_keys(tokenizer, tmp_path) -> None:

@@ -1,4 +1,5 @@
-"""Real NIXL/UCX reads between processes: batches, tag checks, dead and silent peers."""
+"""Real NIXL/UCX reads between processes: batches, tag checks, probes, dead and
+silent peers, the quarantine of timed-out reads."""
 
 from __future__ import annotations
 
@@ -102,6 +103,27 @@ def test_slot_reused_by_peer_is_rejected(peers: tuple[Peer, Peer], reader: Any) 
     transport.read_blocks_sync(node_id, [50], local)
     assert store.commit(local, verify=True) == [False]
     assert store.lookup(hashes[50]) is None
+
+
+def test_probe_answers_from_a_live_peer(peers: tuple[Peer, Peer], reader: Any) -> None:
+    _, transport = reader
+    transport.probe(peers[0].served[0][0], 2.0)
+
+
+def test_a_timed_out_read_keeps_its_slots_quarantined_and_its_peer_down(peers: tuple[Peer, Peer], reader: Any) -> None:
+    _, transport = reader
+    silent_id, silent_desc, _ = peers[1].served[1]
+    with pytest.raises(TransferTimeout):
+        transport.read_blocks_sync(silent_id, [0], [59], timeout_s=0.5)
+    handle = transport.read_blocks(peers[0].served[0][0], [1], [57])  # other peers are unaffected
+    handle.wait(2.0)
+    assert silent_id not in transport.peers()
+    with pytest.raises(PeerUnavailable):
+        transport.read_blocks(silent_id, [0], [58])
+    assert transport.quarantined(silent_id) == 1
+    assert transport.drain_quarantine() == []  # never finished: slot 59 stays out of use
+    with pytest.raises(PeerUnavailable):
+        transport.add_peer(silent_id, silent_desc)  # not while its stuck read may still land
 
 
 def test_silent_peer_times_out_and_dead_peer_is_unavailable(peers: tuple[Peer, Peer], reader: Any) -> None:

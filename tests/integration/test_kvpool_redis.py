@@ -1,4 +1,5 @@
-"""The directory contract on a real Redis (127.0.0.1:6379), plus replica sharing."""
+"""The directory contract on a real Redis (127.0.0.1:6379) through the async
+backend, plus replica sharing."""
 
 from __future__ import annotations
 
@@ -8,23 +9,27 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
-from kvpool.directory import BlockDirectory
-from kvpool.directory.redis_backend import RedisDirectory
+from kvpool.directory import BlockDirectory, DirectoryUnavailable
+from kvpool.directory.redis_backend import AsyncRedisDirectory
+from testing.blocking_directory import BlockingDirectory
 from testing.directory_contract import BB, DirectoryContract, H
 
 pytestmark = pytest.mark.redis
 
 URL = "redis://127.0.0.1:6379/0"
+_open: list[BlockingDirectory] = []
 
 
-def _fresh(prefix: str) -> RedisDirectory:
-    client = redis.Redis.from_url(URL, decode_responses=True)
+def _fresh(prefix: str, url: str = URL) -> BlockingDirectory:
     try:
-        client.ping()
+        redis.Redis.from_url(URL).ping()
     except redis.ConnectionError:
         pytest.skip("no Redis server on 127.0.0.1:6379")
-    return RedisDirectory(client, prefix=prefix)
+    d = BlockingDirectory(lambda: AsyncRedisDirectory.from_url(url, prefix))
+    _open.append(d)
+    return d
 
 
 @pytest.fixture
@@ -32,12 +37,14 @@ def prefix() -> Iterator[str]:
     p = f"{{kvpool-test-{uuid.uuid4().hex[:10]}}}"
     yield p
     _fresh(p).clear()
+    while _open:
+        _open.pop().close()
 
 
 class TestRedisDirectory(DirectoryContract):
     @pytest.fixture
     def directory(self, prefix: str) -> BlockDirectory:
-        return _fresh(prefix)
+        return _fresh(prefix)  # type: ignore[return-value]
 
 
 def test_two_replicas_share_one_directory(prefix: str) -> None:
@@ -56,7 +63,7 @@ def test_concurrent_replicas_count_exactly(prefix: str) -> None:
     for i in range(8):
         replicas[0].open_branch(f"b{i}", "t", now=1.0)
 
-    def work(d: RedisDirectory, k: int) -> None:
+    def work(d: BlockingDirectory, k: int) -> None:
         for i in range(k, 8, 4):
             for _ in range(3):  # repeated references count once per branch
                 d.reference(f"b{i}", H[:10], now=2.0)
@@ -72,6 +79,28 @@ def test_concurrent_replicas_count_exactly(prefix: str) -> None:
     assert replicas[2].ref_counts(H[:10]) == [0] * 10
     st = replicas[3].stats()
     assert (st.referenced_blocks, st.active_branches) == (0, 0)
+
+
+def test_the_branch_cap_holds_across_racing_replicas(prefix: str) -> None:
+    from kvpool.directory import BranchLimitReached
+
+    replicas = [_fresh(prefix) for _ in range(4)]
+    opened: list[str] = []
+
+    def work(d: BlockingDirectory, k: int) -> None:
+        for i in range(5):
+            try:
+                d.open_branch(f"r{k}-{i}", "t", now=1.0, max_active=7)
+                opened.append(f"r{k}-{i}")
+            except BranchLimitReached:
+                pass
+
+    threads = [threading.Thread(target=work, args=(d, k)) for k, d in enumerate(replicas)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(opened) == 7 and replicas[0].active_branch_count("t") == 7
 
 
 def test_expire_loses_to_a_concurrent_touch(prefix: str) -> None:
@@ -92,6 +121,14 @@ def test_clear_removes_every_key(prefix: str) -> None:
     assert list(client.scan_iter(match=prefix + ":*")) == []
 
 
+async def test_an_unreachable_redis_is_directory_unavailable() -> None:
+    d = AsyncRedisDirectory.from_url("redis://127.0.0.1:9/0", "{nowhere}", socket_timeout_s=0.5)
+    with pytest.raises(DirectoryUnavailable):
+        await d.longest_prefix([H[0]])
+    with pytest.raises(DirectoryUnavailable):
+        await d.open_branch("b", "t", now=1.0)
+
+
 def test_requires_decoded_responses() -> None:
     with pytest.raises(ValueError):
-        RedisDirectory(redis.Redis.from_url(URL))
+        AsyncRedisDirectory(aioredis.Redis.from_url(URL))

@@ -82,18 +82,18 @@ def replay(
 
 def expire_idle_branches(stack: ControlPlaneStack) -> list[str]:
     directory = stack.runtime.directory
-    return directory.expire(now=time.time() + stack.runtime.settings.branch_ttl_s + 1)
+    return stack.loop.run(directory.expire(now=time.time() + stack.runtime.settings.branch_ttl_s + 1))
 
 
 def assert_no_references(stack: ControlPlaneStack, node_ids: list[str]) -> None:
     directory = stack.runtime.directory.backend
-    stats = directory.stats()
+    stats = stack.loop.run(directory.stats())
     assert stats.active_branches == 0 and stats.referenced_blocks == 0, stats
     held = 0
     for node in node_ids:
-        blocks = directory.choose_victims(node, 10**9)  # every block the node holds
+        blocks = stack.loop.run(directory.choose_victims(node, 10**9))  # every block the node holds
         held += len(blocks)
-        assert directory.ref_counts(blocks) == [0] * len(blocks), node  # all evictable
+        assert stack.loop.run(directory.ref_counts(blocks)) == [0] * len(blocks), node  # all evictable
     assert held > 0  # the replay did publish blocks: the check above was not vacuous
 
 
@@ -115,7 +115,7 @@ def test_no_leaks_after_replay_fake_workers(fake_stack: ControlPlaneStack) -> No
     replay(fake_stack, key, agents=12, turns=3, max_tokens=20, switch=("w1", "prefill"))
     directory = fake_stack.runtime.directory
     unfinished = [f"leaks/leak-{i}" for i in range(12) if i % 3 == 2]
-    assert all(directory.is_branch_active(b) for b in unfinished)
+    assert all(fake_stack.loop.run(directory.is_branch_active(b)) for b in unfinished)
     assert sorted(expire_idle_branches(fake_stack)) == sorted(unfinished)
     wait_until(lambda: all(not w._running for w in fake_stack.workers.values()))
     assert_no_references(fake_stack, [w.node_id for w in fake_stack.workers.values()])

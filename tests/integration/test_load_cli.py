@@ -83,7 +83,7 @@ def test_load_runs_both_phases_with_branch_headers_and_finishes_its_branches(tmp
         # Every branch the load opened was finished: none is still holding blocks.
         cluster = httpx.get(f"{stack.url}/admin/cluster", headers=stack.admin_headers(), timeout=10).json()
         assert [b for b in cluster["top_branches"] if b["tenant_id"] == "loadtest"] == []
-        usage = stack.runtime.directory.stats()
+        usage = stack.loop.run(stack.runtime.directory.stats())
         assert usage["referenced"] == 0, usage
 
 

@@ -125,17 +125,19 @@ async def test_requests_per_minute(h: Harness) -> None:
     assert [(await h.chat(key)).status_code for _ in range(2)] == [200, 200]
     r = await h.chat(key)
     assert_error(r, 429, "rate_limit_error", "requests_per_minute_exceeded")
-    assert r.headers["Retry-After"] == "30"
-    h.clock.t += 30
+    assert r.headers["Retry-After"] == "60"  # at most 2 in any minute: the first leaves the window at +60 s
+    h.clock.t += 59
+    assert_error(await h.chat(key), 429, "rate_limit_error", "requests_per_minute_exceeded")
+    h.clock.t += 1
     assert (await h.chat(key)).status_code == 200
 
 
 async def test_tokens_per_minute(h: Harness) -> None:
     _, key = h.tenant("acme", Policy(tokens_per_minute=120))
     assert (await h.chat(key, prompt_tokens=50, max_tokens=50)).status_code == 200
-    r = await h.chat(key, prompt_tokens=20, max_tokens=20)  # 20 left, 40 needed at 2/s
+    r = await h.chat(key, prompt_tokens=20, max_tokens=20)  # 20 left, 40 needed: when the 100 leave the window
     assert_error(r, 429, "rate_limit_error", "tokens_per_minute_exceeded")
-    assert r.headers["Retry-After"] == "10"
+    assert r.headers["Retry-After"] == "60"
     r = await h.chat(key, prompt_tokens=100, max_tokens=100)
     assert_error(r, 400, "invalid_request_error", "request_exceeds_tokens_per_minute")
     assert "Retry-After" not in r.headers

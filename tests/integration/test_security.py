@@ -155,27 +155,27 @@ def test_tenant_cannot_touch_another_tenants_branches_usage_or_keys(stack: Contr
     key_a, key_b = stack.tenant("iso-a"), stack.tenant("iso-b")
     directory = stack.runtime.directory
     assert chat(stack, key_a, branch="shared-name").status_code == 200
-    assert directory.is_branch_active("iso-a/shared-name")
+    assert stack.loop.run(directory.is_branch_active("iso-a/shared-name"))
 
     # B "finishes" the same branch id: its own (absent) branch, not A's.
     r = httpx.post(
         f"{stack.url}/v1/branches/shared-name/finish", headers={"Authorization": f"Bearer {key_b}"}, timeout=10
     )
     assert r.status_code == 200 and r.json()["finished"] is False
-    assert directory.is_branch_active("iso-a/shared-name")
+    assert stack.loop.run(directory.is_branch_active("iso-a/shared-name"))
     # Nor through the tenant-qualified key the directory uses.
     for crafted in ("iso-a%2Fshared-name", "iso-a/shared-name", "..%2Fiso-a%2Fshared-name"):
         r = httpx.post(
             f"{stack.url}/v1/branches/{crafted}/finish", headers={"Authorization": f"Bearer {key_b}"}, timeout=10
         )
         assert r.status_code in (400, 404), (crafted, r.text)
-    assert directory.is_branch_active("iso-a/shared-name")
+    assert stack.loop.run(directory.is_branch_active("iso-a/shared-name"))
     # B working on a branch of the same name, or forking from it, stays in B's namespace.
     assert (
         chat(stack, key_b, branch="shared-name", finished=True, **{"X-Parent-Branch-ID": "shared-name"}).status_code
         == 200
     )
-    assert directory.is_branch_active("iso-a/shared-name")
+    assert stack.loop.run(directory.is_branch_active("iso-a/shared-name"))
     # No tenant-facing route lists or reads branches, usage or keys.
     for path in [
         "/v1/branches",
@@ -193,7 +193,7 @@ def test_tenant_cannot_touch_another_tenants_branches_usage_or_keys(stack: Contr
     r = httpx.post(
         f"{stack.url}/v1/branches/shared-name/finish", headers={"Authorization": f"Bearer {key_a}"}, timeout=10
     )
-    assert r.json()["finished"] is True and not directory.is_branch_active("iso-a/shared-name")
+    assert r.json()["finished"] is True and not stack.loop.run(directory.is_branch_active("iso-a/shared-name"))
 
 
 # -- cache isolation ----------------------------------------------------------------

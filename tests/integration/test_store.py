@@ -27,7 +27,7 @@ from planner.types import Decision, SplitPrediction, SwitchAction
 from testing.stores import PG_URL, pg_database
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HEAD = "0002"  # the newest migration
+HEAD = "0003"  # the newest migration
 
 STORE_TABLES = {
     "tenants",

@@ -225,7 +225,7 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
         branch = parse_branch_headers(
             tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None, finished="true"
         )
-        finished = service.directory.finish_branch(branch.key)
+        finished = await service.directory.finish_branch(branch.key)
         return Response(BranchFinished(id=branch.branch_id, finished=finished).model_dump_json(), media_type=_JSON)
 
     return router

@@ -40,7 +40,6 @@ from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.serving.tenancy import TenantContext, TenantGate
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
 from gateway.store.records import UsageRecord
-from planner.offered import TurnGaps
 from planner.types import RequestSample
 from workers.protocol import SamplingOptions
 
@@ -188,8 +187,8 @@ class OpenAIService:
         self.metrics = metrics
         self.default_max_tokens = default_max_tokens
         # Finished requests for the planner's workload estimate (drained by it).
+        # (the feed also works out each branch's turn gaps, cluster-wide on a shared feed)
         self.workload: WorkloadFeed = workload if workload is not None else LocalWorkloadFeed()
-        self.turn_gaps = TurnGaps()  # agents' time between requests (planner.offered)
         # Longest prompt accepted (None: no limit here; the workers still check theirs).
         self.max_prompt_tokens = max_prompt_tokens
         self.offload_chars = offload_chars
@@ -282,7 +281,7 @@ class OpenAIService:
             )
         return ids
 
-    def _check_new_branch(self, p: Prepared) -> None:
+    async def _check_new_branch(self, p: Prepared) -> None:
         """The tenant's branch cap, for a request that opens a named branch.
 
         One-request branches (no X-Branch-ID) are exempt: they end with the
@@ -290,35 +289,38 @@ class OpenAIService:
         """
         if p.tenant.max_active_branches is None or p.branch.one_shot:
             return
-        if not self.directory.is_branch_active(p.branch.key):
-            self.gate.check_branch_limit(p.tenant, self.directory.active_branch_count(p.tenant.tenant_id))
+        if not await self.directory.is_branch_active(p.branch.key):
+            self.gate.check_branch_limit(p.tenant, await self.directory.active_branch_count(p.tenant.tenant_id))
 
     @contextlib.asynccontextmanager
     async def admitted(self, p: Prepared) -> AsyncIterator[None]:
         """Hold the tenant's slot and the branch for the request's lifetime."""
         # Checked before admission so a refused branch costs no rate-limit
-        # budget, and again right before opening it (no await in between) so
-        # concurrent openers cannot overshoot the cap.
-        self._check_new_branch(p)
+        # budget, and again, atomically across replicas, when the directory
+        # opens it (concurrent openers cannot overshoot the cap).
+        await self._check_new_branch(p)
         async with self.gate.admit(
             p.tenant,
             model=self.model_name,
             prompt_tokens=len(p.job.prompt_token_ids),
             max_tokens=p.job.sampling.max_tokens,
         ):
-            self._check_new_branch(p)
-            self.directory.open_branch(
+            cap = None if p.branch.one_shot else p.tenant.max_active_branches
+            opened = await self.directory.open_branch(
                 p.branch.key,
                 tenant_id=p.tenant.tenant_id,
                 parent_id=p.branch.parent_key,
                 session_id=p.branch.session_id,
                 kv_retention_blocks=p.tenant.kv_retention_blocks,
+                max_active_branches=cap,
             )
+            if not opened:
+                self.gate.check_branch_limit(p.tenant, cap or 0)  # raises RateLimited
             try:
                 yield
             finally:
                 if p.branch.finish_at_end:
-                    self.directory.finish_branch(p.branch.key)
+                    await self.directory.finish_branch(p.branch.key)
 
     async def run(self, p: Prepared) -> AsyncIterator[str | Finished]:
         """Text deltas, then one `Finished` (finish_reason "stop" when a stop string hit)."""
@@ -354,9 +356,7 @@ class OpenAIService:
         yield done
 
     def _account(self, p: Prepared, done: Finished) -> None:
-        now = time.time()
-        arrival = now - done.e2e_s
-        gap = None if p.branch.one_shot else self.turn_gaps.finished(p.branch.key, arrival, now, p.branch.finish_at_end)
+        arrival = time.time() - done.e2e_s
         self.workload.add(
             RequestSample(
                 t=arrival,
@@ -364,8 +364,9 @@ class OpenAIService:
                 cached_prompt_tokens=done.cached_tokens,
                 output_tokens=done.completion_tokens,
                 e2e_s=done.e2e_s,
-                gap_s=gap,
-            )
+            ),
+            branch=None if p.branch.one_shot else p.branch.key,
+            last_in_branch=p.branch.finish_at_end,
         )
         self.metrics.observe_finished(p.tenant.tenant_id, done)
         self.gate.record_usage(

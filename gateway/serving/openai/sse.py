@@ -15,7 +15,9 @@ DONE = b"data: [DONE]\n\n"
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # ASCII-escaped: text may hold U+2028, U+0085 and the like, which JSON allows raw but
+    # line readers that split like str.splitlines (httpx's aiter_lines) break a line at.
+    return json.dumps(value, separators=(",", ":"))
 
 
 def event(payload: str) -> bytes:

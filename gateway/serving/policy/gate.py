@@ -6,8 +6,17 @@ authentication and admission never wait on the database and keep working
 from the last snapshot while it is down. A key unknown to the snapshot is
 looked up once in the database (created since the last refresh); unknown
 prefixes are remembered for one interval so random keys cannot hammer the
-store. Revocations and policy changes take effect within one interval
-(`refresh()` applies them at once).
+store.
+
+Changes reach the cache through the overrides bus (`on_event`, every
+replica, within milliseconds): a revoked key is dropped from the cache at
+once, before any database read, and any change to a tenant (policy, keys,
+name, deletion) reloads the snapshot. The periodic refresh is the
+reconciliation that heals a missed notice.
+
+Limits: with `cluster` (a `ClusterLimits`, Redis) a tenant's requests and
+tokens per minute and its concurrency are one budget across all replicas;
+without, this process enforces them alone (`TenantLimiter`, one gateway).
 
 Usage goes to the `EventSink` (buffered), never to the database directly.
 """
@@ -22,7 +31,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from gateway import errors
+from gateway.control.bus import KEY_REVOKED, TENANT_CHANGED, ClusterEvent
 from gateway.serving.policy.admission import PriorityAdmission
+from gateway.serving.policy.cluster_limits import ClusterLimits
 from gateway.serving.policy.limits import TenantLimiter
 from gateway.serving.tenancy import TenantContext
 from gateway.store import credentials, repository
@@ -74,10 +85,12 @@ class StoreTenantGate:
         *,
         config: GateConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cluster: ClusterLimits | None = None,
     ) -> None:
         self.db = db
         self.sink = sink
         self.config = config or GateConfig()
+        self.cluster = cluster
         self._clock = clock
         self._grants: dict[str, list[KeyGrant]] = {}  # prefix -> active keys
         self._policies: dict[str, Policy] = {}  # tenant_id -> policy
@@ -88,6 +101,8 @@ class StoreTenantGate:
         )
         self.last_refresh_ok: float | None = None
         self._task: asyncio.Task[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+        self._refresh_pending = False
 
     # -- snapshot ------------------------------------------------------------
 
@@ -105,15 +120,50 @@ class StoreTenantGate:
                 limiter.update_policy(policies[tenant_id], now=now)
 
     async def refresh(self) -> bool:
-        """Reload keys and policies. False (snapshot kept) if the store is down."""
-        try:
-            grants = await self.db.run_async(lambda s: repository.load_key_grants(s))
-        except StoreUnavailable:
-            log.warning("store unreachable; serving with cached keys and policies")
-            return False
-        self._apply(grants)
-        self.last_refresh_ok = self._clock()
-        return True
+        """Reload keys and policies. False (snapshot kept) if the store is down.
+
+        Calls that arrive while a reload runs share one more reload after it
+        (a burst of change notices costs two database reads, not one each)."""
+        if self._refresh_lock.locked():
+            if self._refresh_pending:
+                return True
+            self._refresh_pending = True
+        async with self._refresh_lock:
+            self._refresh_pending = False
+            try:
+                grants = await self.db.run_async(lambda s: repository.load_key_grants(s))
+            except StoreUnavailable:
+                log.warning("store unreachable; serving with cached keys and policies")
+                return False
+            self._apply(grants)
+            self.last_refresh_ok = self._clock()
+            return True
+
+    def forget_key(self, key_id: str) -> bool:
+        """Drop a revoked key from the cache now (no database read needed)."""
+        dropped = False
+        for prefix, grants in list(self._grants.items()):
+            kept = [g for g in grants if g.key_id != key_id]
+            if len(kept) != len(grants):
+                dropped = True
+                self._grants[prefix] = kept
+        return dropped
+
+    def forget_tenant(self, tenant_id: str) -> None:
+        """Drop a deleted tenant's keys from the cache now."""
+        for prefix, grants in list(self._grants.items()):
+            self._grants[prefix] = [g for g in grants if g.tenant_id != tenant_id]
+
+    async def on_event(self, event: ClusterEvent) -> None:
+        """Overrides bus handler (every replica): apply a key or tenant change now."""
+        if event.kind == KEY_REVOKED:
+            self.forget_key(str(event.data.get("key_id", "")))
+        elif event.kind == TENANT_CHANGED:
+            if event.data.get("deleted"):
+                self.forget_tenant(str(event.data.get("tenant_id", "")))
+        else:
+            return
+        await self.refresh()
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -187,19 +237,40 @@ class StoreTenantGate:
     async def admit(
         self, tenant: TenantContext, *, model: str, prompt_tokens: int, max_tokens: int
     ) -> AsyncIterator[None]:
-        limiter = self._limiter(tenant.tenant_id)
         cost = max(0, prompt_tokens) + max(0, max_tokens)
-        limiter.acquire(model=model, tokens=cost, now=self._clock())
+        if self.cluster is not None:
+            async with self._admit_cluster(self.cluster, tenant, model=model, cost=cost):
+                yield
+            return
+        limiter = self._limiter(tenant.tenant_id)
+        ticket = limiter.acquire(model=model, tokens=cost, now=self._clock())
         try:
             await self.admission.acquire(limiter.policy.priority)
         except BaseException:
-            limiter.cancel(tokens=cost, now=self._clock())
+            limiter.cancel(ticket)
             raise
         try:
             yield
         finally:
             self.admission.release()
             limiter.release()
+
+    @contextlib.asynccontextmanager
+    async def _admit_cluster(
+        self, cluster: ClusterLimits, tenant: TenantContext, *, model: str, cost: int
+    ) -> AsyncIterator[None]:
+        policy = self.policy_for(tenant.tenant_id)
+        adm = await cluster.acquire(tenant.tenant_id, policy, model=model, tokens=cost)
+        try:
+            await self.admission.acquire(policy.priority)
+        except BaseException:
+            await cluster.cancel(adm)
+            raise
+        try:
+            yield
+        finally:
+            self.admission.release()
+            await cluster.release(adm)
 
     def check_branch_limit(self, tenant: TenantContext, active_branches: int) -> None:
         """Raise `RateLimited` if the tenant may not open another branch now.

@@ -148,6 +148,12 @@ Call with (dict "root" $ "key" "adminToken" "length" 40).
 {{- if and (gt (int .Values.gateway.replicas) 1) (not (include "ei.redisEnabled" .)) -}}
 {{- fail "gateway.replicas > 1 needs a shared KV directory: set redis.enabled=true or externalRedis.url" -}}
 {{- end -}}
+{{- if and (gt (int .Values.gateway.processes) 1) (not (include "ei.redisEnabled" .)) -}}
+{{- fail "gateway.processes > 1 needs Redis: set redis.enabled=true or externalRedis.url" -}}
+{{- end -}}
+{{- if gt (float64 .Values.gateway.settings.leadership.renewSeconds) (divf .Values.gateway.settings.leadership.leaseTtlSeconds 2) -}}
+{{- fail "gateway.settings.leadership.renewSeconds must be at most leaseTtlSeconds / 2" -}}
+{{- end -}}
 {{- if and .Values.adminToken.value (lt (len .Values.adminToken.value) 16) -}}
 {{- fail "adminToken.value must be at least 16 characters (gateway/admin/auth.py)" -}}
 {{- end -}}

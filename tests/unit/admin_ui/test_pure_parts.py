@@ -11,7 +11,7 @@ from admin_ui import charts, tiles
 from admin_ui.cli import APP_PATH, console_command
 from admin_ui.forms import parse_models, validate_policy
 from admin_ui.session import ConsoleSettings
-from admin_ui.widgets import fmt_age, fmt_bytes, fmt_time, prediction_status
+from admin_ui.widgets import fmt_age, fmt_bytes, fmt_time, leadership_line, prediction_status
 
 UNLIMITED = {
     "requests_per_minute": None,
@@ -168,6 +168,17 @@ def test_prediction_status_says_when_and_why_nothing_newer() -> None:
     assert idle.startswith("Made at 1970-01-01 00:16:40 UTC, 60 min ago.")
     assert idle.endswith("decides without predicting: hold: insufficient data.")
     assert [fmt_age(x) for x in (5, 600, 7200, 3 * 86400)] == ["5 s", "10 min", "2 h", "3 d"]
+
+
+def test_leadership_line_names_the_leader_and_the_term() -> None:
+    assert leadership_line(None) == ""
+    lead = {"leader": "g1", "term": 7, "leading": True, "store_reachable": True}
+    assert leadership_line(lead) == "This gateway replica (`g1`) leads the planner, term 7."
+    follow = leadership_line({**lead, "leading": False})
+    assert follow.startswith("Planner leader: replica `g1`, term 7; this replica follows")
+    vacant = leadership_line({**lead, "leader": None, "leading": False})
+    assert vacant.startswith("No planner leader right now (last term 7)")
+    assert "store is unreachable" in leadership_line({**lead, "store_reachable": False})
 
 
 def test_formatting() -> None:

@@ -252,3 +252,12 @@ async def test_calls_beyond_max_connections_wait_for_a_slot() -> None:
         assert results == [[1]] * 5
         assert script.max_open <= 2
     await client.aclose()
+
+
+def test_every_worker_api_call_is_served() -> None:
+    # The raw client stands in for HttpWorkerClient wherever the gateway takes a WorkerAPI.
+    from gateway.worker_client import WorkerAPI
+
+    wanted = {n for n in vars(WorkerAPI) if not n.startswith("_")}
+    assert wanted and wanted <= {n for n in dir(RawWorkerClient) if not n.startswith("_")}
+    assert "fence" in wanted

@@ -8,7 +8,18 @@ import socket
 
 import pytest
 
-from kvpool.events import BlocksDropped, BlocksSaved, EventDecodeError, KVEvent, StepTimed, decode, encode, publish
+from kvpool.events import (
+    BlocksDropped,
+    BlocksSaved,
+    EventDecodeError,
+    KVEvent,
+    PeerChanged,
+    PullDone,
+    StepTimed,
+    decode,
+    encode,
+    publish,
+)
 
 SAVED = BlocksSaved(rid="r.1", blocks=(("h0", 3), ("h1", 4)), external_tokens=32)
 DROPPED = BlocksDropped(blocks=(("h0", 3),))
@@ -24,7 +35,12 @@ STEP = StepTimed(
     attention_pairs=10000,
 )
 
+PULL = PullDone(peer="wA", outcome="timeout", block_count=15, seconds=3.001)
+PEER = PeerChanged(peer="wA", state="down", reason="timeout")
+
 WIRE = [
+    (PULL, {"type": "pull", "peer": "wA", "outcome": "timeout", "block_count": 15, "seconds": 3.001}),
+    (PEER, {"type": "peer", "peer": "wA", "state": "down", "reason": "timeout"}),
     (SAVED, {"type": "saved", "rid": "r.1", "blocks": [["h0", 3], ["h1", 4]], "external_tokens": 32}),
     (DROPPED, {"type": "dropped", "blocks": [["h0", 3]]}),
     (
@@ -52,7 +68,7 @@ def test_wire_form_has_type_first(event: KVEvent, wire: dict[str, object]) -> No
     assert next(iter(body)) == "type"
 
 
-@pytest.mark.parametrize("event", [SAVED, DROPPED, STEP, BlocksSaved(rid="r", blocks=())])
+@pytest.mark.parametrize("event", [SAVED, DROPPED, STEP, PULL, PEER, BlocksSaved(rid="r", blocks=())])
 def test_encode_decode_round_trip(event: KVEvent) -> None:
     assert decode(encode(event)) == event
 
@@ -78,6 +94,10 @@ def test_defaults_apply_when_optional_fields_are_absent() -> None:
         pytest.param(b'{"type": "dropped", "blocks": [["h0", "x"]]}', id="slot-not-int"),
         pytest.param(b'{"type": "dropped", "blocks": [7]}', id="block-a-number"),
         pytest.param(b'{"type": "dropped", "blocks": [null]}', id="block-null"),
+        pytest.param(
+            b'{"type": "pull", "peer": "a", "outcome": "lost", "block_count": 1, "seconds": 0}', id="bad-outcome"
+        ),
+        pytest.param(b'{"type": "peer", "peer": "a", "state": "gone"}', id="bad-peer-state"),
     ],
 )
 def test_decode_refuses(data: bytes) -> None:

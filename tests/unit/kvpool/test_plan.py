@@ -169,3 +169,46 @@ def test_plan_prefix_sources(
 def test_plan_prefix_sources_needs_a_contiguous_prefix() -> None:
     index = _index(4, "h1")
     assert plan_prefix_sources(H, 0, 4, index, {}) == []
+
+
+def test_a_quarantined_staging_slot_stays_out_of_use_after_release() -> None:
+    index = SlotIndex(3)
+    staging, _ = index.reserve(2)
+    assert staging == [0, 1]
+    index.quarantine([0])
+    index.release(0)
+    index.release(1)
+    assert index.reserve(3) == ([1, 2], [])  # 0 is held back
+    assert index.quarantined == frozenset({0})
+    index.unquarantine([0])
+    assert index.quarantined == frozenset()
+    assert index.reserve(1) == ([0], [])
+
+
+def test_unquarantine_before_release_frees_at_release_as_usual() -> None:
+    index = SlotIndex(2)
+    (slot,), _ = index.reserve(1)
+    index.quarantine([slot])
+    index.unquarantine([slot])  # the stuck read finished while the request still ran
+    assert index.reserve(1) == ([1], [])
+    index.release(slot)
+    assert index.reserve(1) == ([slot], [])
+
+
+def test_unquarantine_of_a_slot_never_quarantined_is_harmless() -> None:
+    index = SlotIndex(2)
+    index.unquarantine([0, 1])
+    assert index.reserve(2) == ([0, 1], [])
+
+
+def test_a_quarantined_retired_copy_is_held_at_its_last_unpin() -> None:
+    index = _index(3, "a")
+    index.pin([0])  # a load still reads the old copy
+    (new,), _ = index.reserve(1)
+    index.commit("a", new)
+    index.quarantine([0])
+    index.unpin([0])
+    assert index.reserve(1) == ([2], [])
+    assert index.reserve(1) == ([1], [("a", 1)])  # the old copy's slot 0 is still held
+    index.unquarantine([0])
+    assert index.reserve(1) == ([0], [])

@@ -27,6 +27,14 @@ def test_window_statistics() -> None:
     assert est.estimate(now=30.0).n == 0  # everything slid out
 
 
+def test_offered_rate_counts_the_weights_the_served_rate_does_not() -> None:
+    est = WorkloadEstimator(WorkloadConfig(window_s=10.0))
+    est.observe(_samples(0.0, 10.0, 1.0, 100, 0, 10), weights=[1.0] * 5 + [3.0] * 5)
+    w = est.estimate(now=10.0)
+    assert w.rate_rps == pytest.approx(1.0) and w.offered_rate_rps == pytest.approx(2.0)
+    assert w.summary()["offered_rate_rps"] == pytest.approx(2.0)
+
+
 def test_old_samples_dropped_and_lag() -> None:
     est = WorkloadEstimator(WorkloadConfig(window_s=10.0, retention_s=20.0, lag_s=5.0))
     est.observe(_samples(100.0, 110.0, 1.0, 1000, 0, 10))

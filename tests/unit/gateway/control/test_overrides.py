@@ -18,10 +18,12 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.versions: list[float | None] = []
         self.actor_ids: list[str | None] = []  # of the audit calls, in order
 
-    def record_override(self, *, key: str, value: Any, who: str) -> None:
+    def record_override(self, *, key: str, value: Any, who: str, t: float | None = None) -> None:
         self.calls.append(("override", key, value, who))
+        self.versions.append(t)
 
     def record_audit(
         self, *, actor: str, action: str, target: str, before: Any, after: Any, actor_id: str | None = None
@@ -149,3 +151,72 @@ async def test_restore_keeps_going_when_the_pins_cannot_be_realised_yet() -> Non
     control.restore_error = Unavailable("node n1 is unhealthy")
     await svc.restore(Overrides(split_pin=1), default_mode="auto")
     assert control.calls == [("restore_pins", 1, {}, "restore")]
+
+
+# -- versions: changes from other replicas and from the store ---------------------------
+
+
+class Bus:
+    """The Publisher port, collecting events."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> Any:
+        self.events.append((kind, dict(data or {})))
+
+
+async def test_every_change_is_published_with_the_version_it_was_recorded_at() -> None:
+    control, rec, bus = StrictControl(), Recorder(), Bus()
+    ticks = iter([100.0, 100.0, 250.0])
+    svc = OverridesService(control, rec, bus=bus, clock=lambda: next(ticks))
+    await svc.set_mode("manual", who="a")
+    await svc.set_mode("auto", who="a")  # same clock reading: the version still grows
+    await svc.pin_node("n0", "decode", who="a")
+    assert bus.events == [
+        ("override", {"key": "planner_mode", "value": "manual", "version": 100.0}),
+        ("override", {"key": "planner_mode", "value": "auto", "version": pytest.approx(100.000001)}),
+        ("override", {"key": "node_pin:n0", "value": "decode", "version": 250.0}),
+    ]
+    assert rec.versions == [100.0, pytest.approx(100.000001), 250.0]
+
+
+async def test_apply_takes_only_newer_versions() -> None:
+    svc, control, rec = _service()
+    assert await svc.apply("planner_mode", "manual", 10.0)
+    assert not await svc.apply("planner_mode", "auto", 9.0)  # an older change arriving late
+    assert not await svc.apply("planner_mode", "auto", 10.0)  # the same one twice
+    assert control.mode == "manual"
+    assert await svc.apply("split_pin", 1, 11.0) and control.split_pin == 1
+    assert await svc.apply("split_pin", None, 12.0) and control.split_pin is None  # a clear is a change too
+    assert await svc.apply("node_pin:n1", "prefill", 13.0) and control.node_pins == {"n1": "prefill"}
+    assert not await svc.apply("bogus", 1, 14.0)
+    assert rec.calls == []  # applying another replica's change records nothing here
+
+
+async def test_reconcile_heals_a_missed_change_and_never_reverts_a_newer_one() -> None:
+    svc, control, _ = _service()
+    await svc.apply("planner_mode", "manual", 50.0)  # from the bus, newer than the store's copy
+    stored = Overrides(
+        split_pin=2,
+        node_pins={"n0": "decode"},
+        planner_mode="auto",
+        versions={"planner_mode": 40.0, "split_pin": 45.0, "node_pin:n0": 46.0, "node_pin:n1": 47.0},
+    )
+    assert await svc.reconcile(stored) == 3  # split pin, n0's pin and n1's clear (a tombstone)
+    assert (control.mode, control.split_pin, control.node_pins) == ("manual", 2, {"n0": "decode"})
+    assert await svc.reconcile(stored) == 0
+
+
+async def test_a_bus_event_is_applied_in_the_background() -> None:
+    import asyncio
+
+    from gateway.control.bus import ClusterEvent
+
+    svc, control, _ = _service()
+    await svc.on_event(ClusterEvent("override", {"key": "planner_mode", "value": "manual", "version": 5.0}, "g2"))
+    await svc.on_event(ClusterEvent("override", {"key": "planner_mode"}, "g2"))  # malformed: ignored
+    await svc.on_event(ClusterEvent("key.revoked", {"key_id": "k"}, "g2"))  # not an override
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert control.mode == "manual" and svc.versions["planner_mode"] == 5.0

@@ -195,31 +195,33 @@ async def test_eos_ends_with_stop():
 
 async def test_branch_references_prompt_and_output_blocks():
     c = await Cluster([Phase.DECODE]).start()
-    c.directory.open_branch("t/b1", tenant_id="t")
+    assert await c.directory.open_branch("t/b1", tenant_id="t")
     tokens, _ = await collect(c.orch, job(PROMPT, 8, branch="t/b1"))
     hashes = c.directory.block_hashes(PROMPT + tokens, "t")
-    assert len(hashes) == 12 and all(c.directory.references(h) == 1 for h in hashes)
-    assert c.directory.finish_branch("t/b1") and c.directory.references(hashes[0]) == 0
+    assert len(hashes) == 12 and [await c.directory.references(h) for h in hashes] == [1] * 12
+    assert await c.directory.finish_branch("t/b1") and await c.directory.references(hashes[0]) == 0
 
 
 async def test_known_prompt_hashes_are_reused_for_lookup_and_references():
     c = await Cluster([Phase.PREFILL, Phase.DECODE]).start()
     await collect(c.orch, job(PROMPT, 2, "a"))
     follow = PROMPT + [7, 8, 9]
-    c.directory.open_branch("t/b2", tenant_id="t")
+    await c.directory.open_branch("t/b2", tenant_id="t")
     known = c.directory.block_hashes(follow, "t")
     with_hashes = dataclasses.replace(job(follow, 3, "b", branch="t/b2"), prompt_hashes=known)
     tokens, done = await collect(c.orch, with_hashes)
     assert tokens == expected(follow, 3) and done.cached_tokens == 40
-    assert all(c.directory.references(h) == 1 for h in c.directory.block_hashes(follow + tokens, "t"))
+    refs = [await c.directory.references(h) for h in c.directory.block_hashes(follow + tokens, "t")]
+    assert refs and all(r == 1 for r in refs)
 
 
 async def test_a_branch_that_ends_with_its_request_references_nothing():
     c = await Cluster([Phase.DECODE]).start()
-    c.directory.open_branch("t/once", tenant_id="t")
+    await c.directory.open_branch("t/once", tenant_id="t")
     once = dataclasses.replace(job(PROMPT, 8, branch="t/once"), reference_blocks=False)
     tokens, _ = await collect(c.orch, once)
-    assert all(c.directory.references(h) == 0 for h in c.directory.block_hashes(PROMPT + tokens, "t"))
+    refs = [await c.directory.references(h) for h in c.directory.block_hashes(PROMPT + tokens, "t")]
+    assert refs and all(r == 0 for r in refs)
 
 
 async def test_closing_stream_early_aborts_worker_request():

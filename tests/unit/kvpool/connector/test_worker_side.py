@@ -1,4 +1,6 @@
-"""When `WorkerSide` copies a finished request's blocks to the host store.
+"""`WorkerSide`: when it copies a finished request's blocks to the host store,
+and its pulls from peers (the cluster token, deadlines, quarantine notices
+for the scheduler half, recovery).
 
 On the CPU backend vLLM's "after the forward launch" is after the whole
 (synchronous) forward pass, so saves and load submissions run before it;
@@ -7,10 +9,20 @@ on a GPU they stay after the launch, overlapping the forward.
 
 from __future__ import annotations
 
+import base64
+import time
+
+import pytest
 import torch
 
+from kvpool.agent_info import CLUSTER_TOKEN_ENV, AgentInfo
+from kvpool.connector.peer_book import Backoff
 from kvpool.connector.worker_side import WorkerSide
-from kvpool.plan import SaveItem, StepPlan
+from kvpool.hashing import block_hashes
+from kvpool.plan import LoadItem, RemoteRead, SaveItem, StepPlan
+from kvpool.store import HostBlockStore, StoreConfig
+from kvpool.transport import FakeFabric, FakeTransport
+from testing.fake_agent_server import FakeAgentServer
 
 BLOCKS, BLOCK_BYTES = 8, 64
 
@@ -49,4 +61,100 @@ def test_without_the_cpu_rule_the_save_waits_for_the_forward_pass(tmp_path) -> N
     side.start_step(plan)
     assert torch.equal(side.store.data[1], kv[5])
     assert side.finished(set()) == ({"r1"}, None)
+    side.close()
+
+
+# -- pulls from a peer (FakeTransport, a fake agent endpoint) ---------------------
+
+PEER_BLOCK = 16  # BLOCK_BYTES of a peer store in these tests equals ours
+H = block_hashes(list(range(4)), 1, "worker-side-pull")
+
+
+def _pulling_side(tmp_path, monkeypatch, fabric: FakeFabric, timeout_s: float = 0.3):
+    monkeypatch.setenv(CLUSTER_TOKEN_ENV, "tok")
+    side = WorkerSide(
+        "n0", BLOCK_BYTES, capacity=4, extra={"nixl": False, "run_dir": str(tmp_path), "pull_timeout_s": timeout_s}
+    )
+    kv = torch.zeros(BLOCKS, BLOCK_BYTES, dtype=torch.uint8)
+    side.register({"layer0": kv})
+    side.attach(FakeTransport("n0", side.store, fabric, timeout_s=timeout_s))
+    side.links.book.backoff = Backoff(first_s=0.01, max_s=0.05)
+    return side, kv
+
+
+def _peer_store(fabric: FakeFabric, server: FakeAgentServer) -> HostBlockStore:
+    store = HostBlockStore(StoreConfig(BLOCK_BYTES, 4))
+    for i, h in enumerate(H):
+        store.put(h, torch.full((BLOCK_BYTES,), 40 + i, dtype=torch.uint8))
+    t = FakeTransport("peer", store, fabric)
+    server.info = AgentInfo("peer", "peer", base64.b64encode(t.local_descriptor()).decode(), 0, BLOCK_BYTES, 4)
+    return store
+
+
+def _load(rid: str, url: str, device=(2, 3), staging=(0, 1)) -> StepPlan:
+    item = LoadItem(
+        rid,
+        device_blocks=device,
+        local_slots=staging,
+        hashes=tuple(H[: len(device)]),
+        remote=tuple(RemoteRead("peer", i, s) for i, s in enumerate(staging)),
+    )
+    return StepPlan(loads=[item], peers={"peer": url})
+
+
+def _finished_recv(side: WorkerSide, rid: str, timeout_s: float = 5.0) -> float:
+    start = time.monotonic()
+    while True:
+        _, recv = side.finished(set())
+        if recv and rid in recv:
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout_s, f"{rid} never finished"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def agent_server():
+    server = FakeAgentServer(token="tok")
+    yield server
+    server.close()
+
+
+def test_a_pull_sends_the_cluster_token_and_fills_the_device_blocks(tmp_path, monkeypatch, agent_server) -> None:
+    fabric = FakeFabric()
+    _peer_store(fabric, agent_server)
+    side, kv = _pulling_side(tmp_path, monkeypatch, fabric)
+    side.begin_step(_load("r1", agent_server.url))
+    _finished_recv(side, "r1")
+    assert side.take_load_errors() == set()
+    assert (kv[2, 0].item(), kv[3, 0].item()) == (40, 41)
+    assert agent_server.seen_auth == ["Bearer tok"]
+    side.close()
+
+
+def test_a_cut_link_times_out_quarantines_recomputes_and_heals(tmp_path, monkeypatch, agent_server) -> None:
+    fabric = FakeFabric()
+    _peer_store(fabric, agent_server)
+    side, kv = _pulling_side(tmp_path, monkeypatch, fabric, timeout_s=0.3)
+    side.begin_step(_load("warm", agent_server.url))
+    _finished_recv(side, "warm")
+    fabric.cut_link("peer")
+    side.begin_step(_load("r1", agent_server.url))
+    stalled = _finished_recv(side, "r1")
+    assert 0.25 <= stalled < 1.3  # the deadline, not more
+    assert side.take_load_errors() == {2, 3}  # recomputed
+    assert side.slot_notices() == ([0, 1], [])  # staging slots held back from the scheduler's index
+    side.begin_step(_load("r2", agent_server.url, staging=(2, 3)))
+    assert _finished_recv(side, "r2") < 0.2  # the peer is down: recompute at once
+    assert side.take_load_errors() == {2, 3}
+    fabric.restore_link("peer")
+    deadline = time.monotonic() + 5
+    released: list[int] = []
+    while not (released and side.links.book.usable("peer")):
+        assert time.monotonic() < deadline
+        released += side.slot_notices()[1]
+        time.sleep(0.02)
+    assert sorted(released) == [0, 1]
+    side.begin_step(_load("r3", agent_server.url, staging=(2, 3)))
+    _finished_recv(side, "r3")
+    assert side.take_load_errors() == set()
     side.close()

@@ -16,7 +16,7 @@ from kvpool.transport import (
     TransferTimeout,
     contiguous_runs,
 )
-from kvpool.transport.base import decode_descriptor
+from kvpool.transport.base import PeerLayout, decode_descriptor, encode_descriptor
 
 H = block_hashes(list(range(8)), 1, "transport-test")
 
@@ -30,6 +30,10 @@ def pair(**fabric_kw: object) -> tuple[FakeFabric, HostBlockStore, HostBlockStor
     for i in range(4):
         a.put(H[i], torch.full((16,), i + 1, dtype=torch.uint8))
     return fabric, a, b, tb
+
+
+def _descriptor(node: str, store: HostBlockStore) -> bytes:
+    return encode_descriptor(PeerLayout(node, store.block_bytes, store.capacity_blocks, 0, store.tags_offset), b"fake")
 
 
 def test_contiguous_runs() -> None:
@@ -114,3 +118,44 @@ def test_bad_slot_lists_are_rejected_up_front() -> None:
         tb.read_blocks("a", [8], [0])
     with pytest.raises(ValueError):
         tb.read_blocks("a", [0, 1], [3, 3])
+
+
+def test_a_timed_out_read_keeps_its_slots_until_it_finishes_late() -> None:
+    fabric, a, b, tb = pair()
+    fabric.cut_link("a")
+    with pytest.raises(TransferTimeout):
+        tb.read_blocks_sync("a", [0, 1], [4, 5], timeout_s=0.01)
+    assert tb.peers() == [] and tb.down_reason("a") == "timed out"
+    assert (tb.quarantined("a"), tb.quarantined(), tb.drain_quarantine()) == (1, 1, [])
+    with pytest.raises(PeerUnavailable):
+        tb.read_blocks_sync("a", [2], [6])  # down until added again
+    with pytest.raises(PeerUnavailable):
+        tb.add_peer("a", _descriptor("a", a))
+    fabric.restore_link("a")
+    assert tb.drain_quarantine() == [4, 5]
+    assert [b.get_view(s)[0].item() for s in (4, 5)] == [1, 2]  # what the network delivered late
+    assert tb.quarantined() == 0
+
+
+def test_a_stuck_read_to_a_peer_that_died_finishes_without_writing() -> None:
+    fabric, a, b, tb = pair()
+    fabric.cut_link("a")
+    with pytest.raises(TransferTimeout):
+        tb.read_blocks_sync("a", [0], [4], timeout_s=0.01)
+    fabric.kill("a")
+    fabric.restore_link("a")
+    assert tb.drain_quarantine() == [4]
+    assert b.get_view(4)[0].item() == 0
+
+
+def test_add_peer_again_after_the_quarantine_brings_it_back_and_probe_answers() -> None:
+    fabric, a, b, tb = pair()
+    fabric.cut_link("a")
+    with pytest.raises(TransferTimeout):
+        tb.probe("a", 0.01)
+    assert tb.quarantined("a") == 1
+    fabric.restore_link("a")
+    assert tb.drain_quarantine() == []  # a probe holds no slots
+    tb.add_peer("a", _descriptor("a", a))
+    tb.probe("a", 0.01)
+    assert tb.peers() == ["a"]

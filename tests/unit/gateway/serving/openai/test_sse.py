@@ -53,3 +53,10 @@ def test_done_and_error_events():
     assert sse.DONE == b"data: [DONE]\n\n"
     err = {"error": {"message": "boom", "type": "server_error", "param": None, "code": "x"}}
     assert _payload(sse.error_event(err)) == err
+
+
+def test_text_with_unicode_line_breaks_stays_on_one_line_for_splitlines_readers():
+    text = "a\u2028b\u2029c\x85d\x1ce"
+    event = sse.ChatChunkEncoder("c", 1, "m").content(text)
+    assert len(event.decode().rstrip("\n").splitlines()) == 1
+    assert ChatCompletionChunk.model_validate(_payload(event)).choices[0].delta.content == text

@@ -1,0 +1,224 @@
+"""`RedisWorkloadFeed`: one workload view for every gateway replica.
+
+Each replica appends its finished requests to one Redis stream
+(`<p>:workload`) and every replica's planner reads the whole stream, so the
+leader's estimate of traffic spread over N replicas is the estimate one
+gateway would make on the same traffic, and a follower that takes over has
+the same window already.
+
+Turn gaps are computed where every replica's turns meet: one Lua script per
+finished request reads the branch's last finish (`<p>:gap:<branch>`, kept
+`gap_ttl_s`), works out the gap exactly as `planner.offered.TurnGaps` does
+(max(0, arrival - last finish); the key is dropped when the branch ends) and
+appends the sample with it, atomically. A branch's next turn can only start
+after its previous one ended, and a replica sends each sample the moment
+its request finishes, so turns of one branch reach the script in order.
+
+Request path: `add` only appends to a bounded local queue (never blocks). A
+writer task sends what is queued in one pipelined round trip; a reader task
+follows the stream with a blocking XREAD. While Redis is unreachable a
+replica keeps its own samples (gaps from a local `TurnGaps`) and its planner
+sees its own traffic only, like a lone gateway; those samples are not
+replayed into the stream later (no double count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from planner.offered import TurnGaps
+from planner.types import RequestSample
+
+log = logging.getLogger(__name__)
+
+# ARGV: p, branch ('' none), last ('1'/'0'), t, e2e, uncached, cached, output, gap_ttl_s, maxlen, replica
+FINISH = """
+local p, branch, last = ARGV[1], ARGV[2], ARGV[3]
+local t, e2e = tonumber(ARGV[4]), tonumber(ARGV[5])
+local gap = ''
+if branch ~= '' then
+  local k = p..':gap:'..branch
+  local prev = redis.call('GET', k)
+  if prev then gap = string.format('%.6f', math.max(0, t - tonumber(prev))) end
+  if last == '1' then
+    redis.call('DEL', k)
+  else
+    redis.call('SET', k, string.format('%.6f', t + e2e), 'EX', ARGV[9])
+  end
+end
+return redis.call('XADD', p..':workload', 'MAXLEN', '~', ARGV[10], '*',
+  't', ARGV[4], 'e', ARGV[5], 'u', ARGV[6], 'c', ARGV[7], 'o', ARGV[8], 'g', gap, 'r', ARGV[11])
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Finished:
+    sample: RequestSample
+    branch: str | None
+    last: bool
+
+
+def decode_sample(fields: dict[str, str]) -> RequestSample:
+    """One stream entry back into a `RequestSample`."""
+    gap = fields.get("g", "")
+    e2e = fields.get("e", "")
+    return RequestSample(
+        t=float(fields["t"]),
+        uncached_prompt_tokens=int(fields["u"]),
+        cached_prompt_tokens=int(fields["c"]),
+        output_tokens=int(fields["o"]),
+        e2e_s=float(e2e) if e2e != "" else None,
+        gap_s=float(gap) if gap != "" else None,
+    )
+
+
+class RedisWorkloadFeed:
+    """`WorkloadFeed` shared by every replica (module docstring)."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        prefix: str,
+        replica: str,
+        *,
+        gap_ttl_s: float = 1800.0,
+        history_s: float = 600.0,
+        max_samples: int = 100_000,
+        batch: int = 500,
+        retry_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._r = client
+        self._p = prefix
+        self.replica = replica
+        self._gap_ttl = max(1, int(gap_ttl_s))
+        self._history_s = history_s
+        self._maxlen = max_samples
+        self._batch = batch
+        self._retry_s = retry_s
+        self._clock = clock
+        self._script = client.register_script(FINISH)
+        self._outbox: collections.deque[_Finished] = collections.deque(maxlen=max_samples)
+        self._inbox: collections.deque[RequestSample] = collections.deque(maxlen=max_samples)
+        self._local_gaps = TurnGaps()  # only while Redis is unreachable
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.last_id = ""
+        self.sent = 0
+        self.received = 0
+        self.kept_local = 0  # samples kept on this replica only (Redis unreachable)
+
+    # -- WorkloadFeed ---------------------------------------------------------------
+    def add(self, sample: RequestSample, *, branch: str | None = None, last_in_branch: bool = False) -> None:
+        self._outbox.append(_Finished(sample, branch, last_in_branch))
+        self._wake.set()
+
+    def drain(self) -> list[RequestSample]:
+        out = list(self._inbox)
+        self._inbox.clear()
+        return out
+
+    def peek(self) -> list[RequestSample]:
+        return list(self._inbox)
+
+    # -- background -----------------------------------------------------------------
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self.last_id = f"{int(max(0.0, self._clock() - self._history_s) * 1000)}-0"
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._write_loop(), name="workload-writer"),
+            loop.create_task(self._read_loop(), name="workload-reader"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        with contextlib.suppress(RedisError, OSError):
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Send what is queued now (one round trip); returns how many went."""
+        batch = [self._outbox.popleft() for _ in range(min(self._batch, len(self._outbox)))]
+        if not batch:
+            return 0
+        pipe = self._r.pipeline(transaction=False)
+        for f in batch:
+            s = f.sample
+            await self._script(
+                args=[
+                    self._p,
+                    f.branch or "",
+                    "1" if f.last else "0",
+                    repr(float(s.t)),
+                    repr(float(s.e2e_s or 0.0)),
+                    s.uncached_prompt_tokens,
+                    s.cached_prompt_tokens,
+                    s.output_tokens,
+                    self._gap_ttl,
+                    self._maxlen,
+                    self.replica,
+                ],
+                client=pipe,
+            )
+        try:
+            await pipe.execute()
+        except (RedisError, OSError):
+            self._keep_local(batch)
+            raise
+        self.sent += len(batch)
+        return len(batch)
+
+    def _keep_local(self, batch: list[_Finished]) -> None:
+        """Redis unreachable: this replica's planner gets its own samples."""
+        for f in batch:
+            s = f.sample
+            if f.branch is not None:
+                finish = s.t + (s.e2e_s or 0.0)
+                s = dataclasses.replace(s, gap_s=self._local_gaps.finished(f.branch, s.t, finish, f.last))
+            self._inbox.append(s)
+        self.kept_local += len(batch)
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._outbox:
+                try:
+                    await self.flush()
+                except (RedisError, OSError) as exc:
+                    log.warning("workload stream unreachable (%s): keeping samples on this replica", exc)
+                    await asyncio.sleep(self._retry_s)
+
+    async def _read_loop(self) -> None:
+        key = f"{self._p}:workload"
+        while True:
+            try:
+                reply: Any = await self._r.xread({key: self.last_id}, count=1000, block=500)
+            except (RedisError, OSError) as exc:
+                log.warning("workload stream unreadable (%s); retrying", exc)
+                await asyncio.sleep(self._retry_s)
+                continue
+            for _, entries in reply or []:
+                for entry_id, fields in entries:
+                    self.last_id = entry_id
+                    try:
+                        self._inbox.append(decode_sample(fields))
+                        self.received += 1
+                    except (KeyError, ValueError):
+                        log.warning("malformed workload entry %s skipped", entry_id)
