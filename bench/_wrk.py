@@ -3,7 +3,7 @@
 wrk (Debian's `wrk`, C, one event loop per thread) is the load generator:
 its latency histogram has microsecond resolution (hey prints 0.1 ms) and it
 costs ~14 µs of CPU per request against hey's ~38 (measured here), so
-"direct" reaches 21-29k requests/s and the generator is not what a proxy is
+"direct" reaches 21-50k requests/s and the generator is not what a proxy is
 measured by. The Lua script posts one JSON body and prints wrk's summary as
 one JSON line.
 

@@ -113,7 +113,7 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
     app = compose_app(settings, control_plane=cp)
     try:
         from gateway.server import serve_app
-    except ImportError:  # this harness run over an older source tree (the "before" runs in docs/benchmarks.md)
+    except ImportError:  # this harness run over an older source tree (a before/after comparison)
         import uvicorn
 
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
