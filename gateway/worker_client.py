@@ -53,10 +53,14 @@ class WorkerUnreachable(WorkerError):
 class WorkerRejected(WorkerError):
     code = "worker_rejected"
 
-    def __init__(self, message: str, *, status: int, retryable: bool) -> None:
+    def __init__(
+        self, message: str, *, status: int, retryable: bool, detail: str | None = None, kind: str = ""
+    ) -> None:
         super().__init__(message)
         self.status_code = status
         self.retryable = retryable
+        self.detail = detail if detail is not None else message  # the worker's own words, no prefix
+        self.kind = kind  # the worker's error type (ErrorBody.type)
 
 
 class WorkerAPI(Protocol):
@@ -79,7 +83,13 @@ class WorkerAPI(Protocol):
 def _rejected(status: int, body: bytes) -> WorkerRejected:
     try:
         err = ErrorResponse.model_validate_json(body).error
-        return WorkerRejected(f"worker {err.type}: {err.message}", status=status, retryable=err.retryable)
+        return WorkerRejected(
+            f"worker {err.type}: {err.message}",
+            status=status,
+            retryable=err.retryable,
+            detail=err.message,
+            kind=err.type,
+        )
     except ValidationError:
         text = body[:200].decode(errors="replace")
         return WorkerRejected(f"worker HTTP {status}: {text}", status=status, retryable=status in (429, 503))

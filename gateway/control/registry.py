@@ -50,6 +50,7 @@ class WorkerNode:
     kv_usage: float = 0.0
     tokens_per_s: float = 0.0
     block_size: int = 0
+    max_model_len: int = 0  # the engine's context length (0: not reported)
     inflight: int = 0  # requests this gateway has open on the node
     next_iteration: int = 0
 
@@ -116,6 +117,11 @@ class WorkerRegistry:
 
     def loads(self) -> list[NodeLoad]:
         return [n.load() for n in self._nodes.values()]
+
+    def context_limit(self) -> int | None:
+        """The context length every healthy worker can serve (None: none reported yet)."""
+        lens = [n.max_model_len for n in self._nodes.values() if n.healthy and n.max_model_len > 0]
+        return min(lens) if lens else None
 
     def healthy_count(self) -> int:
         return sum(1 for n in self._nodes.values() if n.healthy)
@@ -184,6 +190,7 @@ class WorkerRegistry:
             node.phase, node.draining_to = stats.phase, stats.draining_to
         node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
+        node.max_model_len = stats.max_model_len
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
             log.error(

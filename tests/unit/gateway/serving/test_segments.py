@@ -22,7 +22,7 @@ def _absorb(
     role: Role = Role.DECODE,
     at: float = 0.0,
 ) -> list[int]:
-    return p.absorb(tokens, cached_tokens=cached, finish=finish, role=role, elapsed_s=at)
+    return p.absorb(tokens, cached_tokens=cached, finish=finish, role=role, elapsed_s=at)[1]
 
 
 @pytest.mark.parametrize(
