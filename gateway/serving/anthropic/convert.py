@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.serving.responses.convert import plain
 from gateway.serving.turn.choices import ChoiceResult
-from gateway.serving.turn.parsing import invalid_request
+from gateway.serving.turn.parsing import invalid_request, validate
 from gateway.serving.turn.spec import Sampling, TurnSpec
 
 REFUSED = {
@@ -86,10 +86,7 @@ def parse_request(body: dict[str, Any], *, count_tokens: bool = False, reasoning
         raise InvalidRequest("extended thinking with a token budget is not supported", param="thinking")
     if isinstance(thinking, dict) and thinking.get("type") == "adaptive" and not reasoning:
         raise InvalidRequest("thinking needs a reasoning parser on this gateway", param="thinking")
-    try:
-        return model.model_validate({k: v for k, v in body.items() if k not in ACCEPTED_EXTRA})
-    except (ValueError, TypeError) as exc:
-        raise invalid_request(exc) from exc
+    return validate(model, {k: v for k, v in body.items() if k not in ACCEPTED_EXTRA})
 
 
 def _check_text_only(messages: list[dict[str, Any]]) -> None:
@@ -104,10 +101,11 @@ def _check_text_only(messages: list[dict[str, Any]]) -> None:
 
 def chat_request(req: Any) -> Any:
     from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
+    from vllm.exceptions import VLLMValidationError
 
     try:
         return AnthropicServingMessages.to_chat_completion_request(req)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, VLLMValidationError) as exc:
         raise invalid_request(exc, prefix="messages") from exc
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from gateway.errors import InvalidRequest
 from gateway.serving.openai.request_fields import check_logit_bias
-from gateway.serving.turn.parsing import invalid_request
+from gateway.serving.turn.parsing import invalid_request, validate
 from gateway.serving.turn.spec import Sampling, TurnSpec
 
 # Fields of vLLM's ResponsesRequest this gateway does not take from clients.
@@ -63,10 +63,7 @@ def parse_request(body: dict[str, Any]) -> Any:
         if name not in fields and name not in ACCEPTED_EXTRA:
             raise _refused(name, f"Unrecognized request argument supplied: {name}")
     _refuse_values(body)
-    try:
-        return ResponsesRequest.model_validate({k: v for k, v in body.items() if k not in ACCEPTED_EXTRA})
-    except (ValueError, TypeError) as exc:
-        raise invalid_request(exc) from exc
+    return validate(ResponsesRequest, {k: v for k, v in body.items() if k not in ACCEPTED_EXTRA})
 
 
 def _refuse_values(body: dict[str, Any]) -> None:

@@ -165,11 +165,13 @@ class OutputParsing:
                 param="tool_choice",
             )
         parser_cls = self._parser_cls
+        from vllm.exceptions import VLLMValidationError
+
         try:
             if parser_cls is not None and (parser_cls.reasoning_parser_cls is not None or tool_choice != "none"):
                 request = parser_cls(self._tokenizer, request.tools or None).adjust_request(request)
             params = request.extract_structured_outputs()
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, VLLMValidationError) as exc:
             raise invalid_request(exc, prefix="" if tools else constraint_param) from exc
         spec = structured_output(params)
         needs_parser = parser_cls is not None and (
@@ -184,16 +186,24 @@ class OutputParsing:
         )
 
 
-def chat_request(fields: dict[str, Any]) -> Any:
-    """A vLLM `ChatCompletionRequest` for the parser and constraint builders
-    (messages, tools, tool_choice, response_format, parallel_tool_calls).
-    Raises `InvalidRequest` with vLLM's own reason."""
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+def validate(model: Any, data: dict[str, Any], *, prefix: str = "") -> Any:
+    """`model.model_validate(data)` for one of vLLM's request models; its
+    validators raise `VLLMValidationError` (not a ValueError) as well as
+    pydantic's errors: either becomes `InvalidRequest` with vLLM's reason."""
+    from vllm.exceptions import VLLMValidationError
 
     try:
-        return ChatCompletionRequest.model_validate(fields)
-    except (ValueError, TypeError) as exc:
-        raise invalid_request(exc) from exc
+        return model.model_validate(data)
+    except (ValueError, TypeError, VLLMValidationError) as exc:
+        raise invalid_request(exc, prefix=prefix) from exc
+
+
+def chat_request(fields: dict[str, Any]) -> Any:
+    """A vLLM `ChatCompletionRequest` for the parser and constraint builders
+    (messages, tools, tool_choice, response_format, parallel_tool_calls)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    return validate(ChatCompletionRequest, fields)
 
 
 def new_tool_call_id() -> str:
