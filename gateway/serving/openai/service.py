@@ -245,7 +245,12 @@ class OpenAIService:
                 structured_output=adjusted.structured_output if adjusted is not None else None,
             )
         except ValidationError as exc:
-            raise invalid_request(exc) from exc
+            err = invalid_request(exc)
+            if err.param and err.param.split(".")[0] == "max_tokens":  # the worker's name for it
+                err = InvalidRequest(
+                    err.message.replace("max_tokens", spec.max_tokens_param), param=spec.max_tokens_param
+                )
+            raise err from exc
         self._check_token_ids(sampling)
         seeds = choice_seeds(
             s.seed,
