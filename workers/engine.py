@@ -310,7 +310,9 @@ class WorkerEngine:
                     text=comp.text,
                     prompt_tokens=len(req.prompt_token_ids),
                     cached_tokens=out.num_cached_tokens or 0,
-                    logprobs=token_logprobs(comp.token_ids, comp.logprobs) if params.logprobs is not None else None,
+                    logprobs=token_logprobs(comp.token_ids, comp.logprobs, params.logprobs)
+                    if params.logprobs is not None
+                    else None,
                 )
                 if out.finished:
                     finished = True
@@ -419,17 +421,17 @@ def _refusal_kind(req: GenerateRequest) -> str:
     return "invalid_structured_output" if req.sampling.structured_output is not None else "invalid_request"
 
 
-def token_logprobs(token_ids, positions) -> list[TokenLogprobs]:
+def token_logprobs(token_ids, positions, k: int) -> list[TokenLogprobs]:
     """vLLM's per-position `{token_id: Logprob}` dicts as wire entries.
 
-    Each dict holds the sampled token and the top-k alternatives (the
-    sampled one may be among them); alternatives are ordered by rank.
+    Each dict holds the k most likely tokens (ranks 1..k) and the sampled
+    token, which has a rank beyond k when it is not among them.
     """
     out = []
     for token_id, position in zip(token_ids, positions or [], strict=False):
         sampled = position.get(token_id)
         top = sorted(
-            ((t, lp) for t, lp in position.items() if lp.rank is not None and lp.rank >= 1),
+            ((t, lp) for t, lp in position.items() if lp.rank is not None and 1 <= lp.rank <= k),
             key=lambda item: item[1].rank,
         )
         out.append(
