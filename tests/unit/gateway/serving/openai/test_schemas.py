@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.errors import InvalidRequest
-from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.serving.openai.routes import parse_model
+from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.serving.openai.service import TextAssembler, conversation_branch_id, parse_branch_headers
 from gateway.serving.tokenize import StopStringFilter
 
