@@ -40,8 +40,19 @@ browser-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
 	  || echo "chromium not installed: browser tests will be skipped"; }
 
+# `make demo`: the planner in auto under the built-in agent load; LOAD=0
+# starts without the load. Ports (and the data folder) are variables so a
+# shared machine can run several: make demo GATEWAY_PORT=18000 WORKER_PORT=18100 CONSOLE_PORT=18501
+LOAD         ?= 1
+PLANNER_MODE ?= auto
+GATEWAY_PORT ?= 8000
+WORKER_PORT  ?= 8100
+CONSOLE_PORT ?= 8501
+DATA_DIR     ?= data
 demo: setup
-	$(VENV)/bin/evolving-infra up --model $(DEMO_MODEL)
+	$(VENV)/bin/evolving-infra up --model $(DEMO_MODEL) --planner-mode $(PLANNER_MODE) --data-dir $(DATA_DIR) \
+	  --port $(GATEWAY_PORT) --worker-port $(WORKER_PORT) --console-port $(CONSOLE_PORT) \
+	  $(if $(filter-out 0,$(LOAD)),--load)
 
 # The habits, held by tools: ruff (lint and format), mypy (strict on the
 # pure cores, pyproject.toml [tool.mypy]), the import direction (import-linter

@@ -1,4 +1,9 @@
-"""Altair charts built from admin API bodies (pure: data in, chart out)."""
+"""Altair charts built from admin API bodies (pure: data in, chart out).
+
+Times are shown as the tables show them: 24-hour clock, UTC, whatever the
+browser's time zone (a UTC scale and UTC time units; Vega-Lite's default
+is the browser's local time on a 12-hour clock).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,18 @@ from admin_ui.tiles import PHASE_COLOURS
 from admin_ui.widgets import to_datetime
 
 _PHASE_SCALE = alt.Scale(domain=["prefill", "decode"], range=[PHASE_COLOURS["prefill"], PHASE_COLOURS["decode"]])
+CLOCK = "%H:%M"  # axis labels within a day
+DATE_CLOCK = "%m-%d %H:%M"  # axis labels over days
+STAMP = "%Y-%m-%d %H:%M:%S"  # tooltips, as in the tables
+
+
+def utc_x(field: str = "time", *, labels: str = DATE_CLOCK) -> alt.X:
+    """A time axis in UTC, 24-hour labels."""
+    return alt.X(f"{field}:T", title="UTC", scale=alt.Scale(type="utc"), axis=alt.Axis(format=labels, labelAngle=0))
+
+
+def utc_tooltip(field: str = "time") -> alt.Tooltip:
+    return alt.Tooltip(f"utcyearmonthdatehoursminutesseconds({field}):T", title="time (UTC)", format=STAMP)
 
 
 def split_history(items: list[dict[str, Any]]) -> alt.LayerChart | None:
@@ -30,20 +47,20 @@ def split_history(items: list[dict[str, Any]]) -> alt.LayerChart | None:
         alt.Chart(nodes)
         .mark_area(opacity=0.55, interpolate="step-after")
         .encode(
-            x=alt.X("time:T", title=None),
+            x=utc_x(labels=CLOCK),
             y=alt.Y("nodes:Q", stack=True, title="nodes"),
             color=alt.Color("phase:N", scale=_PHASE_SCALE, title="phase"),
             order=alt.Order("phase:N", sort="descending"),
-            tooltip=["time:T", "phase:N", "nodes:Q"],
+            tooltip=[utc_tooltip(), "phase:N", "nodes:Q"],
         )
     )
     line = (
         alt.Chart(frame)
         .mark_line(color="#111827", strokeWidth=2)
         .encode(
-            x="time:T",
+            x=utc_x(labels=CLOCK),
             y=alt.Y("tokens_per_s:Q", title="tokens/s"),
-            tooltip=["time:T", alt.Tooltip("tokens_per_s:Q", format=".1f")],
+            tooltip=[utc_tooltip(), alt.Tooltip("tokens_per_s:Q", format=".1f")],
         )
     )
     return alt.layer(area, line).resolve_scale(y="independent").properties(height=260)
@@ -134,11 +151,11 @@ def timeline(switches: list[dict[str, Any]], decisions: list[dict[str, Any]]) ->
             alt.Chart(frame)
             .mark_point(filled=True, size=110)
             .encode(
-                x=alt.X("time:T", title=None),
+                x=utc_x(),
                 y=alt.Y("node:N", title="switches"),
                 color=alt.Color("to_phase:N", scale=_PHASE_SCALE, title="to phase"),
                 shape=alt.Shape("outcome:N", title="outcome"),
-                tooltip=["time:T", "node", "to_phase", "outcome", "reason", "total_s"],
+                tooltip=[utc_tooltip(), "node", "to_phase", "outcome", "reason", "total_s"],
             )
             .properties(height=max(90, 30 * frame["node"].nunique()))
         )
@@ -158,14 +175,14 @@ def timeline(switches: list[dict[str, Any]], decisions: list[dict[str, Any]]) ->
             alt.Chart(frame)
             .mark_tick(thickness=3, size=30)
             .encode(
-                x=alt.X("time:T", title=None),
+                x=utc_x(),
                 y=alt.Y("acted:N", title="decisions"),
                 color=alt.Color(
                     "acted:N",
                     scale=alt.Scale(domain=["acted", "not acted"], range=["#dc2626", "#9ca3af"]),
                     title="decision",
                 ),
-                tooltip=["time:T", "acted", "chosen", "why"],
+                tooltip=[utc_tooltip(), "acted", "chosen", "why"],
             )
             .properties(height=80)
         )
@@ -195,7 +212,7 @@ def usage(items: list[dict[str, Any]]) -> alt.Chart | None:
         alt.Chart(pd.DataFrame(rows))
         .mark_bar()
         .encode(
-            x=alt.X("time:T", title=None),
+            x=utc_x(),
             y=alt.Y("tokens:Q", stack=True),
             color=alt.Color(
                 "kind:N",
@@ -205,7 +222,7 @@ def usage(items: list[dict[str, Any]]) -> alt.Chart | None:
                     range=["#2563eb", "#93c5fd", "#059669"],
                 ),
             ),
-            tooltip=["time:T", "kind", "tokens"],
+            tooltip=[utc_tooltip(), "kind", "tokens"],
         )
         .properties(height=240)
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -75,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"console on http://{args.address}:{args.port} (admin API {env[ADMIN_URL_ENV]})", file=sys.stderr)
     proc = subprocess.Popen(command, env=env)
+    # SIGTERM (a supervisor, `kill`) must stop Streamlit too, not leave it
+    # listening: handled like Ctrl-C.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -84,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -83,6 +83,31 @@ def fmt_time(value: Any) -> str:
     return ts.strftime("%Y-%m-%d %H:%M:%S") if ts else ""
 
 
+def fmt_age(seconds: float) -> str:
+    """How long ago, roughly: '12 s', '4 min', '3 h', '2 d'."""
+    s = max(0.0, float(seconds))
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    if s < 36 * 3600:
+        return f"{s / 3600:.0f} h"
+    return f"{s / 86400:.0f} d"
+
+
+def prediction_status(predictions_t: float | None, last_decision: dict[str, Any] | None, now: float) -> str:
+    """The caption of the Planner page's predictions: when they were made and
+    whether the planner has decided since without predicting (no data)."""
+    if predictions_t is None:
+        why = f" Its last decision: {last_decision.get('reason')}." if last_decision else ""
+        return "The planner has made no prediction yet: it needs finished requests and iteration records first." + why
+    text = f"Made at {fmt_time(predictions_t)} UTC, {fmt_age(now - predictions_t)} ago."
+    decided = float(last_decision.get("t") or 0.0) if last_decision else 0.0
+    if decided > predictions_t + 1e-6:
+        text += f" Since then it decides without predicting: {last_decision.get('reason')}." if last_decision else ""
+    return text
+
+
 def to_datetime(value: Any) -> datetime | None:
     if value is None or value == "":
         return None

@@ -4,13 +4,14 @@ Every subcommand lives in its own module and is imported only when run, so
 a missing optional part (vLLM, the console, a benchmark) gives a clear
 message instead of breaking the other commands.
 
-    evolving-infra up [--workers N] [--model DIR] [--port 8000]
+    evolving-infra up [--workers N] [--model DIR] [--port 8000] [--planner-mode auto] [--load]
+    evolving-infra load --base-url URL --api-key-file FILE [--phase-s 180] [--cycles N]
     evolving-infra gateway --worker-urls URL[,URL...] --model DIR [--port 8000]
     evolving-infra worker --model DIR --port P --phase prefill|decode --node-id ID ...
     evolving-infra model init-demo DIR
     evolving-infra db upgrade [--url URL]
-    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos [args...]
-    evolving-infra simulate|replay|console [args...]
+    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos|demo [args...]
+    evolving-infra simulate|replay|console|load [args...]
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ BENCHES: dict[str, str] = {
     "gateway": "bench.gateway_bench:main",
     "planner": "bench.planner_bench:main",
     "chaos": "bench.chaos_bench:main",
+    "demo": "bench.demo_bench:main",
 }
 PASSTHROUGH: dict[str, str] = {
     "worker": "workers.cli:run",
     "simulate": "sim.cli:main",
     "replay": "bench.replay:main",
+    "load": "cli.load:main",
     "console": "admin_ui.cli:main",
 }
 # `simulate --fidelity` runs the live cluster beside the simulator: a benchmark.

@@ -1,10 +1,12 @@
 """`evolving-infra up` and `evolving-infra gateway`: run the system locally.
 
-`up` starts N worker processes (`evolving-infra worker ...`), waits until
-each answers /readyz, then serves the gateway in this process (and the
-console as a process when `admin_ui/app.py` exists), with SQLite under the
-data folder. Ctrl-C (or SIGTERM) stops the gateway, then every child:
-SIGTERM, a grace period, SIGKILL for stragglers.
+`up` checks that every port it needs is free (a taken one is an error
+naming it), starts N worker processes (`evolving-infra worker ...`), waits
+until each answers /readyz, starts the console (Streamlit) and waits for
+it, then serves the gateway in this process with SQLite under the data
+folder; with `--load` it also runs `evolving-infra load` against itself.
+Ctrl-C or SIGTERM stops the gateway, then every child's whole process group
+(`cli.supervisor`): SIGTERM, a grace period, SIGKILL for stragglers.
 
 `gateway.compose.compose_app(settings)` builds the product as one: the control plane
 (store, tenant gate, admin API, event sink,
@@ -12,8 +14,9 @@ persisted pins/mode), the planner and its live loop, and the gateway app.
 
 Secrets on the console: the first admin token is printed once, on the start
 that created it; `up` prints the demo tenant's key (kept in
-`<data-dir>/demo-api-key`, mode 600) in its snippet on every start, because
-that is the point of a local demo; `gateway` prints no tenant key.
+`<data-dir>/demo-api-key`, mode 600) in its snippet on every start, after
+checking it against the store, because that is the point of a local demo;
+`gateway` prints no tenant key.
 """
 
 from __future__ import annotations
@@ -22,25 +25,19 @@ import argparse
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import httpx
 
-from gateway.settings import GatewaySettings
+from cli.supervisor import Children, PortClaim, PortInUse, check_ports, tail
+from gateway.settings import PLANNER_MODES, GatewaySettings
 
 if TYPE_CHECKING:
     from gateway.compose import ControlPlane
-
-SNIPPET = """\
-from openai import OpenAI
-client = OpenAI(base_url="{url}/v1", api_key="{key}")
-r = client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Hello!"}}],
-                                   max_tokens=32, extra_headers={{"X-Branch-ID": "my-agent"}})
-print(r.choices[0].message.content, r.usage)"""
 
 
 def add_gateway_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +52,13 @@ def add_gateway_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=32, help="KV block size, same as the workers'")
     p.add_argument("--worker-urls", default="", help="comma-separated worker base URLs (gateway only)")
     p.add_argument("--log-level", default="warning")
+    p.add_argument(
+        "--planner-mode",
+        choices=PLANNER_MODES,
+        default=None,
+        help="planner mode at start (default: EVOLVING_PLANNER_MODE, else advisory); an operator's "
+        "choice kept in the store wins",
+    )
     p.add_argument(
         "--data-dir",
         default=os.environ.get("EVOLVING_DATA_DIR", "data"),
@@ -72,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-console", action="store_true")
     p.add_argument("--console-port", type=int, default=8501)
     p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for workers")
+    p.add_argument("--load", action="store_true", help="also run the built-in agent load (`evolving-infra load`)")
+    p.add_argument("--load-phase-s", type=float, default=180.0, help="seconds per phase of the built-in load")
+    p.add_argument("--traces", default="../shared/traces", help="traces folder for the built-in load")
 
 
 def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -> GatewaySettings:
@@ -85,16 +92,32 @@ def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -
     }
     if args.model_name:
         overrides["model_name"] = args.model_name
+    if getattr(args, "planner_mode", None):
+        overrides["planner_mode"] = args.planner_mode
     return GatewaySettings.from_env(**overrides)
 
 
-def serve(settings: GatewaySettings, log_level: str, control_plane: ControlPlane | None = None) -> None:
+def serve(
+    settings: GatewaySettings,
+    log_level: str,
+    control_plane: ControlPlane | None = None,
+    on_exit: Callable[[], None] | None = None,
+) -> None:
+    """Serve the composed app until SIGINT/SIGTERM; `on_exit` runs first thing
+    when the signal arrives (`up` stops its load there, before the gateway
+    stops taking requests)."""
     import uvicorn
 
     from gateway.compose import compose_app
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if on_exit is not None:
+                on_exit()
+            super().handle_exit(sig, frame)
+
     # uvicorn picks uvloop and httptools when installed; no access log on the hot path.
-    uvicorn.run(
+    config = uvicorn.Config(
         compose_app(settings, control_plane=control_plane),
         host=settings.host,
         port=settings.port,
@@ -102,9 +125,14 @@ def serve(settings: GatewaySettings, log_level: str, control_plane: ControlPlane
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    server = Server(config)
+    server.run()
+    if not server.started:  # what uvicorn.run does: e.g. the port was taken after all
+        raise SystemExit(3)
 
 
 def run_gateway(args: argparse.Namespace) -> int:
+    from cli.startup_text import MODE_MEANING
     from gateway.compose import ControlPlane, admin_token_notice
 
     urls = tuple(u.strip().rstrip("/") for u in args.worker_urls.split(",") if u.strip())
@@ -115,42 +143,21 @@ def run_gateway(args: argparse.Namespace) -> int:
         f"store: {cp.db.url.render_as_string(hide_password=True)}",
         flush=True,
     )
+    mode = cp.planner_mode
+    print(f"planner:  {settings.planner}, mode {mode} ({MODE_MEANING.get(mode, '?')})", flush=True)
     print(admin_token_notice(cp), flush=True)
     serve(settings, args.log_level, cp)
     return 0
-
-
-@dataclass
-class Children:
-    procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
-
-    def start(self, name: str, argv: list[str], log: pathlib.Path, env: dict[str, str] | None = None) -> None:
-        out = open(log, "ab")
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self.procs.append((name, proc))
-
-    def dead(self) -> list[str]:
-        return [n for n, p in self.procs if p.poll() is not None]
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        for _, p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for _, p in self.procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def wait_ready(urls: list[str], children: Children, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     pending = set(urls)
     while pending:
-        if children.dead():
-            raise RuntimeError(f"process exited during startup: {children.dead()} (see the logs)")
+        dead = children.dead()
+        if dead:
+            logs = "; ".join(str(children.logs.get(n, "?")) for n in dead)
+            raise RuntimeError(f"process exited during startup: {dead} (see {logs})")
         if time.monotonic() > deadline:
             raise RuntimeError(f"workers not ready after {timeout_s:.0f}s: {sorted(pending)}")
         for url in list(pending):
@@ -167,12 +174,62 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def port_claims(args: argparse.Namespace) -> list[PortClaim]:
+    claims = [PortClaim(args.port, "gateway", "--port", args.host)]
+    claims += [PortClaim(args.worker_port + i, f"worker w{i}", "--worker-port") for i in range(args.workers)]
+    if not args.no_console:
+        claims.append(PortClaim(args.console_port, "console", "--console-port"))
+    return claims
+
+
+def start_console(children: Children, args: argparse.Namespace, gateway_url: str, data: pathlib.Path) -> str | None:
+    """Start Streamlit (directly: one process group to stop) and wait until it
+    answers; None when it runs, else why it does not (the gateway serves on)."""
+    from admin_ui.cli import console_command
+
+    argv, env = console_command(admin_url=gateway_url, port=args.console_port)
+    for secret in ("EVOLVING_ADMIN_TOKEN", "EVOLVING_SECRET_PEPPER"):
+        env.pop(secret, None)
+    log = data / "logs" / "console.log"
+    children.start("console", argv, log, env)
+    url = f"http://127.0.0.1:{args.console_port}/_stcore/health"
+    deadline = time.monotonic() + 120.0
+    while time.monotonic() < deadline:
+        proc = children.get("console")
+        if proc is None or proc.poll() is not None:
+            code = None if proc is None else proc.returncode
+            return f"the console exited at start (status {code}); {log} ends with:\n{tail(log)}"
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return None
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    children.stop(names=["console"])
+    return f"the console did not answer within 120 s and was stopped; see {log}"
+
+
+def load_argv(args: argparse.Namespace, gateway_url: str, key_file: pathlib.Path | None, model: str) -> list[str]:
+    argv = [sys.executable, "-m", "cli.main", "load", "--base-url", gateway_url, "--model", model]
+    argv += ["--tokenizer", args.model, "--phase-s", str(args.load_phase_s), "--traces", args.traces]
+    argv += ["--wait-ready-s", "120"]
+    if key_file is not None:
+        argv += ["--api-key-file", str(key_file)]
+    return argv
+
+
 def run_up(args: argparse.Namespace) -> int:
-    from cli.demo_key import DEMO_KEY_FILE, demo_api_key
+    from cli.demo_key import demo_key
+    from cli.startup_text import StartupFacts, startup_text
     from gateway.compose import ControlPlane, admin_token_notice
 
     if args.workers < 1:
         raise SystemExit("--workers must be >= 1")
+    try:
+        check_ports(port_claims(args))
+    except PortInUse as exc:
+        print(f"evolving-infra up: cannot start: {exc}", file=sys.stderr)
+        return 2
     data = pathlib.Path(args.data_dir)
     (data / "logs").mkdir(parents=True, exist_ok=True)
     # Children need no control-plane secrets.
@@ -184,8 +241,9 @@ def run_up(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, tuple(urls))
     # The store first: a bad EVOLVING_DB_URL fails now, not after the workers load.
     control_plane = ControlPlane.build(settings)
-    api_key = demo_api_key(control_plane, data) or "sk-local"
+    key = demo_key(control_plane, data)
     children = Children()
+    status = 0
     # uvicorn re-raises SIGTERM after its shutdown; the default action would
     # end this process before `finally` stops the workers and the console.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -226,25 +284,43 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"starting {args.workers} workers ({n_prefill} prefill); logs in {data / 'logs'}", flush=True)
         wait_ready(urls, children, args.ready_timeout)
         gateway_url = f"http://{args.host}:{args.port}"
-        console = pathlib.Path(__file__).resolve().parent.parent / "admin_ui" / "app.py"
-        if console.exists() and not args.no_console:
-            children.start(
-                "console",
-                [*exe, "console", "--admin-url", f"{gateway_url}/admin", "--port", str(args.console_port)],
-                data / "logs" / "console.log",
-                env,
+        console_problem = None if args.no_console else start_console(children, args, gateway_url, data)
+        load_text = None
+        if args.load and (key.secret is not None or settings.auth != "keys"):
+            children.start_attached(
+                "load", load_argv(args, gateway_url, key.path if key.secret else None, settings.served_model), env
             )
-            print(f"console:  http://127.0.0.1:{args.console_port}")
-        print(f"gateway:  {gateway_url}/v1   (metrics {gateway_url}/metrics, admin API {gateway_url}/admin)")
-        print(f"store:    {control_plane.db.url.render_as_string(hide_password=True)}   auth: {settings.auth}")
-        print(admin_token_notice(control_plane))
-        if settings.auth == "keys":
-            print(f"demo tenant API key in {data / DEMO_KEY_FILE}")
-        print("try it:\n" + SNIPPET.format(url=gateway_url, key=api_key, model=settings.served_model), flush=True)
-        serve(settings, args.log_level, control_plane)
+            load_text = (
+                f"agent load running (evolving-infra load, {args.load_phase_s:.0f} s per phase, prefill-heavy "
+                "then decode-heavy); Ctrl-C stops everything"
+            )
+        elif args.load:
+            load_text = "NOT STARTED: no valid API key (see demo key above)"
+        facts = StartupFacts(
+            gateway_url=gateway_url,
+            console_url=None if args.no_console or console_problem else f"http://127.0.0.1:{args.console_port}",
+            store=control_plane.db.url.render_as_string(hide_password=True),
+            auth=settings.auth,
+            planner=settings.planner,
+            mode=control_plane.planner_mode,
+            mode_persisted=control_plane.overrides.planner_mode is not None,
+            requested_mode=settings.planner_mode,
+            model=settings.served_model,
+            key=key.secret,
+            key_file=str(key.path),
+            key_problem=key.problem,
+            console_problem=console_problem,
+            load=load_text,
+        )
+        print(startup_text(facts, admin_token_notice(control_plane)), flush=True)
+        # On Ctrl-C/SIGTERM the load stops first: it starts no new turn while the gateway drains.
+        serve(settings, args.log_level, control_plane, on_exit=lambda: children.signal("load", signal.SIGTERM))
     except KeyboardInterrupt:
         pass
+    except RuntimeError as exc:  # a worker that died or never got ready: said plainly
+        print(f"evolving-infra up: {exc}", file=sys.stderr, flush=True)
+        status = 1
     finally:
         print("stopping...", flush=True)
         children.stop()
-    return 0
+    return status

@@ -19,6 +19,7 @@ keys, no limits); the store, admin API and event history work as usual.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pathlib
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Overrides, SinkConfig, repository
+from gateway.store.db import StoreUnavailable
 from planner.types import Planner
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,18 @@ class ControlPlane:
         if isinstance(self.gate, StoreTenantGate):
             await self.gate.start()
         await self.restore(runtime.cluster)
+        await self.seed_predictions(runtime.cluster)
+
+    async def seed_predictions(self, cluster: ClusterRuntime) -> None:
+        """Show the last stored prediction per split until the planner makes a
+        new one (best effort: a store outage only leaves the page empty)."""
+        try:
+            latest = await self.db.run_async(repository.latest_predictions)
+        except StoreUnavailable:
+            log.warning("store unreachable; the planner's last predictions are not shown until it makes new ones")
+            return
+        if latest is not None:
+            cluster.seed_predictions(latest[1], latest[0])
 
     async def restore(self, cluster: ClusterRuntime) -> None:
         """Apply the persisted mode and pins; pins win, so realise them now."""
@@ -123,13 +137,28 @@ def admin_token_notice(cp: ControlPlane) -> str:
 
 
 def build_planner(settings: GatewaySettings) -> Planner | None:
-    """The planner named by `settings.planner` (None for "none")."""
+    """The planner named by `settings.planner` (None for "none").
+
+    The evolving planner is told what this gateway does: the router's
+    local-prefill threshold (which requests run whole on a decode node: the
+    workload's local/remote classes must be the router's), and that it may
+    go down to `planner_min_prefill` prefill nodes — the router serves with
+    none (decode nodes compute every prompt), so on a two-node cluster 0P/2D
+    is the only other split there is. The workers' engine limits reach it
+    per tick (`PlannerLoop.view`).
+    """
+    from planner.evolving import EvolvingConfig
     from planner.registry import make_planner
 
     if settings.planner == "none":
         return None
     if settings.planner == "static":  # holds the split `up` starts with
         return make_planner("static", prefill_nodes=len(settings.worker_urls) // 2)
+    if settings.planner == "evolving":
+        workload = dataclasses.replace(
+            EvolvingConfig().workload, local_prefill_max_tokens=settings.local_prefill_max_tokens
+        )
+        return make_planner("evolving", min_prefill=settings.planner_min_prefill, workload=workload)
     return make_planner(settings.planner)
 
 

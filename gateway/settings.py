@@ -43,6 +43,8 @@ Environment variables (all optional):
     EVOLVING_PLANNER_MODE         auto | advisory | manual at start, unless an operator's choice
                                   is persisted in the store (advisory)
     EVOLVING_PLANNER_INTERVAL_S   seconds between planner ticks (1.0)
+    EVOLVING_PLANNER_MIN_PREFILL  fewest prefill nodes the evolving planner keeps (0: with none,
+                                  decode nodes compute every prompt, as the router does)
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class GatewaySettings:
     planner: str = "evolving"  # PLANNERS
     planner_mode: str = "advisory"  # PLANNER_MODES
     planner_interval_s: float = 1.0
+    planner_min_prefill: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -133,6 +136,8 @@ class GatewaySettings:
             raise ValueError(f"planner_mode must be one of {PLANNER_MODES}, not {self.planner_mode!r}")
         if self.planner_interval_s <= 0:
             raise ValueError("planner_interval_s must be > 0")
+        if self.planner_min_prefill < 0:
+            raise ValueError("planner_min_prefill must be >= 0")
         for url in self.worker_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"worker url must be http(s): {url!r}")
@@ -186,6 +191,7 @@ class GatewaySettings:
             "TOOL_STRICT_LEVEL": ("tool_strict_level", str),
             "RESPONSES_TTL_S": ("responses_ttl_s", float),
             "RESPONSES_MAX": ("responses_max", int),
+            "PLANNER_MIN_PREFILL": ("planner_min_prefill", int),
         }
         for env_name, (attr, cast) in casts.items():
             raw = get(env_name)

@@ -29,6 +29,7 @@ import numpy as np
 
 from core import Phase
 from planner import decision as rule
+from planner.engine_limits import with_engine_limits
 from planner.estimator import (
     EstimatorConfig,
     SplitEstimate,
@@ -147,6 +148,7 @@ class _Tick:
     lost: np.ndarray | None = None  # switch cost per split, requests
     seconds: np.ndarray | None = None  # switch cost per split, node-seconds
     kv_tokens: float = 0.0
+    estimator: EstimatorConfig | None = None  # the config with the nodes' own engine limits
 
 
 class EvolvingPlanner:
@@ -218,6 +220,7 @@ class EvolvingPlanner:
         splits = self._splits(n_nodes, tick.current[0])
         tick.workload = w
         tick.kv_tokens = self._kv_tokens(view)
+        tick.estimator = with_engine_limits(cfg.estimator, view.nodes)
         tick.est = estimate_splits(
             self.profile,
             w,
@@ -226,9 +229,9 @@ class EvolvingPlanner:
             reference_prefill=tick.current[0],
             slo=view.slo,
             kv_capacity_tokens=tick.kv_tokens,
-            config=cfg.estimator,
+            config=tick.estimator,
         )
-        tick.seconds, tick.lost = switch_costs(tick.est, tick.current[0], n_nodes, cfg.estimator)
+        tick.seconds, tick.lost = switch_costs(tick.est, tick.current[0], n_nodes, tick.estimator)
 
     def _splits(self, n_nodes: int, p_cur: int) -> np.ndarray:
         lo = min(self.config.min_prefill, p_cur)
@@ -376,7 +379,7 @@ class EvolvingPlanner:
             reference_prefill=tick.current[0],
             slo=tick.view.slo,
             kv_capacity_tokens=tick.kv_tokens,
-            config=self.config.estimator,
+            config=tick.estimator or self.config.estimator,
         )
 
     # -- output --------------------------------------------------------------

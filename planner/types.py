@@ -58,7 +58,10 @@ class NodeState:
     queue: int = 0  # waiting requests
     running: int = 0
     kv_usage: float = 0.0  # 0..1 of device KV in use
-    kv_capacity_tokens: int = 0
+    kv_capacity_tokens: int = 0  # device KV of the node, tokens (0: unknown)
+    # The node's engine limits, as it reports them (0: unknown, the estimator's defaults apply):
+    max_batch: int = 0  # requests per iteration (vLLM max_num_seqs)
+    token_budget: int = 0  # tokens per iteration (vLLM max_num_batched_tokens)
 
 
 @dataclass(frozen=True)

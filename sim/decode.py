@@ -134,7 +134,7 @@ class DecodeEngine:
         while self._T(j) < elapsed + extra:
             j += 1
         if j < k:
-            self._seg = (t0, j, *self._seg[2:])  # type: ignore[misc]
+            self._seg = (t0, j, *self._seg[2:])
             self._ver += 1
             self.loop.at(t0 + self._T(j) / 1000.0, self._boundary, self._ver)
 

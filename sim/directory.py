@@ -294,7 +294,7 @@ def make_directory(blocks_per_node: int, block_bytes: int, clock, kind: str = "m
     if kind == "local":
         return LocalDirectory(blocks_per_node)
     try:
-        from kvpool.directory.memory import MemoryDirectory  # type: ignore[import-not-found]
+        from kvpool.directory.memory import MemoryDirectory
     except ImportError:
         return LocalDirectory(blocks_per_node)
     return PoolDirectory(MemoryDirectory(), blocks_per_node, block_bytes, clock)

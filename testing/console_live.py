@@ -112,8 +112,13 @@ class FakeClusterControl:
             reason="gain below threshold",
             predictions=preds,
         )
+        # The predictions were made a minute before the last decision, which had no data to predict on.
         return PlannerState(
-            mode=PlannerMode(self.mode), planner="fake-bandit", last_decision=decision, predictions=preds
+            mode=PlannerMode(self.mode),
+            planner="fake-bandit",
+            last_decision=replace(decision, reason="hold: insufficient data", predictions=()),
+            predictions=preds,
+            predictions_t=decision.t - 60,
         )
 
     async def set_mode(self, mode: str) -> None:

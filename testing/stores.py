@@ -28,7 +28,7 @@ def pg_admin(sql: str) -> None:
     import psycopg
 
     with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
+        conn.execute(sql)
 
 
 @contextlib.contextmanager

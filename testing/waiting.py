@@ -19,6 +19,6 @@ async def wait_for(cond: Callable[[], T | Awaitable[T]], timeout_s: float = 15.0
         if asyncio.iscoroutine(value):
             value = await value
         if value:
-            return value  # type: ignore[no-any-return]  # the caller's T
+            return value  # the caller's T
         assert time.monotonic() < deadline, f"timed out after {timeout_s} s"
         await asyncio.sleep(poll_s)

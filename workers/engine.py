@@ -114,6 +114,7 @@ class WorkerEngine:
         self._phase_of = phase_of
         self._llm = None
         self.vocab_size = 0
+        self.kv_capacity_tokens = 0  # known once started
         self.kv_events: KVEventChannel | None = None
         self.started = False  # start() finished once (a later dead engine is not "starting")
         self._last_yield = 0.0  # loop time a stream last yielded (see generate)
@@ -183,6 +184,9 @@ class WorkerEngine:
         if cpus:
             affinity.pin_own_threads(cpus)
         self.vocab_size = self._llm.model_config.get_vocab_size()
+        # Device KV the engine core allocated (the client learns it at start-up).
+        blocks = self._llm.vllm_config.cache_config.num_gpu_blocks or 0
+        self.kv_capacity_tokens = int(blocks) * cfg.block_size
         self.started = True
 
     async def stop(self) -> None:

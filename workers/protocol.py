@@ -298,6 +298,10 @@ class WorkerStats(_Model):
     block_size: int
     max_model_len: int = 0  # the engine's context length (prompt + output tokens); 0: not reported
     tokens_per_s: float = 0.0
+    # The engine's limits, for the planner (0: not reported).
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    kv_capacity_tokens: int = 0  # device KV, tokens
     host_store: HostStoreStats = Field(default_factory=HostStoreStats)
     iterations: list[IterationRecordWire] = Field(default_factory=list)
     # Blocks saved to / dropped from the host store since the last stats call;

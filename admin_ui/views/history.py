@@ -134,6 +134,7 @@ with audit_tab:
             {
                 "time (UTC)": fmt_time(a.get("t")),
                 "actor": a.get("actor"),
+                "actor token": a.get("actor_id"),
                 "action": a.get("action"),
                 "target": a.get("target"),
                 "after": str(a.get("after", "")),

@@ -13,14 +13,14 @@ import streamlit as st
 
 from admin_ui import charts, session
 from admin_ui.client import JSON
-from admin_ui.widgets import confirmed_action, fetch, fmt_time
+from admin_ui.widgets import confirmed_action, fetch, fmt_time, prediction_status
 
 MODES = ["auto", "advisory", "manual"]
 PHASES = ["prefill", "decode"]
 MODE_HELP = {
     "auto": "the planner switches nodes itself",
     "advisory": "the planner records what it would do, switches nothing",
-    "manual": "no planner decisions; only operators switch nodes",
+    "manual": "the planner only predicts, stores no decision and switches nothing; operators switch nodes",
 }
 
 
@@ -51,18 +51,24 @@ def mode_section(state: JSON) -> None:
 def predictions_section(state: JSON, split: list[int]) -> None:
     st.subheader("Latest prediction per split")
     preds: list[dict[str, Any]] = state.get("predictions") or []
+    decision = state.get("last_decision")
+    status = prediction_status(state.get("predictions_t"), decision, time.time())
     chart = charts.predictions(preds, split[0] if split else None)
     if chart is None:
-        st.info("The planner has made no prediction yet.")
+        st.info(status)
     else:
         st.caption(
-            "Bars: confidence band of predicted throughput; dot: estimate; "
+            status + " Bars: confidence band of predicted throughput; dot: estimate; "
             "red diamond: the live split; grey: misses the TTFT/TPOT SLOs."
         )
         st.altair_chart(chart, width="stretch")
         with st.expander("Prediction table"):
             st.dataframe(preds, hide_index=True, width="stretch")
-    decision = state.get("last_decision")
+    if decision:
+        st.markdown(
+            f"Last decision, {fmt_time(decision.get('t'))} UTC: **{decision.get('reason')}** "
+            f"({'acted' if decision.get('acted') else 'not acted'})"
+        )
     with st.expander("Last decision", expanded=False):
         if decision:
             st.json(decision)

@@ -12,6 +12,7 @@ from admin_ui.client import JSON
 from admin_ui.forms import LIMIT_LABELS, MAX_PRIORITY, validate_policy
 from admin_ui.widgets import READ_ONLY_HELP, confirmed_action, fetch, fmt_time
 
+NEW_KEY = "tenants__new_key"  # session-state slot of a just-created key (one rerun)
 USAGE_RANGES_S = {"Last hour": 3600, "Last 24 hours": 86400, "Last 7 days": 7 * 86400, "Last 30 days": 30 * 86400}
 
 
@@ -49,15 +50,20 @@ def keys_tab(tenant: JSON, writable: bool) -> None:
         hide_index=True,
         width="stretch",
     )
+    # A key created in the previous run: its secret is held for that one rerun
+    # (so the table above already lists the key), shown once, then dropped.
+    created = st.session_state.pop(NEW_KEY, None)
+    if created is not None and created.get("tenant_id") == tid:
+        st.warning("Copy this key now. It will not be shown again.")
+        st.code(str(created.get("secret")), language=None)
+        st.caption(f"Key id {created.get('id')}, prefix {created.get('prefix')}")
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     key_name = c1.text_input("New key name", key="new_key_name", disabled=not writable)
     if c2.button("Create key", key="create_key", disabled=not writable, help=None if writable else READ_ONLY_HELP):
-        created = fetch(client.create_key, tid, key_name.strip() or None)
-        if created is not None:
-            # The secret exists in clear only in this response: shown in this run, never stored.
-            st.warning("Copy this key now. It will not be shown again.")
-            st.code(str(created.get("secret")), language=None)
-            st.caption(f"Key id {created.get('id')}, prefix {created.get('prefix')}")
+        made = fetch(client.create_key, tid, key_name.strip() or None)
+        if made is not None:
+            st.session_state[NEW_KEY] = {**made, "tenant_id": tid}
+            st.rerun()  # redraw the table with the new key
     active = [k for k in keys if not k.get("revoked_at")]
     if active:
         labels = {str(k["id"]): f"{k.get('prefix')}… {k.get('name') or ''} ({k['id']})" for k in active}

@@ -36,13 +36,21 @@ def access_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
         since: Since = None,
         until: Until = None,
         actor: str | None = None,
+        actor_id: str | None = None,
         action: str | None = None,
         limit: Limit = 100,
         offset: Offset = 0,
     ) -> Any:
         rows, total = await ctx.db.run_async(
             lambda s: repository.list_audit(
-                s, since=unix_s(since), until=unix_s(until), actor=actor, action=action, limit=limit, offset=offset
+                s,
+                since=unix_s(since),
+                until=unix_s(until),
+                actor=actor,
+                actor_id=actor_id,
+                action=action,
+                limit=limit,
+                offset=offset,
             )
         )
         return {"items": rows, "total": total}
@@ -64,7 +72,12 @@ def access_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
         def create(s: Session) -> schemas.AdminTokenCreated:
             row, secret = repository.create_admin_token(s, name=body.name, role=body.role, pepper=ctx.db.pepper)
             repository.add_audit(
-                s, actor=who.name, action="admin_token.create", target=f"admin_token:{row.id}", after=_token_dict(row)
+                s,
+                actor=who.name,
+                actor_id=who.token_id,
+                action="admin_token.create",
+                target=f"admin_token:{row.id}",
+                after=_token_dict(row),
             )
             return schemas.AdminTokenCreated(id=row.id, name=row.name, role=body.role, prefix=row.prefix, secret=secret)
 
@@ -83,6 +96,7 @@ def access_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             repository.add_audit(
                 s,
                 actor=who.name,
+                actor_id=who.token_id,
                 action="admin_token.revoke",
                 target=f"admin_token:{token_id}",
                 before={"revoked_at": None},

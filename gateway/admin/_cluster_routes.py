@@ -72,6 +72,7 @@ def planner_out(state: PlannerState) -> schemas.PlannerOut:
         planner=state.planner,
         last_decision=last,
         predictions=[schemas.PredictionOut(**dataclasses.asdict(p)) for p in state.predictions],
+        predictions_t=state.predictions_t,
     )
 
 
@@ -81,7 +82,9 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
     Operator = Annotated[AdminPrincipal, Depends(operator)]
 
     def audit(who: AdminPrincipal, action: str, target: str, before: Any, after: Any) -> None:
-        ctx.sink.record_audit(actor=who.name, action=action, target=target, before=before, after=after)
+        ctx.sink.record_audit(
+            actor=who.name, actor_id=who.token_id, action=action, target=target, before=before, after=after
+        )
         ctx.sink.kick()
 
     @router.get(
@@ -102,7 +105,7 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
 
     @router.put("/planner/mode", summary="Set the planner mode", response_model=schemas.PlannerModeIn)
     async def put_mode(body: schemas.PlannerModeIn, who: Operator) -> schemas.PlannerModeIn:
-        await ctx.overrides.set_mode(body.mode, who=who.name)
+        await ctx.overrides.set_mode(body.mode, who=who.name, actor_id=who.token_id)
         return body
 
     def pins_out(pins: Pins) -> schemas.PinsOut:
@@ -114,19 +117,19 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
 
     @router.put("/pins/split", summary="Pin the number of prefill nodes", response_model=schemas.PinsOut)
     async def put_split_pin(body: schemas.SplitPinIn, who: Operator) -> schemas.PinsOut:
-        return pins_out(await ctx.overrides.pin_split(body.prefill_nodes, who=who.name))
+        return pins_out(await ctx.overrides.pin_split(body.prefill_nodes, who=who.name, actor_id=who.token_id))
 
     @router.delete("/pins/split", summary="Unpin the split", response_model=schemas.PinsOut)
     async def delete_split_pin(who: Operator) -> schemas.PinsOut:
-        return pins_out(await ctx.overrides.pin_split(None, who=who.name))
+        return pins_out(await ctx.overrides.pin_split(None, who=who.name, actor_id=who.token_id))
 
     @router.put("/pins/nodes/{node_id}", summary="Pin a node's phase", response_model=schemas.PinsOut)
     async def put_node_pin(node_id: str, body: schemas.NodePinIn, who: Operator) -> schemas.PinsOut:
-        return pins_out(await ctx.overrides.pin_node(node_id, body.phase, who=who.name))
+        return pins_out(await ctx.overrides.pin_node(node_id, body.phase, who=who.name, actor_id=who.token_id))
 
     @router.delete("/pins/nodes/{node_id}", summary="Unpin a node", response_model=schemas.PinsOut)
     async def delete_node_pin(node_id: str, who: Operator) -> schemas.PinsOut:
-        return pins_out(await ctx.overrides.pin_node(node_id, None, who=who.name))
+        return pins_out(await ctx.overrides.pin_node(node_id, None, who=who.name, actor_id=who.token_id))
 
     @router.post("/switch", summary="Switch a node's phase now", response_model=schemas.SwitchOut)
     async def post_switch(body: schemas.SwitchIn, who: Operator) -> dict[str, Any]:

@@ -57,7 +57,14 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
                 **_tenant_dict(tenant),
                 "policy": schemas.PolicyBody.of(repository.get_policy(s, tenant_id=tenant.id)).model_dump(),
             }
-            repository.add_audit(s, actor=who.name, action="tenant.create", target=f"tenant:{tenant.id}", after=after)
+            repository.add_audit(
+                s,
+                actor=who.name,
+                actor_id=who.token_id,
+                action="tenant.create",
+                target=f"tenant:{tenant.id}",
+                after=after,
+            )
             return tenant
 
         return await ctx.db.run_async(create)
@@ -75,6 +82,7 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             repository.add_audit(
                 s,
                 actor=who.name,
+                actor_id=who.token_id,
                 action="tenant.update",
                 target=f"tenant:{tenant_id}",
                 before=before,
@@ -94,7 +102,14 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
                 "policy": schemas.PolicyBody.of(repository.get_policy(s, tenant_id=tenant_id)).model_dump(),
             }
             repository.delete_tenant(s, tenant_id=tenant_id)
-            repository.add_audit(s, actor=who.name, action="tenant.delete", target=f"tenant:{tenant_id}", before=before)
+            repository.add_audit(
+                s,
+                actor=who.name,
+                actor_id=who.token_id,
+                action="tenant.delete",
+                target=f"tenant:{tenant_id}",
+                before=before,
+            )
 
         await ctx.db.run_async(delete)
 
@@ -124,6 +139,7 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             repository.add_audit(
                 s,
                 actor=who.name,
+                actor_id=who.token_id,
                 action="api_key.create",
                 target=f"api_key:{key.id}",
                 after={"tenant_id": tenant_id, "name": key.name, "prefix": key.prefix},
@@ -141,6 +157,7 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             repository.add_audit(
                 s,
                 actor=who.name,
+                actor_id=who.token_id,
                 action="api_key.revoke",
                 target=f"api_key:{key_id}",
                 before={"revoked_at": None},
@@ -172,6 +189,7 @@ def tenant_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
             repository.add_audit(
                 s,
                 actor=who.name,
+                actor_id=who.token_id,
                 action="policy.update",
                 target=f"tenant:{tenant_id}",
                 before=before.model_dump(),

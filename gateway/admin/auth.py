@@ -86,11 +86,22 @@ class AdminAuthenticator:
             del self._cache[digest]
 
 
+def _free_name(session: object, base: str, role: str) -> str:
+    """`base`, or `base-2`, `base-3`, ... : the first name no active token of `role` has."""
+    name, n = base, 1
+    while repository.active_admin_token_named(session, name=name, role=role) is not None:  # type: ignore[arg-type]
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
 def bootstrap_admin_token(db: Database, env_token: str | None) -> str | None:
     """Make sure an operator can log in at first start.
 
     With `env_token` (e.g. from EVOLVING_ADMIN_TOKEN): import it as the
-    operator token `env` unless already known; returns None. Without it:
+    operator token `env` (`env-2`, ... when an earlier, still active env
+    token has that name: names are unique per role) unless already known;
+    returns None. Without it:
     if no active admin token exists, create operator `bootstrap` and return
     its secret so the caller prints it once; otherwise None. Blocking; call
     at startup after `db upgrade`.
@@ -101,11 +112,16 @@ def bootstrap_admin_token(db: Database, env_token: str | None) -> str | None:
         if env_token is not None:
             if repository.find_admin_token(session, secret=env_token, pepper=db.pepper) is None:
                 row, _ = repository.create_admin_token(
-                    session, name="env", role=OPERATOR, pepper=db.pepper, secret=env_token
+                    session,
+                    name=_free_name(session, "env", OPERATOR),
+                    role=OPERATOR,
+                    pepper=db.pepper,
+                    secret=env_token,
                 )
                 repository.add_audit(
                     session,
                     actor="system",
+                    actor_id="system",
                     action="admin_token.import",
                     target=row.id,
                     after={"name": row.name, "role": row.role, "prefix": row.prefix},
@@ -117,6 +133,7 @@ def bootstrap_admin_token(db: Database, env_token: str | None) -> str | None:
         repository.add_audit(
             session,
             actor="system",
+            actor_id="system",
             action="admin_token.bootstrap",
             target=row.id,
             after={"name": row.name, "role": row.role, "prefix": row.prefix},

@@ -95,7 +95,10 @@ class PlannerOut(BaseModel):
     mode: Mode
     planner: str
     last_decision: LastDecisionOut | None
+    # The newest prediction per split, made at `predictions_t` (unix s): older than
+    # `last_decision` while the planner holds for lack of data.
     predictions: list[PredictionOut]
+    predictions_t: float | None = None
 
 
 class PlannerModeIn(BaseModel):
@@ -255,7 +258,8 @@ class AuditOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: int
     t: float
-    actor: str
+    actor: str  # the admin token's name, or "system"
+    actor_id: str | None = None  # the admin token's id ("system"; None on rows older than this field)
     action: str
     target: str
     before: Any

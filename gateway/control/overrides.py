@@ -30,7 +30,9 @@ class OverrideRecorder(Protocol):
 
     def record_override(self, *, key: str, value: Any, who: str) -> None: ...
 
-    def record_audit(self, *, actor: str, action: str, target: str, before: Any, after: Any) -> None: ...
+    def record_audit(
+        self, *, actor: str, action: str, target: str, before: Any, after: Any, actor_id: str | None = None
+    ) -> None: ...
 
     def kick(self) -> None: ...
 
@@ -50,13 +52,15 @@ class OverridesService:
         snap = await self._control.snapshot()
         return Pins(split=snap.split_pin, nodes={n.node_id: n.pinned_phase for n in snap.nodes if n.pinned_phase})
 
-    async def set_mode(self, mode: str, *, who: str) -> PlannerMode:
+    async def set_mode(self, mode: str, *, who: str, actor_id: str | None = None) -> PlannerMode:
         before = (await self._control.planner_state()).mode
         await self._control.set_mode(mode)  # raises InvalidRequest
-        self._record(who, PLANNER_MODE, mode, "planner.mode", "planner", {"mode": before.value}, {"mode": mode})
+        self._record(
+            who, actor_id, PLANNER_MODE, mode, "planner.mode", "planner", {"mode": before.value}, {"mode": mode}
+        )
         return PlannerMode(mode)
 
-    async def pin_split(self, prefill_nodes: int | None, *, who: str) -> Pins:
+    async def pin_split(self, prefill_nodes: int | None, *, who: str, actor_id: str | None = None) -> Pins:
         if prefill_nodes is not None:
             size = len((await self._control.snapshot()).nodes)
             if not 0 <= prefill_nodes <= size:
@@ -65,6 +69,7 @@ class OverridesService:
         await self._control.pin_split(prefill_nodes)
         self._record(
             who,
+            actor_id,
             SPLIT_PIN,
             prefill_nodes,
             "pins.split" if prefill_nodes is not None else "pins.split.clear",
@@ -74,13 +79,14 @@ class OverridesService:
         )
         return await self.pins()
 
-    async def pin_node(self, node_id: str, phase: str | None, *, who: str) -> Pins:
+    async def pin_node(self, node_id: str, phase: str | None, *, who: str, actor_id: str | None = None) -> Pins:
         if node_id not in {n.node_id for n in (await self._control.snapshot()).nodes}:
             raise NotFound(f"No node {node_id!r}.", param="node_id")
         before = (await self.pins()).nodes.get(node_id)
         await self._control.pin_node(node_id, phase)
         self._record(
             who,
+            actor_id,
             NODE_PIN_PREFIX + node_id,
             phase,
             "pins.node" if phase else "pins.node.clear",
@@ -101,7 +107,12 @@ class OverridesService:
         except GatewayError as exc:  # an unhealthy node at startup: the pin stays, realised by the next pin action
             log.warning("could not realise the persisted pins yet: %s", exc.message)
 
-    def _record(self, who: str, key: str, value: Any, action: str, target: str, before: Any, after: Any) -> None:
+    def _record(
+        self, who: str, actor_id: str | None, key: str, value: Any, action: str, target: str, before: Any, after: Any
+    ) -> None:
+        """`who`: the actor's name; `actor_id`: its admin token id (in the audit row)."""
         self._recorder.record_override(key=key, value=value, who=who)
-        self._recorder.record_audit(actor=who, action=action, target=target, before=before, after=after)
+        self._recorder.record_audit(
+            actor=who, actor_id=actor_id, action=action, target=target, before=before, after=after
+        )
         self._recorder.kick()

@@ -2,13 +2,17 @@
 
 Each tick reads as decide -> one I/O step -> apply:
 
-1. gather: iteration records the registry collected since the last tick,
-   finished-request samples from the OpenAI service, the cluster view
-   (nodes, phases, pins, mode);
+1. gather: iteration records the registry collected since the last tick
+   (busy steps given their wall time and runs of decode steps averaged,
+   `planner.cadence`: what a node can serve follows its step cadence, not
+   the forward pass alone), finished-
+   request samples from the OpenAI service, the cluster view (nodes, phases,
+   pins, mode, the engines' own limits);
 2. decide: `planner.decide(view)` (pure);
-3. apply: record the decision (admin API state, event store), and in mode
-   `auto` carry out its switches through the cluster runtime, which
-   records each switch.
+3. apply: record the decision (admin API state; the event store except in
+   mode `manual`, where the planner only predicts for the operator's eyes
+   and decides nothing worth keeping), and in mode `auto` carry out its
+   switches through the cluster runtime, which records each switch.
 
 The planner never sees HTTP or the database; a failing switch is recorded
 and the next tick decides again from what actually happened.
@@ -22,6 +26,7 @@ from collections.abc import Callable
 
 from core import Phase
 from gateway.control.workload_feed import WorkloadFeed
+from planner.cadence import StepCadence, coalesce_decode_steps
 from planner.types import SLO, ClusterView, Decision, NodeState, Pin, Planner, PlannerMode
 
 log = logging.getLogger(__name__)
@@ -39,7 +44,7 @@ class PlannerLoop:
         workload: WorkloadFeed,
         slo: SLO = SLO(),
         sink: DecisionSink | None = None,
-        kv_capacity_tokens: int = 0,
+        kv_capacity_tokens: int = 0,  # per node, for workers that do not report theirs
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.planner = planner
@@ -48,6 +53,7 @@ class PlannerLoop:
         self.sink = sink
         self.kv_capacity_tokens = kv_capacity_tokens
         self.clock = clock
+        self.cadence = StepCadence()
         self.last_switch_t: float | None = None
 
     def view(self, runtime) -> ClusterView:
@@ -60,7 +66,9 @@ class PlannerLoop:
                 queue=n.num_waiting,
                 running=n.running,
                 kv_usage=n.kv_usage,
-                kv_capacity_tokens=self.kv_capacity_tokens,
+                kv_capacity_tokens=n.kv_capacity_tokens or self.kv_capacity_tokens,
+                max_batch=n.max_num_seqs,
+                token_budget=n.max_num_batched_tokens,
             )
             for n in runtime.registry.nodes()
             if n.healthy
@@ -78,7 +86,8 @@ class PlannerLoop:
         )
 
     async def tick(self, runtime) -> None:
-        self.planner.observe_iterations(runtime.registry.drain_iterations())
+        records = coalesce_decode_steps(self.cadence.apply(runtime.registry.drain_iterations()))
+        self.planner.observe_iterations(records)
         self.planner.observe_requests(self.workload.drain())
         view = self.view(runtime)
         if not view.nodes:
@@ -86,7 +95,8 @@ class PlannerLoop:
         decision = self.planner.decide(view)
         runtime.planner_name = self.planner.name
         runtime.record_decision(decision)
-        self._persist(decision, view.mode.value)
+        if view.mode is not PlannerMode.MANUAL:
+            self._persist(decision, view.mode.value)
         if not (decision.acted and view.mode is PlannerMode.AUTO):
             return
         for action in decision.actions:
@@ -102,6 +112,6 @@ class PlannerLoop:
                 log.warning("planner switch of %s failed: %s", action.node_id, exc)
 
     def _persist(self, decision: Decision, mode: str) -> None:
-        """Every decision, acted on or not, goes to the event store (buffered)."""
+        """Every auto/advisory decision, acted on or not, goes to the event store (buffered)."""
         if self.sink is not None:
             self.sink(decision, mode)

@@ -40,12 +40,16 @@ class ClusterSnapshot:
 @dataclass(frozen=True)
 class PlannerState:
     """What the planner is doing: its mode, its name, its latest decision and
-    the prediction per split that decision was made on."""
+    its latest prediction per split, made at `predictions_t` (unix s). A
+    decision taken without enough data carries no prediction, so the
+    predictions may be older than the decision (even from before a restart:
+    the runtime seeds them from the stored decisions)."""
 
     mode: PlannerMode
     planner: str
     last_decision: Decision | None = None
     predictions: tuple[SplitPrediction, ...] = ()
+    predictions_t: float | None = None
 
 
 @dataclass(frozen=True)

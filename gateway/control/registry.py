@@ -51,6 +51,10 @@ class WorkerNode:
     tokens_per_s: float = 0.0
     block_size: int = 0
     max_model_len: int = 0  # the engine's context length (0: not reported)
+    # The engine's limits as the worker reports them (0: unknown), for the planner.
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    kv_capacity_tokens: int = 0
     inflight: int = 0  # requests this gateway has open on the node
     next_iteration: int = 0
 
@@ -191,6 +195,8 @@ class WorkerRegistry:
         node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
         node.max_model_len = stats.max_model_len
+        node.max_num_seqs, node.max_num_batched_tokens = stats.max_num_seqs, stats.max_num_batched_tokens
+        node.kv_capacity_tokens = stats.kv_capacity_tokens
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
             log.error(

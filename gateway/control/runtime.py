@@ -27,7 +27,7 @@ from gateway.control.registry import WorkerRegistry
 from gateway.directory import Directory
 from gateway.errors import Conflict, InvalidRequest
 from gateway.store.records import SwitchOutcome
-from planner.types import Decision, PlannerMode
+from planner.types import Decision, PlannerMode, SplitPrediction
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,10 @@ class ClusterRuntime:
         self.split_pin: int | None = None
         self.node_pins: dict[str, str] = {}
         self.last_decision: Decision | None = None
+        # The newest prediction per split and when it was made: kept while later
+        # decisions (no data, say) carry none, so an idle planner still shows it.
+        self.last_predictions: tuple[SplitPrediction, ...] = ()
+        self.predictions_t: float | None = None
         self._history: collections.deque[SplitSample] = collections.deque(maxlen=history_len)
         self._clock = clock
 
@@ -116,12 +120,12 @@ class ClusterRuntime:
         return prefill, len(healthy) - prefill
 
     async def planner_state(self) -> PlannerState:
-        d = self.last_decision
         return PlannerState(
             mode=self.mode,
             planner=self.planner_name,
-            last_decision=d,
-            predictions=d.predictions if d is not None else (),
+            last_decision=self.last_decision,
+            predictions=self.last_predictions,
+            predictions_t=self.predictions_t,
         )
 
     async def set_mode(self, mode: str) -> None:
@@ -179,6 +183,13 @@ class ClusterRuntime:
     # -- planner seam ---------------------------------------------------------------
     def record_decision(self, decision: Decision) -> None:
         self.last_decision = decision
+        if decision.predictions:
+            self.seed_predictions(decision.predictions, decision.t)
+
+    def seed_predictions(self, predictions: tuple[SplitPrediction, ...], t: float) -> None:
+        """Keep `predictions` (made at `t`) unless newer ones are already kept."""
+        if predictions and (self.predictions_t is None or t >= self.predictions_t):
+            self.last_predictions, self.predictions_t = predictions, t
 
     async def run(self, interval_s: float = 1.0) -> None:
         """Sample the split and run the planner tick forever (cancel to stop)."""

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides, SwitchOutcome
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent, UsageMinute
-from planner.types import Decision
+from planner.types import Decision, SplitPrediction
 
 
 def json_safe(value: Any) -> Any:
@@ -92,6 +92,29 @@ def list_decisions(
     )
 
 
+def latest_predictions(session: Session) -> tuple[float, tuple[SplitPrediction, ...]] | None:
+    """(t, prediction per split) of the newest decision that carries any (a
+    planner without enough data stores decisions with none), or None.
+    Floats stored as null (they were not finite) come back as infinity."""
+    dialect = session.get_bind().dialect.name
+    length = sa.func.jsonb_array_length if dialect == "postgresql" else sa.func.json_array_length
+    stmt = (
+        sa.select(PlannerDecision)
+        .where(PlannerDecision.predictions.is_not(None), length(PlannerDecision.predictions) > 0)
+        .order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc())
+        .limit(1)
+    )
+    row = session.scalars(stmt).first()
+    if row is None or not row.predictions:
+        return None
+    names = {f.name for f in dataclasses.fields(SplitPrediction)}
+    preds = tuple(
+        SplitPrediction(**{k: (math.inf if v is None else v) for k, v in p.items() if k in names})
+        for p in row.predictions
+    )
+    return row.t, preds
+
+
 # -- switch events -----------------------------------------------------------
 
 
@@ -147,10 +170,13 @@ def add_audit(
     before: Any = None,
     after: Any = None,
     t: float | None = None,
+    actor_id: str | None = None,
 ) -> AuditEntry:
+    """`actor`: the admin token's name (or "system"); `actor_id`: its id (or "system")."""
     row = AuditEntry(
         t=time.time() if t is None else t,
         actor=actor,
+        actor_id=actor_id,
         action=action,
         target=target,
         before=json_safe(before),
@@ -166,6 +192,7 @@ def list_audit(
     since: float | None = None,
     until: float | None = None,
     actor: str | None = None,
+    actor_id: str | None = None,
     action: str | None = None,
     limit: int = 100,
     offset: int = 0,
@@ -174,6 +201,8 @@ def list_audit(
     stmt = _window(sa.select(AuditEntry), AuditEntry.t, since, until)
     if actor is not None:
         stmt = stmt.where(AuditEntry.actor == actor)
+    if actor_id is not None:
+        stmt = stmt.where(AuditEntry.actor_id == actor_id)
     if action is not None:
         stmt = stmt.where(AuditEntry.action == action)
     return _page(session, stmt.order_by(AuditEntry.t.desc(), AuditEntry.id.desc()), limit=limit, offset=offset)

@@ -181,7 +181,13 @@ def load_key_grants(session: Session, *, prefix: str | None = None) -> list[KeyG
 def create_admin_token(
     session: Session, *, name: str, role: str, pepper: str, secret: str | None = None, now: float | None = None
 ) -> tuple[AdminToken, str]:
-    """Create an admin token (random, or `secret` when importing one); returns row and secret."""
+    """Create an admin token (random, or `secret` when importing one); returns row and secret.
+
+    Names are unique among the active tokens of one role (`Conflict`
+    otherwise; a partial unique index holds it under concurrent writers).
+    """
+    if active_admin_token_named(session, name=name, role=role) is not None:
+        raise errors.Conflict(f"An active {role} token named {name!r} already exists.", param="name")
     sealed = (
         credentials.seal_secret(secret, pepper=pepper)
         if secret is not None
@@ -199,6 +205,13 @@ def create_admin_token(
     session.add(token)
     session.flush()
     return token, sealed.secret
+
+
+def active_admin_token_named(session: Session, *, name: str, role: str) -> AdminToken | None:
+    stmt = sa.select(AdminToken).where(
+        AdminToken.name == name, AdminToken.role == role, AdminToken.revoked_at.is_(None)
+    )
+    return session.scalars(stmt).first()
 
 
 def find_admin_token(session: Session, *, secret: str, pepper: str) -> AdminToken | None:

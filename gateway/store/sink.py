@@ -104,13 +104,21 @@ class EventSink:
         self._append(lambda s: repository.add_switch_event(s, t=at, outcome=outcome, reason=reason, who=who))
 
     def record_audit(
-        self, *, actor: str, action: str, target: str, before: Any = None, after: Any = None, t: float | None = None
+        self,
+        *,
+        actor: str,
+        action: str,
+        target: str,
+        before: Any = None,
+        after: Any = None,
+        t: float | None = None,
+        actor_id: str | None = None,
     ) -> None:
         at = self._clock() if t is None else t
         before, after = repository.json_safe(before), repository.json_safe(after)  # snapshot now
         self._append(
             lambda s: repository.add_audit(
-                s, actor=actor, action=action, target=target, before=before, after=after, t=at
+                s, actor=actor, actor_id=actor_id, action=action, target=target, before=before, after=after, t=at
             )
         )
 

@@ -3,7 +3,7 @@
 Portable across SQLite and PostgreSQL: times are unix seconds in floats (the
 unit the planner and the cluster use), JSON columns are JSONB on PostgreSQL
 and JSON text on SQLite, ids are short strings or integer sequences. The
-migration in `migrations/versions/0001_initial.py` creates exactly these.
+migrations in `migrations/versions/` (0001, then 0002) create exactly these.
 """
 
 from __future__ import annotations
@@ -114,7 +114,10 @@ class AuditEntry(Base):
     __tablename__ = "audit_log"
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     t: Mapped[float] = mapped_column(sa.Float, index=True)
-    actor: Mapped[str] = mapped_column(sa.String(200))
+    actor: Mapped[str] = mapped_column(sa.String(200))  # the token's name (or "system"), for reading
+    # The admin token id that acted ("system" at start-up; None before migration 0002):
+    # names are unique only among active tokens of one role.
+    actor_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True, index=True)
     action: Mapped[str] = mapped_column(sa.String(100))
     target: Mapped[str] = mapped_column(sa.String(300))
     before: Mapped[Any] = mapped_column(JSONValue, nullable=True)
@@ -137,7 +140,18 @@ class UsageMinute(Base):
 
 class AdminToken(Base):
     __tablename__ = "admin_tokens"
-    __table_args__ = (sa.CheckConstraint("role IN ('viewer', 'operator')", name="role_known"),)
+    __table_args__ = (
+        sa.CheckConstraint("role IN ('viewer', 'operator')", name="role_known"),
+        # One active token per (role, name): the audit log and the console name tokens.
+        sa.Index(
+            "uq_admin_tokens_role_name_active",
+            "role",
+            "name",
+            unique=True,
+            postgresql_where=sa.text("revoked_at IS NULL"),
+            sqlite_where=sa.text("revoked_at IS NULL"),
+        ),
+    )
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(200))
     role: Mapped[str] = mapped_column(sa.String(16))

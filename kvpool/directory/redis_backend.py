@@ -81,7 +81,7 @@ class RedisDirectory:
             self._run("UNPUBLISH", node_id, *block_hashes)
 
     def drop_node(self, node_id: str) -> list[str]:
-        return sorted(self._run("DROP_NODE", node_id))  # type: ignore[arg-type]
+        return sorted(self._run("DROP_NODE", node_id))
 
     def longest_prefix(
         self,
@@ -132,7 +132,7 @@ class RedisDirectory:
             self._not_active(branch_id, BranchEvent.TOUCH)
 
     def reference(self, branch_id: str, block_hashes: Sequence[str], now: float) -> int:
-        added = int(self._run("REFERENCE", branch_id, _t(now), *block_hashes))  # type: ignore[arg-type]
+        added = int(self._run("REFERENCE", branch_id, _t(now), *block_hashes))
         if added == -1:
             self._not_active(branch_id, BranchEvent.REFERENCE)
         return added

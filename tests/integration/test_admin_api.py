@@ -281,9 +281,34 @@ async def test_admin_tokens_lifecycle(admin: Admin) -> None:
     r = await c.delete(f"/admin/tokens/{op_id}", headers=op)
     assert r.status_code == 409  # never lock everyone out
     assert (await c.get("/admin/whoami", headers=op)).status_code == 200
-    assert len(await admin.audit("admin_token.create")) == 1
-    assert len(await admin.audit("admin_token.revoke")) == 1
-    assert len(await admin.audit("admin_token.bootstrap")) == 1
+    (created,) = await admin.audit("admin_token.create")
+    (revoked,) = await admin.audit("admin_token.revoke")
+    (boot,) = await admin.audit("admin_token.bootstrap")
+    # The audit row names the token that acted by its id, not only by its (reusable) name.
+    assert (created["actor"], created["actor_id"]) == ("bootstrap", op_id)
+    assert revoked["actor_id"] == op_id and boot["actor_id"] == "system"
+    only = (await c.get("/admin/audit", params={"actor_id": op_id}, headers=op)).json()
+    assert only["total"] == 2 and {a["action"] for a in only["items"]} == {"admin_token.create", "admin_token.revoke"}
+
+
+async def test_admin_token_names_are_unique_per_role_among_active_tokens(admin: Admin) -> None:
+    c, op = admin.client, admin.operator
+    r = await c.post("/admin/tokens", json={"name": "ci", "role": "viewer"}, headers=op)
+    assert r.status_code == 201
+    first = r.json()["id"]
+    r = await c.post("/admin/tokens", json={"name": "ci", "role": "viewer"}, headers=op)
+    assert r.status_code == 409 and r.json()["error"]["param"] == "name"
+    assert (await c.post("/admin/tokens", json={"name": "ci", "role": "operator"}, headers=op)).status_code == 201
+    # Once the first is revoked its name is free again (rotation).
+    assert (await c.delete(f"/admin/tokens/{first}", headers=op)).status_code == 200
+    assert (await c.post("/admin/tokens", json={"name": "ci", "role": "viewer"}, headers=op)).status_code == 201
+    names = [
+        (t["name"], t["role"], t["revoked_at"] is None)
+        for t in (await c.get("/admin/tokens", headers=op)).json()["items"]
+    ]
+    assert sorted(names) == sorted(
+        [("bootstrap", "operator", True), ("ci", "viewer", False), ("ci", "operator", True), ("ci", "viewer", True)]
+    )
 
 
 async def test_bootstrap_is_once_and_env_token_imports(migrated_db: Database) -> None:
@@ -300,6 +325,11 @@ async def test_bootstrap_is_once_and_env_token_imports(migrated_db: Database) ->
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as c:
         r = await c.get("/admin/whoami", headers={"Authorization": "Bearer env-token-0123456789"})
     assert r.json() == {"name": "env", "role": "operator"}
+    # A second, different env token while the first is still active: a free name, never a duplicate.
+    assert bootstrap_admin_token(migrated_db, "another-env-token-0123") is None
+    with migrated_db.session() as s:
+        names = sorted(t.name for t in repository.list_admin_tokens(s)[0])
+    assert names == ["env", "env-2"]
 
 
 def test_openapi_documents_every_route(migrated_db: Database) -> None:

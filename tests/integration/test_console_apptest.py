@@ -7,6 +7,7 @@ only the cluster behind it is a `FakeClusterControl` (tests/integration/console_
 from __future__ import annotations
 
 import pathlib
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -91,6 +92,10 @@ def test_planner_pins_split_after_confirmation_and_shows_result(
 ) -> None:
     at = open_page(log_in(console(api.url, monkeypatch), api.tokens["operator"]), "planner")
     assert charts(at) == 1  # predictions with confidence bands
+    # Shown while idle, with their age and why nothing newer exists.
+    caption = " ".join(c.value for c in at.caption)
+    assert re.search(r"Made at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, (8\d|9\d) s ago|2 min ago", caption), caption
+    assert "decides without predicting: hold: insufficient data." in caption
     at.number_input(key="pin_split_prefill").set_value(3).run()
     at.button(key="pin_split").click().run()
     assert any("3 prefill / 1 decode" in w.value for w in at.warning)
@@ -165,6 +170,7 @@ def test_tenants_keys_policy_usage(api: LiveAdminApi, monkeypatch: pytest.Monkey
     secret = at.code[0].value
     assert secret.startswith("sk-ei-")
     assert any("will not be shown again" in w.value for w in at.warning)
+    assert "laptop" in list(at.dataframe[1].value["name"])  # the table already lists it
     keys = admin(api, "GET", "/tenants/acme/keys").json()["items"]
     assert len(keys) == 2 and all(secret not in str(k) for k in keys)
     at.run()

@@ -223,8 +223,8 @@ async def test_policies_enforced_with_exact_statuses(tokenizer, tmp_path, db_url
 
         # Tokens per minute (prompt + max_tokens): too large for the whole budget, then exhausted.
         r = await p.chat(tpm, max_tokens=500)
-        assert_openai_error(r, 429, "rate_limit_error", "tokens_per_minute_exceeded")
-        assert retry_after(r) == 60
+        assert_openai_error(r, 400, "invalid_request_error", "request_exceeds_tokens_per_minute")
+        assert "retry-after" not in r.headers  # it can never fit: nothing to retry
         assert (await p.chat(tpm, max_tokens=100)).status_code == 200
         r = await p.chat(tpm, max_tokens=100)
         assert_openai_error(r, 429, "rate_limit_error", "tokens_per_minute_exceeded")

@@ -70,10 +70,10 @@ def test_batched_read_of_contiguous_and_scattered_blocks(peers: tuple[Peer, Peer
     remote = [3, 4, 5, 6, 20, 40, 41]
     local = store.allocate([hashes[s] for s in remote])
     assert local == list(range(7))
-    transport.read_blocks_sync(node_id, remote, local)  # type: ignore[arg-type]
-    assert store.commit(local, verify=True) == [True] * 7  # type: ignore[arg-type]
+    transport.read_blocks_sync(node_id, remote, local)
+    assert store.commit(local, verify=True) == [True] * 7
     for r, loc in zip(remote, local, strict=False):
-        view = store.get_view(loc)  # type: ignore[arg-type]
+        view = store.get_view(loc)
         assert view[0].item() == _expected_first_byte(r)
         assert view[1:8].tolist() == list(range(1, 8))
     assert store.lookup_prefix([hashes[s] for s in remote]) == local
@@ -88,7 +88,7 @@ def test_async_handle_polls_to_done(peers: tuple[Peer, Peer], reader: Any) -> No
     while handle.poll().value == "pending":
         assert time.monotonic() < deadline
     assert handle.poll().value == "done" and handle.error is None
-    assert all(store.commit(local, verify=True))  # type: ignore[arg-type]
+    assert all(store.commit(local, verify=True))
 
 
 def test_slot_reused_by_peer_is_rejected(peers: tuple[Peer, Peer], reader: Any) -> None:
@@ -99,8 +99,8 @@ def test_slot_reused_by_peer_is_rejected(peers: tuple[Peer, Peer], reader: Any) 
     newcomer = hashes[51][:-4] + "beef"  # any other hash now lands in the freed slot
     assert live.call("refill", 0, [newcomer]) == [50]
     local = store.allocate([hashes[50]])
-    transport.read_blocks_sync(node_id, [50], local)  # type: ignore[arg-type]
-    assert store.commit(local, verify=True) == [False]  # type: ignore[arg-type]
+    transport.read_blocks_sync(node_id, [50], local)
+    assert store.commit(local, verify=True) == [False]
     assert store.lookup(hashes[50]) is None
 
 
@@ -128,5 +128,5 @@ def test_silent_peer_times_out_and_dead_peer_is_unavailable(peers: tuple[Peer, P
     # The reader keeps working with the live peer.
     node_id, _, hashes = live.served[0]
     local = store.allocate(hashes[10:12])
-    transport.read_blocks_sync(node_id, [10, 11], local)  # type: ignore[arg-type]
-    assert store.commit(local, verify=True) == [True, True]  # type: ignore[arg-type]
+    transport.read_blocks_sync(node_id, [10, 11], local)
+    assert store.commit(local, verify=True) == [True, True]

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import Phase as HypothesisPhase
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
@@ -150,12 +150,21 @@ def test_every_operation_answers_without_5xx(stack: ControlPlaneStack, key: str,
 )
 @given(value=st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=200))
 def test_branch_header_values_are_validated_or_refused(stack: ControlPlaneStack, key: str, value: str) -> None:
-    r = httpx.post(
-        f"{stack.url}/v1/chat/completions",
-        json=_ok_chat(max_tokens=1),
-        timeout=10,
-        headers={"Authorization": f"Bearer {key}", "X-Branch-ID": value.encode("latin-1"), "X-Branch-Finished": "true"},
-    )
+    try:
+        r = httpx.post(
+            f"{stack.url}/v1/chat/completions",
+            json=_ok_chat(max_tokens=1),
+            timeout=10,
+            headers={
+                "Authorization": f"Bearer {key}",
+                "X-Branch-ID": value.encode("latin-1"),
+                "X-Branch-Finished": "true",
+            },
+        )
+    except httpx.LocalProtocolError:
+        # The client refuses to send it (h11: no leading/trailing whitespace in a
+        # header value): it never reaches the gateway, so it says nothing about it.
+        reject()
     stripped = value.strip(" \t")
     if stripped and BRANCH_ID_RE.match(stripped):
         assert r.status_code == 200, r.text

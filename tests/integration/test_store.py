@@ -3,6 +3,7 @@ every repository function against the real database."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pathlib
@@ -26,6 +27,7 @@ from planner.types import Decision, SplitPrediction, SwitchAction
 from testing.stores import PG_URL, pg_database
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+HEAD = "0002"  # the newest migration
 
 STORE_TABLES = {
     "tenants",
@@ -51,7 +53,7 @@ def _tables(url: str) -> set[str]:
 def test_migrations_up_down_and_match_models(store_url: str) -> None:
     assert db_revision(store_url) is None
     db_upgrade(store_url)
-    assert db_revision(store_url) == "0001"
+    assert db_revision(store_url) == HEAD
     assert STORE_TABLES <= _tables(store_url)
     engine = sa.create_engine(store_url, poolclass=sa.pool.NullPool)
     with engine.connect() as conn:
@@ -62,7 +64,34 @@ def test_migrations_up_down_and_match_models(store_url: str) -> None:
     assert db_revision(store_url) is None
     assert not (STORE_TABLES & _tables(store_url))
     db_upgrade(store_url)  # and up again
-    assert db_revision(store_url) == "0001"
+    assert db_revision(store_url) == HEAD
+
+
+def test_migration_0002_renames_active_duplicate_token_names_then_holds_them_unique(store_url: str) -> None:
+    db_upgrade(store_url, "0001")
+    engine = sa.create_engine(store_url, poolclass=sa.pool.NullPool)
+    rows = [
+        ("adm_a", "ci", "viewer", 1.0, None),
+        ("adm_b", "ci", "viewer", 2.0, None),  # an active duplicate: renamed
+        ("adm_c", "ci", "viewer", 3.0, 5.0),  # revoked: kept as it is
+        ("adm_d", "ci", "operator", 4.0, None),  # another role: kept
+    ]
+    with engine.begin() as conn:
+        for token_id, name, role, created, revoked in rows:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO admin_tokens (id, name, role, prefix, salt, secret_hash, created_at, revoked_at) "
+                    "VALUES (:id, :name, :role, 'p', 's', 'h', :c, :r)"
+                ),
+                {"id": token_id, "name": name, "role": role, "c": created, "r": revoked},
+            )
+    db_upgrade(store_url)
+    with engine.connect() as conn:
+        names = dict(conn.execute(sa.text("SELECT id, name FROM admin_tokens")).all())
+    assert names == {"adm_a": "ci", "adm_b": "ci (adm_b)", "adm_c": "ci", "adm_d": "ci"}
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:  # the index, under any writer
+        conn.execute(sa.text("UPDATE admin_tokens SET name = 'ci' WHERE id = 'adm_b'"))
+    engine.dispose()
 
 
 @pytest.mark.postgres
@@ -106,10 +135,10 @@ def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None
                 holder.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
                 outputs = [p.communicate(timeout=120)[0].decode() for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outputs
-        assert db_revision(url) == "0001"
+        assert db_revision(url) == HEAD
         assert STORE_TABLES <= _tables(url)
         db_upgrade(url)  # a third, later upgrade is a no-op
-        assert db_revision(url) == "0001"
+        assert db_revision(url) == HEAD
 
 
 def test_tenant_key_policy_roundtrip(migrated_db: Database) -> None:
@@ -216,6 +245,11 @@ def test_decisions_and_switch_events(migrated_db: Database) -> None:
         assert total == 2 and [r.t for r in rows] == [1002.0, 1001.0]
         rows, total = repository.list_decisions(s, limit=1, offset=3)
         assert total == 4 and rows[0].t == 1000.0
+        t, (pred,) = repository.latest_predictions(s)
+        assert t == 1003.0 and pred == _decision(0.0, False).predictions[0]  # inf stored as null comes back
+        repository.add_decision(s, decision=dataclasses.replace(_decision(1004.0, False), predictions=()), mode="auto")
+    with migrated_db.session() as s:  # a later decision without predictions does not hide the last ones
+        assert repository.latest_predictions(s)[0] == 1003.0
         rows, total = repository.list_switch_events(s, reason="DECODE-heavy")
         assert total == 2 and {r.outcome for r in rows} == {"ok", "failed"}
         rows, total = repository.list_switch_events(s, node_id="n0", outcome="ok")
@@ -272,7 +306,7 @@ def test_overrides_and_audit(migrated_db: Database) -> None:
             after={"prefill_nodes": 2},
             t=10.0,
         )
-        repository.add_audit(s, actor="bob", action="pins.node", target="node:n1", t=11.0)
+        repository.add_audit(s, actor="bob", actor_id="adm_bob", action="pins.node", target="node:n1", t=11.0)
     with migrated_db.session() as s:
         o = repository.get_overrides(s)
         assert (o.split_pin, o.planner_mode, o.node_pins) == (2, "advisory", {"n1": "prefill"})
@@ -283,6 +317,8 @@ def test_overrides_and_audit(migrated_db: Database) -> None:
         assert total == 2 and [r.actor for r in rows] == ["bob", "alice"]
         assert rows[1].after == {"prefill_nodes": 2} and rows[0].before is None
         assert repository.list_audit(s, actor="alice")[1] == 1
+        assert [r.actor for r in repository.list_audit(s, actor_id="adm_bob")[0]] == ["bob"]
+        assert rows[1].actor_id is None  # not given
 
 
 def test_admin_tokens(migrated_db: Database) -> None:
@@ -300,6 +336,9 @@ def test_admin_tokens(migrated_db: Database) -> None:
     with db.session() as s:
         assert repository.find_admin_token(s, secret="x" * 20, pepper=db.pepper) is None
         assert repository.count_active_admin_tokens(s, role="operator") == 1
+        with pytest.raises(errors.Conflict):
+            repository.create_admin_token(s, name="ops", role="operator", pepper=db.pepper)
+        repository.create_admin_token(s, name="env", role="viewer", pepper=db.pepper)  # the old one is revoked
 
 
 def test_policy_check_constraint_on_database(migrated_db: Database) -> None:

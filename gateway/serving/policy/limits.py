@@ -15,7 +15,6 @@ from gateway.serving.policy.buckets import TokenBucket
 from gateway.store.records import Policy
 
 CONCURRENCY_RETRY_AFTER_S = 1.0
-TOO_LARGE_RETRY_AFTER_S = 60.0
 
 
 def _sync_bucket(bucket: TokenBucket | None, limit: int | None, now: float) -> TokenBucket | None:
@@ -44,9 +43,10 @@ class TenantLimiter:
     def acquire(self, *, model: str, tokens: int, now: float) -> None:
         """Admit one request costing `tokens` (prompt + max_tokens) or raise.
 
-        Raises `PermissionDenied` (model not allowed) or `RateLimited` with a
-        Retry-After: concurrency cap, request/token bucket, or a request larger
-        than the whole tokens-per-minute budget.
+        Raises `PermissionDenied` (model not allowed), `InvalidRequest` (a
+        request larger than the whole tokens-per-minute budget: it can never
+        fit, so no Retry-After invites a client to retry it), or `RateLimited`
+        with a Retry-After (concurrency cap, request/token bucket).
         """
         policy = self.policy
         if not policy.allows_model(model):
@@ -62,11 +62,12 @@ class TenantLimiter:
         wait_requests = self._requests.wait_s(1, now) if self._requests else 0.0
         wait_tokens = self._tokens.wait_s(tokens, now) if self._tokens else 0.0
         if math.isinf(wait_tokens):
-            raise errors.RateLimited(
+            raise errors.InvalidRequest(
                 f"Request too large: {tokens} tokens (prompt + max_tokens) exceeds the limit of "
-                f"{policy.tokens_per_minute} tokens per minute.",
-                retry_after_s=TOO_LARGE_RETRY_AFTER_S,
-                code="tokens_per_minute_exceeded",
+                f"{policy.tokens_per_minute} tokens per minute, so it can never be served; "
+                "lower max_tokens or shorten the prompt.",
+                param="max_tokens",
+                code="request_exceeds_tokens_per_minute",
             )
         if wait_requests > 0:
             raise errors.RateLimited(

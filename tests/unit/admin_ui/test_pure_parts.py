@@ -11,7 +11,7 @@ from admin_ui import charts, tiles
 from admin_ui.cli import APP_PATH, console_command
 from admin_ui.forms import parse_models, validate_policy
 from admin_ui.session import ConsoleSettings
-from admin_ui.widgets import fmt_bytes, fmt_time
+from admin_ui.widgets import fmt_age, fmt_bytes, fmt_time, prediction_status
 
 UNLIMITED = {
     "requests_per_minute": None,
@@ -121,6 +121,53 @@ def test_charts_build_from_api_shapes_and_skip_empty() -> None:
         [{"t": 6.0, "acted": True, "chosen_split": [1, 1], "reason": "r"}],
     )
     assert line is not None and len(line.to_dict()["vconcat"]) == 2
+
+
+def _time_encodings(spec: object) -> list[dict]:
+    """Every encoding channel of a chart spec whose field is temporal."""
+    found: list[dict] = []
+    if isinstance(spec, dict):
+        if spec.get("type") == "temporal":
+            found.append(spec)
+        for v in spec.values():
+            found += _time_encodings(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            found += _time_encodings(v)
+    return found
+
+
+def test_every_chart_shows_time_in_utc_on_a_24_hour_clock() -> None:
+    built = [
+        charts.split_history([{"t": 1.0, "prefill": 1, "decode": 3, "tokens_per_s": 10.0}]),
+        charts.timeline(
+            [{"t": 5.0, "node_id": "n", "to_phase": "decode", "outcome": "ok"}],
+            [{"t": 6.0, "acted": True, "chosen_split": [1, 1], "reason": "r"}],
+        ),
+        charts.usage([{"minute": 60, "prompt_tokens": 5, "cached_tokens": 1, "completion_tokens": 2}]),
+    ]
+    for chart in built:
+        assert chart is not None
+        times = _time_encodings(chart.to_dict())
+        assert times, chart
+        for enc in times:
+            fmt = enc.get("format") or enc.get("axis", {}).get("format")
+            assert fmt and "%H" in fmt and "%I" not in fmt and "%p" not in fmt, enc  # 24-hour
+            utc = enc.get("scale", {}).get("type") == "utc" or str(enc.get("timeUnit", "")).startswith("utc")
+            assert utc, enc
+
+
+def test_prediction_status_says_when_and_why_nothing_newer() -> None:
+    assert prediction_status(None, None, 100.0).startswith("The planner has made no prediction yet")
+    assert "Its last decision: hold: insufficient data." in prediction_status(
+        None, {"t": 99.0, "reason": "hold: insufficient data"}, 100.0
+    )
+    fresh = prediction_status(1000.0, {"t": 1000.0, "reason": "hold: current split is best"}, 1012.0)
+    assert fresh == "Made at 1970-01-01 00:16:40 UTC, 12 s ago."
+    idle = prediction_status(1000.0, {"t": 4600.0, "reason": "hold: insufficient data"}, 4601.0)
+    assert idle.startswith("Made at 1970-01-01 00:16:40 UTC, 60 min ago.")
+    assert idle.endswith("decides without predicting: hold: insufficient data.")
+    assert [fmt_age(x) for x in (5, 600, 7200, 3 * 86400)] == ["5 s", "10 min", "2 h", "3 d"]
 
 
 def test_formatting() -> None:

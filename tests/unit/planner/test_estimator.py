@@ -126,3 +126,42 @@ def test_batched_prefill_attention_is_per_prompt() -> None:
     rho = 0.5325 / 2
     own = (10 + 1.065 * (100 + 30 + 400)) / 1000
     assert est.ttft_s[0] == pytest.approx(0.5325 * math.log(20 * rho) / (2 * (1 - rho)) + own)
+
+
+def test_no_prefill_node_runs_everything_locally_as_the_router_does() -> None:
+    # prefill t = 10 + 0.1·u ms; decode t = 5 + 1·B ms. No prefill node: every
+    # prompt is computed on a decode node (routing.picker), so P = 0 has capacity.
+    profile = Profile.from_coefficients((10.0, 0.1, 0.0, 0.0), (5.0, 1.0, 0.0))
+    cfg = EstimatorConfig(prefill_token_budget=2000, max_decode_batch=10)
+    w = _workload(2.0, 1000, 0, 100, f=0.5, ul=100, cl=0)
+    est = estimate_splits(profile, w, 2, [0, 1], reference_prefill=1, config=cfg)
+    # Per request, decode-node prefill work: half local (10 + 10 ms), half long (10 + 100 ms) = 65 ms.
+    work = 0.5 * 0.020 + 0.5 * 0.110
+    assert est.prefill_capacity_rps[0] == math.inf
+    assert est.decode_capacity_rps[0] == pytest.approx(2 * 10 / (100 * 0.015 + 10 * work))
+    # 1P1D: local half on the decode node (20 ms each), the long half on the prefill node (k = 2: 105 ms each).
+    assert est.decode_capacity_rps[1] == pytest.approx(10 / (100 * 0.015 + 10 * 0.5 * 0.020))
+    assert est.prefill_capacity_rps[1] == pytest.approx(1 / (0.5 * 0.105))
+    # TTFT at P = 0: an M/G/1 wait for that work (ρ = λ·work/D, cs² = 0), the prompt, one decode step.
+    rho = 2.0 * work / 2
+    tpot = float(est.tpot_s[0])
+    wq = rho * work / (2 * (1 - rho))
+    assert est.ttft_s[0] == pytest.approx(wq * math.log(20 * rho) / rho + work + tpot)
+    assert est.e2e_s[0] == pytest.approx(wq + work + tpot + 100 * tpot)
+    assert bool(est.feasible[0]) and np.isfinite(est.ttft_s).all()
+
+
+def test_no_prefill_node_doubles_decode_capacity_for_decode_heavy_agents() -> None:
+    profile = Profile.from_coefficients((2.0, 0.08, 0.0, 0.0), (1.3, 0.07, 0.0))
+    cfg = EstimatorConfig(prefill_token_budget=2048, max_decode_batch=64)
+    w = _workload(2.5, 0, 0, 370, f=1.0, ul=150, cl=600)  # short new turns, long answers
+    est = estimate_splits(profile, w, 2, [0, 1], reference_prefill=1, config=cfg)
+    assert est.capacity_rps[0] == pytest.approx(2 * est.capacity_rps[1])
+    assert est.tpot_s[0] < est.tpot_s[1] and est.e2e_s[0] < est.e2e_s[1]
+
+
+def test_a_fit_with_negative_slopes_never_predicts_steps_cheaper_than_their_fixed_part() -> None:
+    # Collinear batch and context can fit b < 0: extrapolated, the step would cost less than nothing.
+    profile = Profile.from_coefficients((2.0, 0.08, 0.0, 0.0), (2.5, -0.5, 0.0))
+    est = estimate_splits(profile, _workload(5.0, 0, 0, 300, f=1.0, ul=100), 2, [0, 1], reference_prefill=1)
+    assert (est.tpot_s >= 0.0025 - 1e-12).all() and (est.e2e_s > 0).all() and np.isfinite(est.capacity_rps).all()

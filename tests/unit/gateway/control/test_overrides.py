@@ -18,12 +18,16 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.actor_ids: list[str | None] = []  # of the audit calls, in order
 
     def record_override(self, *, key: str, value: Any, who: str) -> None:
         self.calls.append(("override", key, value, who))
 
-    def record_audit(self, *, actor: str, action: str, target: str, before: Any, after: Any) -> None:
+    def record_audit(
+        self, *, actor: str, action: str, target: str, before: Any, after: Any, actor_id: str | None = None
+    ) -> None:
         self.calls.append(("audit", actor, action, target, before, after))
+        self.actor_ids.append(actor_id)
 
     def kick(self) -> None:
         self.calls.append(("kick",))
@@ -60,6 +64,15 @@ async def test_set_mode_records_the_override_and_an_audit_row() -> None:
         ("audit", "alice", "planner.mode", "planner", {"mode": "auto"}, {"mode": "manual"}),
         ("kick",),
     ]
+
+
+async def test_audit_rows_carry_the_actor_token_id() -> None:
+    svc, _, rec = _service()
+    await svc.set_mode("manual", who="alice", actor_id="adm_1")
+    await svc.pin_split(1, who="alice", actor_id="adm_1")
+    await svc.pin_node("n0", "decode", who="bob", actor_id="adm_2")
+    await svc.pin_node("n0", None, who="bob")
+    assert rec.actor_ids == ["adm_1", "adm_1", "adm_2", None]
 
 
 async def test_an_unknown_mode_is_refused_and_not_recorded() -> None:

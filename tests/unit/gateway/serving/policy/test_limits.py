@@ -56,9 +56,12 @@ def test_tokens_per_minute_all_or_nothing() -> None:
     assert exc.value.retry_after_s == pytest.approx(10.0)  # 100 missing at 10 tokens/s
     assert lim.in_flight == 1
     lim.acquire(model="m", tokens=9, now=0.0)  # the failed attempt took no request token
-    with pytest.raises(errors.RateLimited) as big:
+    with pytest.raises(errors.InvalidRequest) as big:
         lim.acquire(model="m", tokens=601, now=0.0)
-    assert big.value.retry_after_s == 60.0 and "too large" in big.value.message
+    # It can never fit: a 400 with no Retry-After, so SDKs do not retry it.
+    assert big.value.status == 400 and big.value.headers == {} and "too large" in big.value.message
+    assert big.value.code == "request_exceeds_tokens_per_minute" and big.value.param == "max_tokens"
+    assert lim.in_flight == 2  # nothing taken
 
 
 def test_cancel_refunds() -> None:
