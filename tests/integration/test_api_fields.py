@@ -137,9 +137,21 @@ async def test_responses_and_messages_bad_fields(tokenizer):
             if param is not None:
                 assert r.json()["error"]["param"] == param, r.text
         body = {"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-        for extra in ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048}, {"bogus": 1}):
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+        for extra in (
+            {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048},
+            {"bogus": 1},
+            {"max_tokens": 0},
+            {"temperature": 3},
+            {"top_k": -5},
+            {"tool_choice": {"type": "bogus"}},
+            {"tool_choice": {"type": "any"}},  # no tools
+            {"tool_choice": {"type": "tool", "name": "zz"}, "tools": [{"name": "add", "input_schema": {}}]},
+            {"tools": [{"name": "a b", "input_schema": {"type": "object"}}]},
+            {"messages": [{"role": "user", "content": [image]}]},
+        ):
             r = await s.http.post("/v1/messages", json={**body, **extra})
-            assert r.status_code == 400 and r.json()["type"] == "error", r.text
+            assert r.status_code == 400 and r.json()["type"] == "error", (extra, r.text)
             assert r.json()["error"]["type"] == "invalid_request_error"
         r = await s.http.post("/v1/messages", json={**body, "model": "nope"})
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"

@@ -17,6 +17,7 @@ Errors are Anthropic-shaped: {"type": "error", "error": {"type", "message"}}.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -43,6 +44,7 @@ REFUSED = {
 }
 ACCEPTED_EXTRA = frozenset({"service_tier"})  # no effect on the output here
 TEXT_PARTS = frozenset({"text"})
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -86,7 +88,25 @@ def parse_request(body: dict[str, Any], *, count_tokens: bool = False, reasoning
         raise InvalidRequest("extended thinking with a token budget is not supported", param="thinking")
     if isinstance(thinking, dict) and thinking.get("type") == "adaptive" and not reasoning:
         raise InvalidRequest("thinking needs a reasoning parser on this gateway", param="thinking")
-    return validate(model, {k: v for k, v in body.items() if k not in ACCEPTED_EXTRA})
+    req = validate(model, {k: v for k, v in body.items() if k not in ACCEPTED_EXTRA})
+    check_tools(req.tools, req.tool_choice)
+    return req
+
+
+def check_tools(tools: list[Any] | None, tool_choice: Any) -> None:
+    """Anthropic's rules that vLLM's models leave to the server: tool names
+    match `^[a-zA-Z0-9_-]{1,64}$`, and a `tool_choice` that asks for a call
+    (`any`, `tool`) comes with tools, a named one with a tool of that name."""
+    names = []
+    for i, tool in enumerate(tools or []):
+        if not _TOOL_NAME.fullmatch(tool.name):
+            raise InvalidRequest(f"tools.{i}.name: {tool.name!r} does not match {_TOOL_NAME.pattern}", param="tools")
+        names.append(tool.name)
+    kind = tool_choice.type if tool_choice is not None else None
+    if kind in ("any", "tool") and not names:
+        raise InvalidRequest(f"tool_choice {kind!r} needs tools", param="tool_choice")
+    if kind == "tool" and tool_choice.name not in names:
+        raise InvalidRequest(f"tool_choice names {tool_choice.name!r}, which is not in tools", param="tool_choice")
 
 
 def _check_text_only(messages: list[dict[str, Any]]) -> None:

@@ -23,12 +23,23 @@ TOOLS = [{"name": "add", "input_schema": {"type": "object", "properties": {"a": 
         ({"bogus": 1}, "bogus"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"tool_choice": {"type": "tool"}, "tools": TOOLS}, "tool_choice"),
+        ({"tool_choice": {"type": "tool", "name": "sub"}, "tools": TOOLS}, "tool_choice"),
+        ({"tool_choice": {"type": "any"}}, "tool_choice"),
+        ({"tool_choice": {"type": "tool", "name": "add"}}, "tool_choice"),
+        ({"tools": [{"name": "a b", "input_schema": {"type": "object"}}]}, "tools"),
+        ({"tools": [{"name": "x" * 65, "input_schema": {"type": "object"}}]}, "tools"),
     ],
 )
 def test_refused_and_invalid_fields_are_named(extra: dict, param: str) -> None:
     with pytest.raises(InvalidRequest) as err:
         convert.parse_request({**BASE, **extra})
     assert err.value.param == param, err.value.message
+
+
+@pytest.mark.parametrize("choice", [None, {"type": "auto"}, {"type": "none"}, {"type": "any"}])
+def test_tool_choices_that_need_no_named_tool_are_accepted(choice: dict | None) -> None:
+    body = {**BASE, "tools": TOOLS} if choice is None else {**BASE, "tools": TOOLS, "tool_choice": choice}
+    assert convert.parse_request(body).tools[0].name == "add"
 
 
 def test_system_blocks_tools_and_a_forced_tool_become_a_chat_request() -> None:
