@@ -94,12 +94,15 @@ CHAT_BAD = [
     ({"top_k": -5}, "top_k"),
     ({"min_p": 2}, "min_p"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ({"top_logprobs": 3}, None),  # needs logprobs: true
+    ({"top_logprobs": 3}, "top_logprobs"),  # needs logprobs: true
     ({"stop_token_ids": [99999999]}, "stop_token_ids"),
     ({"min_tokens": 10, "max_tokens": 5}, None),
     ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools.0.function.name"),
     ({"tools": [TOOL], "tool_choice": "bogus"}, "tool_choice"),
-    ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "zz"}}}, None),
+    ({"tools": [TOOL], "tool_choice": {"type": "function"}}, "tool_choice"),
+    ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "zz"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),  # no tools
+    ({"tools": []}, "tools"),
     ({"response_format": {"type": "bogus"}}, "response_format.type"),
     ({"response_format": {"type": "json_schema"}}, "response_format"),
     ({"functions": []}, "functions"),

@@ -9,6 +9,7 @@ to vLLM's tool parser and constraint builders (gateway.serving.turn.parsing).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -66,6 +67,27 @@ class ResponseFormat(_Field):
         if self.type != "json_schema" and self.json_schema is not None:
             raise ValueError(f"`json_schema` is only valid with type 'json_schema', not {self.type!r}")
         return self
+
+
+def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """A pydantic error location as the field path the client sent: unions add
+    their member's tag ("function-after[...]", "literal['none','auto']",
+    "str", "NamedToolChoice"), which is left out."""
+    parts = [str(p) for p in loc]
+    return ".".join(
+        p for p in parts if not (p[:1].isupper() or "[" in p or p.startswith("function-") or p in _UNION_TAGS)
+    )
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "list[int]", "list[str]"})
+_LEADING_NAME = re.compile(r"^`?([a-z_][a-z0-9_]*)`?\s")
+
+
+def model_check_param(message: str, fields: Any) -> str | None:
+    """The field a model-level check names first (its message starts with it,
+    e.g. "`tool_choice` needs `tools`"), when it is one of `fields`."""
+    match = _LEADING_NAME.match(message)
+    return match.group(1) if match and match.group(1) in fields else None
 
 
 def check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:

@@ -25,7 +25,7 @@ from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLar
 from gateway.serving.openai import answers, sse
 from gateway.serving.openai.convert import chat_spec, completion_spec
 from gateway.serving.openai.docs import BEARER, body_of
-from gateway.serving.openai.request_fields import unsupported_field_message
+from gateway.serving.openai.request_fields import field_path, model_check_param, unsupported_field_message
 from gateway.serving.openai.schemas import (
     AssistantMessage,
     BranchFinished,
@@ -72,15 +72,13 @@ def parse_model(model: type[M], body: bytes) -> M:
         return model.model_validate_json(body)
     except ValidationError as exc:
         err = exc.errors()[0]
-        parts = [str(p) for p in err.get("loc", ())]
-        # Unions add their member's name to the location ("function-after[...]", "str", "NamedToolChoice"):
-        # report the field the client sent.
-        parts = [p for p in parts if not (p[:1].isupper() or "[" in p or p in ("str", "int", "list[int]"))]
-        loc = ".".join(parts)
+        loc = field_path(err.get("loc", ()))
         if err.get("type") == "extra_forbidden":
             raise InvalidRequest(unsupported_field_message(loc), param=loc or None, code="unsupported_field") from exc
         msg = str(err.get("msg", "invalid request")).removeprefix("Value error, ")
-        raise InvalidRequest(msg + (f" (at {loc})" if loc else ""), param=loc or None) from exc
+        if not loc:  # a check over several fields: the one its message names first
+            raise InvalidRequest(msg, param=model_check_param(msg, model.model_fields)) from exc
+        raise InvalidRequest(f"{msg} (at {loc})", param=loc) from exc
 
 
 def bearer(request: Request) -> str | None:

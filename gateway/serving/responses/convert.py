@@ -15,13 +15,14 @@ turn adds to the stored conversation.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 
 from gateway.errors import InvalidRequest
-from gateway.serving.openai.request_fields import check_logit_bias
+from gateway.serving.openai.request_fields import NAME_PATTERN, check_logit_bias
 from gateway.serving.turn.parsing import invalid_request, validate
 from gateway.serving.turn.spec import Sampling, TurnSpec
 
@@ -89,6 +90,9 @@ def _refuse_values(body: dict[str, Any]) -> None:
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
             raise _refused(f"tools.{i}.type", f"only function tools are supported, not {kind!r}")
+        name = tool.get("name")
+        if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+            raise InvalidRequest(f"tools.{i}.name: {name!r} does not match {NAME_PATTERN}", param=f"tools.{i}.name")
 
 
 def plain(value: Any) -> Any:

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.errors import InvalidRequest
+from gateway.serving.openai.request_fields import field_path
 from workers.protocol import StructuredOutput
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def invalid_request(exc: Exception, *, prefix: str = "") -> InvalidRequest:
         return InvalidRequest(exc.args[0] if exc.args else str(exc), param=_join(prefix, param))
     if isinstance(exc, ValidationError):
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ()) if not str(p).startswith("function-"))
+        loc = field_path(err.get("loc", ()))
         msg = str(err.get("msg", "invalid request")).removeprefix("Value error, ")
         where = _join(prefix, loc or None)
         return InvalidRequest(msg + (f" (at {where})" if where else ""), param=where)

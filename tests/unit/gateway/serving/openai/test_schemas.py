@@ -3,10 +3,13 @@ branch headers, text assembly, the demo chat template."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
 from gateway.errors import InvalidRequest
+from gateway.serving.openai.request_fields import field_path, model_check_param
 from gateway.serving.openai.routes import parse_model
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.serving.openai.service import TextAssembler, conversation_branch_id, parse_branch_headers
@@ -110,6 +113,35 @@ def test_refused_fields_are_named_in_the_error():
     with pytest.raises(InvalidRequest) as err:
         parse_model(ChatCompletionRequest, b'{"model": "m", "messages": [{"role": "user"}], "tool_choice": "x"}')
     assert err.value.param == "tool_choice"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tools": [TOOL], "tool_choice": "bogus"}, "tool_choice"),  # union tags left out of the path
+        ({"tools": [TOOL], "tool_choice": {"type": "function"}}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),  # model-level checks name their field
+        ({"tools": []}, "tools"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+    ],
+)
+def test_errors_name_the_field_the_client_sent(body: dict, param: str) -> None:
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], **body}).encode()
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, raw)
+    assert err.value.param == param, err.value.message
+
+
+def test_field_path_and_model_check_param() -> None:
+    assert field_path(("tools", 0, "FunctionTool", "function", "name")) == "tools.0.function.name"
+    assert field_path(("tool_choice", "literal['none','auto']")) == "tool_choice"
+    assert field_path(("prompt", "list[int]", 0)) == "prompt.0"
+    assert model_check_param("`tool_choice` needs `tools`", {"tool_choice": 1}) == "tool_choice"
+    assert model_check_param("chat_template_kwargs may not set x", {"chat_template_kwargs": 1}) == (
+        "chat_template_kwargs"
+    )
+    assert model_check_param("the body is odd", {"model": 1}) is None
 
 
 def test_sampling_fields_are_kept_for_the_worker():

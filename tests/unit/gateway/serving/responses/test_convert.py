@@ -26,6 +26,9 @@ TOOL = {"type": "function", "name": "add", "parameters": {"type": "object"}, "st
         ({"logit_bias": {"x": 1}}, "logit_bias"),
         ({"model": ""}, "model"),
         ({"temperature": "hot"}, "temperature"),
+        ({"tools": [{"type": "function", "name": "a b", "parameters": {}}]}, "tools.0.name"),
+        ({"tools": [{"type": "function", "parameters": {}}]}, "tools.0.name"),
+        ({"tools": [{"type": "function", "name": "f"}], "tool_choice": "bogus"}, "tool_choice"),
     ],
 )
 def test_refused_and_invalid_fields_are_named(extra: dict, param: str) -> None:
