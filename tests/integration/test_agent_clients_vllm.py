@@ -21,6 +21,7 @@ the decode node (gateway.serving.segments).
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import anthropic
 import openai
@@ -203,13 +204,13 @@ async def test_agents_sdk_output_type_on_the_default_model(agents_client):
     assert isinstance(result.final_output, Person)
 
 
-async def test_agents_sdk_required_tool_then_a_chained_turn(agents_client):
+async def test_agents_sdk_required_tool_call(agents_client):
     from agents import Agent, ModelSettings, Runner, function_tool
 
     calls: list[tuple[int, int]] = []
 
     @function_tool
-    def add(a: int, b: int) -> str:
+    def add(a: Annotated[int, Field(ge=0, le=99)], b: Annotated[int, Field(ge=0, le=99)]) -> str:
         """Add two numbers."""
         calls.append((a, b))
         return str(a + b)
@@ -219,12 +220,14 @@ async def test_agents_sdk_required_tool_then_a_chained_turn(agents_client):
         instructions=SYSTEM,
         tools=[add],
         model_settings=ModelSettings(tool_choice="required", max_tokens=96, parallel_tool_calls=False),
+        # The run ends with the tool's result: a free-text turn after it would run the random
+        # model into max_tokens, which the SDK reports as a failed response. (Chains over
+        # previous_response_id with the openai client: test_api_fields.py.)
+        tool_use_behavior="stop_on_first_tool",
     )
-    # Turn 2 (tool_choice reset to auto) sends only the tool output and previous_response_id:
-    # the gateway's store must hold turn 1's function call.
-    result = await Runner.run(agent, "Add 2 and 3.", auto_previous_response_id=True, max_turns=4)
-    assert calls and all(isinstance(a, int) and isinstance(b, int) for a, b in calls)
-    assert isinstance(result.final_output, str) and result.last_response_id
+    result = await Runner.run(agent, "Add 2 and 3.", max_turns=2)
+    assert len(calls) == 1 and result.final_output == str(sum(calls[0]))
+    assert result.last_response_id
 
 
 async def test_agents_sdk_streamed_run(agents_client):
@@ -245,12 +248,20 @@ def test_anthropic_message_and_stream(gateway):
     client = _anthropic(gateway)
     system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     msg = client.messages.create(
-        model=MODEL, max_tokens=12, system=system, messages=[{"role": "user", "content": "Hello"}], temperature=0
+        model=MODEL,
+        max_tokens=12,
+        system=system,
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_body={"temperature": 0},  # this SDK version has no temperature argument
     )
     assert msg.role == "assistant" and msg.stop_reason in ("end_turn", "max_tokens")
     assert msg.usage.output_tokens >= 1 and msg.usage.input_tokens > 0
     with client.messages.stream(
-        model=MODEL, max_tokens=12, system=system, messages=[{"role": "user", "content": "Hello"}], temperature=0
+        model=MODEL,
+        max_tokens=12,
+        system=system,
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_body={"temperature": 0},  # this SDK version has no temperature argument
     ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -292,10 +303,17 @@ def _chat_model(url: str, **kwargs):
     )
 
 
-def _lc_add():
+class AddArgs(BaseModel):
+    """The add tool's arguments, bounded so the random model can close them within max_tokens."""
+
+    a: int = Field(ge=0, le=99)
+    b: int = Field(ge=0, le=99)
+
+
+def _lc_add(**kwargs):
     from langchain_core.tools import tool
 
-    @tool
+    @tool(args_schema=AddArgs, **kwargs)
     def add(a: int, b: int) -> int:
         """Add two numbers."""
         return a + b
@@ -323,21 +341,18 @@ def test_langchain_json_mode_output_is_json_so_far(gateway):
     structured = _chat_model(gateway, seed=13, max_completion_tokens=24).with_structured_output(
         Person, method="json_mode", include_raw=True
     )
-    out = structured.invoke(_messages("Who is it? Answer in JSON."))
-    text = out["raw"].content
+    try:
+        text = structured.invoke(_messages("Who is it? Answer in JSON."))["raw"].content
+    except openai.LengthFinishReasonError as exc:  # the openai client refuses to parse a cut-off answer
+        text = exc.completion.choices[0].message.content
     assert text.startswith("{") and is_json_prefix(text), text
 
 
 def test_langgraph_prebuilt_agent_runs_a_tool(gateway):
     from langchain_core.messages import ToolMessage
-    from langchain_core.tools import tool
     from langgraph.prebuilt import create_react_agent
 
-    @tool(return_direct=True)
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
-
+    add = _lc_add(return_direct=True)
     model = _chat_model(gateway, seed=14).bind_tools([add], tool_choice="any", parallel_tool_calls=False)
     agent = create_react_agent(model, [add])
     state = agent.invoke({"messages": _messages("Add 2 and 3.")}, {"recursion_limit": 6})

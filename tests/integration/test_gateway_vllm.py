@@ -171,7 +171,8 @@ def test_killed_worker_mid_stream_continues_or_errors_clearly(vllm_cluster, demo
         {"model": MODEL, "messages": "hello"},
         {"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]},
         {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": -1},
-        {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "n": 3},
+        # n > 1 is served now (issue 20); presence_penalty beyond OpenAI's [-2, 2] is not
+        {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "presence_penalty": 5},
     ],
 )
 def test_malformed_requests_get_openai_errors(gateway, body):
