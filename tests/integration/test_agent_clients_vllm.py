@@ -185,8 +185,10 @@ def test_openai_bad_schema_is_a_400_naming_response_format(gateway):
 
 
 # -- OpenAI Agents SDK (default model: the Responses API) -----------------------
-@pytest.fixture(scope="module")
+@pytest.fixture
 def agents_client(gateway):
+    # one client per test: each async test has its own event loop, and a client's
+    # pooled connections belong to the loop that opened them ("Event loop is closed")
     from agents import set_default_openai_client, set_tracing_disabled
 
     set_tracing_disabled(True)
