@@ -15,21 +15,30 @@ HEADER = """# API reference
 
 Generated from the gateway's OpenAPI schema by `python -m cli.apidoc docs/api.md`;
 do not edit by hand. The OpenAI-compatible surface (`/v1/...`) takes a tenant
-API key (`Authorization: Bearer sk-...`); the admin API (`/admin/...`) takes an
-admin token with the viewer or operator role. Every error is OpenAI-shaped:
-`{"error": {"message", "type", "param", "code"}}`.
+API key (`Authorization: Bearer sk-...`); the Anthropic Messages routes
+(`/v1/messages...`) take the same key as `x-api-key` or Bearer; the admin API
+(`/admin/...`) takes an admin token with the viewer or operator role. Errors
+are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`), on the
+Anthropic routes Anthropic-shaped (`{"type": "error", "error": {"type",
+"message"}}`). Request bodies name their schema in the OpenAPI document
+(`GET /openapi.json`, `components.schemas`): the OpenAI and Anthropic bodies
+are vLLM's protocol models, less the fields the gateway refuses.
 
-## Branch contract (headers on `/v1/chat/completions` and `/v1/completions`)
+## Branch contract (headers on the `/v1` generation routes)
 
 | header | meaning |
 |---|---|
-| `X-Branch-ID` | the agent branch this request belongs to; absent: a one-request branch |
+| `X-Branch-ID` | the agent branch this request belongs to; absent: see below |
 | `X-Parent-Branch-ID` | the branch this sub-agent was forked from |
 | `X-Session-ID` | the agent run that owns the branches |
 | `X-Branch-Finished: true` | this is the branch's last request (or `POST /v1/branches/{id}/finish`) |
 
-A branch keeps references to its KV blocks until it finishes or expires after
-an idle TTL; referenced blocks are evicted last.
+Without `X-Branch-ID` the branch is the client's own conversation id where it
+sends one (`prompt_cache_key`, a `previous_response_id` chain, Claude Code's
+session; on `/v1/responses` and `/v1/messages` the conversation's opening),
+else the request is a branch of its own. A branch keeps references to its KV
+blocks until it finishes or expires after an idle TTL; referenced blocks are
+evicted last.
 """
 
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -63,6 +72,9 @@ def _section(path: str, method: str, op: dict[str, Any]) -> list[str]:
     body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if body:
         lines += [f"Request body: `{_ref_name(body)}`", ""]
+    security = op.get("security")
+    if security:
+        lines += ["Security: " + " or ".join(" + ".join(f"`{name}`" for name in alt) for alt in security), ""]
     codes = sorted(op.get("responses", {}))
     if codes:
         lines += ["Responses: " + ", ".join(f"`{c}`" for c in codes), ""]
@@ -79,9 +91,22 @@ def render_markdown(schema: dict[str, Any]) -> str:
             tag = (op.get("tags") or [_default_tag(path)])[0]
             groups.setdefault(tag, []).extend(_section(path, method, op))
     out = [HEADER]
+    schemes = schema.get("components", {}).get("securitySchemes", {})
+    if schemes:
+        out += ["## Security schemes", "", "| name | kind | description |", "|---|---|---|"]
+        out += [f"| `{name}` | {_scheme_kind(s)} | {s.get('description', '')} |" for name, s in sorted(schemes.items())]
+        out.append("")
     for tag in sorted(groups):
         out += [f"## {tag}", "", *groups[tag]]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _scheme_kind(scheme: dict[str, Any]) -> str:
+    if scheme.get("type") == "http":
+        return f"HTTP {scheme.get('scheme', '')}".strip()
+    if scheme.get("type") == "apiKey":
+        return f"API key in {scheme.get('in')} `{scheme.get('name')}`"
+    return str(scheme.get("type", ""))
 
 
 def _default_tag(path: str) -> str:

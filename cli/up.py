@@ -275,6 +275,9 @@ def run_up(args: argparse.Namespace) -> int:
                     cores,
                     "--run-dir",
                     str(data / "run"),
+                    # compact constrained JSON: still JSON for any model, and the random demo
+                    # model cannot pad a response_format / tool-call value with whitespace forever
+                    "--json-no-whitespace",
                 ],
                 data / "logs" / f"worker-w{i}.log",
                 env,

@@ -18,6 +18,9 @@ injected (tests pass fakes), the rest is built from `settings`:
                    and heartbeat fence; a worker's stale-term refusal deposes it.
     leader_decision  coroutine function returning the leader's latest decision (what a
                    follower's admin API shows)
+    output_parsing vLLM's tool-call / reasoning parser (OutputParsing.create from the
+                   settings; importing vLLM costs this process 9-15 s and ~550 MiB once)
+    response_store stored Responses API turns (memory; Redis with settings.directory_url)
     on_startup     async hooks(runtime) run at startup (the control plane's start)
     on_shutdown    async hooks() run at shutdown, in reverse order
 
@@ -54,11 +57,16 @@ from gateway.directory import Directory, GatewayDirectory
 from gateway.http_errors import install_error_handlers
 from gateway.metrics import GatewayMetrics
 from gateway.raw_worker_client import RawWorkerClient
+from gateway.serving.anthropic.routes import anthropic_router
+from gateway.serving.openai.docs import install_openapi
 from gateway.serving.openai.routes import openai_router
 from gateway.serving.openai.service import OpenAIService
 from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
+from gateway.serving.responses.routes import responses_router
+from gateway.serving.responses.store import MemoryResponseStore, RedisResponseStore, ResponseStore
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.tokenize import PromptTokenizer
+from gateway.serving.turn.parsing import OutputParsing
 from gateway.settings import GatewaySettings
 from gateway.worker_client import WorkerAPI
 from routing import RouterConfig
@@ -103,6 +111,8 @@ def create_app(
     workload: WorkloadFeed | None = None,
     leadership: Leadership | None = None,
     leader_decision: DecisionSource | None = None,
+    output_parsing: OutputParsing | None = None,
+    response_store: ResponseStore | None = None,
     on_startup: Sequence[StartupHook] = (),
     on_shutdown: Sequence[ShutdownHook] = (),
 ) -> FastAPI:
@@ -154,6 +164,19 @@ def create_app(
         leadership=leadership,
         leader_decision=leader_decision,
     )
+    if output_parsing is None:
+        output_parsing = OutputParsing.create(
+            tokenizer.hf,
+            tool_parser=settings.tool_call_parser,
+            reasoning_parser=settings.reasoning_parser,
+            tool_strict_level=settings.tool_strict_level,
+        )
+    if response_store is None:
+        response_store = (
+            RedisResponseStore.from_url(settings.directory_url, ttl_s=settings.responses_ttl_s)
+            if settings.directory_url
+            else MemoryResponseStore(ttl_s=settings.responses_ttl_s, max_entries=settings.responses_max)
+        )
     service = OpenAIService(
         model_name=settings.served_model,
         tokenizer=tokenizer,
@@ -164,6 +187,9 @@ def create_app(
         default_max_tokens=settings.default_max_tokens,
         workload=workload,
         max_prompt_tokens=settings.max_prompt_tokens or tokenizer.context_length,
+        parsing=output_parsing,
+        context_limit=registry.context_limit,
+        model_aliases=dict.fromkeys(settings.model_aliases, settings.served_model),
     )
     runtime = GatewayRuntime(settings, client, directory, registry, orchestrator, switcher, cluster, metrics, service)
 
@@ -187,6 +213,8 @@ def create_app(
                 for stop in reversed(on_shutdown):
                     await stop()
             finally:
+                if isinstance(response_store, RedisResponseStore):
+                    await response_store.aclose()
                 await client.aclose()
 
     app = GatewayApp(title="evolving-infra gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -202,6 +230,9 @@ def create_app(
     for route in openai.routes:
         if isinstance(route, APIRoute) and route.path in HOT_PATHS:
             app.add_hot_route(route)
+    app.include_router(responses_router(service, response_store, max_body_bytes=settings.max_body_bytes))
+    app.include_router(anthropic_router(service, max_body_bytes=settings.max_body_bytes))
+    install_openapi(app)
     if admin_router is not None:
         app.include_router(admin_router(cluster))
     app.add_middleware(BodySizeLimit, limit=settings.admin_max_body_bytes, prefix="/admin")

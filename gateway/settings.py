@@ -20,7 +20,20 @@ Environment variables (all optional):
     EVOLVING_HEARTBEAT_S          worker stats polling interval (0.5)
     EVOLVING_LOCAL_PREFILL_MAX    uncached tokens run on the decode node (256)
     EVOLVING_SWITCH_DEADLINE_S    decodes get this long before migration (0 = migrate now)
-    EVOLVING_DEFAULT_MAX_TOKENS   max_tokens when a request sets none (1024)
+    EVOLVING_DEFAULT_MAX_TOKENS   upper bound of max_tokens when a request sets none (unset: what
+                                  the context leaves after the prompt)
+    EVOLVING_MODEL_ALIASES        other names clients may use for the served model, comma-separated
+                                  (e.g. gpt-5.6-luna,claude-sonnet-4-5; * accepts any name)
+    EVOLVING_TOOL_CALL_PARSER     vLLM tool-call parser reading tool calls from the output (hermes;
+                                  none: tools are only shown to the model, tool_choice is refused)
+    EVOLVING_REASONING_PARSER     vLLM reasoning parser splitting reasoning from content (none)
+    EVOLVING_TOOL_STRICT_LEVEL    auto | function | parameter: how far tool calls are constrained
+                                  (vLLM's --tool-strict-level; parameter: arguments always follow
+                                  their schema, not only for `strict` tools) (auto)
+    EVOLVING_RESPONSES_TTL_S      how long a stored Responses API response can be continued with
+                                  previous_response_id (86400)
+    EVOLVING_RESPONSES_MAX        stored responses kept per gateway replica in memory (10000;
+                                  in Redis with EVOLVING_DIRECTORY_URL, bounded by the TTL only)
     EVOLVING_DIRECTORY_URL        Redis URL of the state gateway replicas share: KV directory, tenant
                                   limits, overrides bus, workload stream (in memory when unset;
                                   required with more than one gateway process)
@@ -83,9 +96,17 @@ class GatewaySettings:
     switch_deadline_s: float = 0.0
     # Attempts per request across nodes (prefill retries + decode resumes).
     max_node_attempts: int = 4
-    # max_tokens when a request names none (OpenAI's default is "until the
-    # context ends"; a bound keeps one request from holding a node forever).
-    default_max_tokens: int = 1024
+    # Upper bound of max_tokens when a request names none; None: what the
+    # context leaves after the prompt (OpenAI's default).
+    default_max_tokens: int | None = None
+    # Other names of the served model (the OpenAI Agents SDK sends its own
+    # default model name); "*" accepts any name.
+    model_aliases: tuple[str, ...] = ()
+    tool_call_parser: str | None = "hermes"
+    reasoning_parser: str | None = None
+    tool_strict_level: str = "auto"
+    responses_ttl_s: float = 86400.0
+    responses_max: int = 10_000
     # Upper bound for one worker call to connect / between two stream chunks.
     connect_timeout_s: float = 5.0
     stream_idle_timeout_s: float = 300.0
@@ -127,8 +148,12 @@ class GatewaySettings:
             raise ValueError("branch_ttl_s must be > 0")
         if self.local_prefill_max_tokens < 0 or self.switch_deadline_s < 0:
             raise ValueError("local_prefill_max_tokens and switch_deadline_s must be >= 0")
-        if self.default_max_tokens < 1:
+        if self.default_max_tokens is not None and self.default_max_tokens < 1:
             raise ValueError("default_max_tokens must be >= 1")
+        if self.tool_strict_level not in ("auto", "function", "parameter"):
+            raise ValueError("tool_strict_level must be auto, function or parameter")
+        if self.responses_ttl_s <= 0 or self.responses_max < 1:
+            raise ValueError("responses_ttl_s must be > 0 and responses_max >= 1")
         if self.max_node_attempts < 1:
             raise ValueError("max_node_attempts must be >= 1")
         if self.auth not in AUTH_MODES:
@@ -217,12 +242,22 @@ class GatewaySettings:
             "PLANNER": ("planner", str),
             "PLANNER_MODE": ("planner_mode", str),
             "PLANNER_INTERVAL_S": ("planner_interval_s", float),
+            "TOOL_STRICT_LEVEL": ("tool_strict_level", str),
+            "RESPONSES_TTL_S": ("responses_ttl_s", float),
+            "RESPONSES_MAX": ("responses_max", int),
             "PLANNER_MIN_PREFILL": ("planner_min_prefill", int),
         }
         for env_name, (attr, cast) in casts.items():
             raw = get(env_name)
             if raw is not None:
                 values[attr] = cast(raw)
+        for env_name, attr in (("TOOL_CALL_PARSER", "tool_call_parser"), ("REASONING_PARSER", "reasoning_parser")):
+            raw = get(env_name)
+            if raw is not None:
+                values[attr] = None if raw.lower() == "none" else raw
+        aliases = get("MODEL_ALIASES")
+        if aliases:
+            values["model_aliases"] = tuple(a.strip() for a in aliases.split(",") if a.strip())
         urls = get("WORKER_URLS")
         if urls:
             values["worker_urls"] = tuple(u.strip().rstrip("/") for u in urls.split(",") if u.strip())

@@ -59,10 +59,13 @@ class WorkerUnreachable(WorkerError):
 class WorkerRejected(WorkerError):
     code = "worker_rejected"
 
-    def __init__(self, message: str, *, status: int, retryable: bool, error_type: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int, retryable: bool, detail: str | None = None, error_type: str = ""
+    ) -> None:
         super().__init__(message)
         self.status_code = status
         self.retryable = retryable
+        self.detail = detail if detail is not None else message  # the worker's own words, no prefix
         self.error_type = error_type  # the worker's `ErrorBody.type`, e.g. "stale_term"
 
     @property
@@ -96,7 +99,11 @@ def rejected_error(status: int, body: bytes) -> WorkerRejected:
     try:
         err = ErrorResponse.model_validate_json(body).error
         return WorkerRejected(
-            f"worker {err.type}: {err.message}", status=status, retryable=err.retryable, error_type=err.type
+            f"worker {err.type}: {err.message}",
+            status=status,
+            retryable=err.retryable,
+            detail=err.message,
+            error_type=err.type,
         )
     except ValidationError:
         text = body[:200].decode(errors="replace")

@@ -18,6 +18,9 @@ Behaviour, all deterministic:
   `WorkerRejected` 409 "stale_term"; `switch_delay_s` makes every phase
   change take at least that long (an order that is still running when a
   test pauses the gateway that sent it).
+- Logprobs, when asked for: the sampled token at -0.5 and alternatives
+  next to it at -1.5, -2.5, ... (fixed values the gateway's formatting can
+  be checked against).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from workers.protocol import (
     PhaseChangeRequest,
     PhaseChangeResult,
     PhaseStatus,
+    TokenLogprobs,
     WorkerStats,
 )
 
@@ -51,6 +55,10 @@ from workers.protocol import (
 def next_token(context: Sequence[int], lo: int, hi: int) -> int:
     """The fake model: a pure function of the context, in [lo, hi)."""
     return lo + (context[-1] * 31 + len(context) * 17) % (hi - lo)
+
+
+def fake_logprobs(token_id: int, k: int, hi: int) -> TokenLogprobs:
+    return TokenLogprobs(token_id=token_id, logprob=-0.5, top=[((token_id + i) % hi, -0.5 - i) for i in range(k)])
 
 
 @dataclass
@@ -68,6 +76,7 @@ class FakeWorker:
     eos_token_id: int | None = None
     token_delay_s: float = 0.0
     block_size: int = 16
+    max_model_len: int = 0  # reported in stats (0: not reported, the gateway then knows no limit)
     hasher: BlockHasher = field(default_factory=default_block_hasher)
     dead: bool = False
     draining_to: Phase | None = None
@@ -144,8 +153,9 @@ class FakeWorker:
                     return
                 tok = next_token(context, lo, hi)
                 context.append(tok)
+                lps = [fake_logprobs(tok, req.sampling.logprobs, hi)] if req.sampling.logprobs is not None else None
                 if tok == self.eos_token_id:
-                    yield GenerateChunk(**base, token_ids=[tok], finish_reason="stop")
+                    yield GenerateChunk(**base, token_ids=[tok], finish_reason="stop", logprobs=lps)
                     return
                 last = i == max_tokens - 1
                 if last and req.role is Role.PREFILL:
@@ -154,9 +164,11 @@ class FakeWorker:
                         if (req.kv is None or req.kv.save)
                         else []
                     )
-                    yield GenerateChunk(**base, token_ids=[tok], finish_reason="length", saved_blocks=saved)
+                    yield GenerateChunk(
+                        **base, token_ids=[tok], finish_reason="length", saved_blocks=saved, logprobs=lps
+                    )
                     return
-                yield GenerateChunk(**base, token_ids=[tok], finish_reason="length" if last else None)
+                yield GenerateChunk(**base, token_ids=[tok], finish_reason="length" if last else None, logprobs=lps)
         finally:
             self._running.pop(req.request_id, None)
             self._record(req, context)
@@ -279,6 +291,7 @@ class FakeWorker:
             num_waiting=0,
             kv_usage=min(1.0, len(roles) / 64),
             block_size=self.block_size,
+            max_model_len=self.max_model_len,
             host_store=HostStoreStats(capacity_blocks=1 << 20, used_blocks=len(self._store), block_bytes=4096),
             iterations=[r for r in self._iterations if r.index >= since],
             saved_blocks=saved,

@@ -77,7 +77,7 @@ class ContextLimitedWorker(FakeWorker):
     """A fake worker that, like the real engine (`WorkerEngine.validate`),
     refuses prompt + max_tokens beyond its context with a non-retryable 400."""
 
-    max_model_len: int = 1024
+    max_model_len: int = 1024  # reported in its stats, as the real worker does
 
     async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         wanted = len(req.prompt_token_ids) + (1 if req.role is Role.PREFILL else req.sampling.max_tokens)

@@ -23,7 +23,7 @@ def write_tiny_tokenizer(directory: str | pathlib.Path, vocab_size: int = 800) -
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from workers.demo_model import CHAT_TEMPLATE, SPECIAL_TOKENS
+    from workers.demo_model import SPECIAL_TOKENS, chat_template
 
     out = pathlib.Path(directory)
     if (out / "tokenizer.json").exists():
@@ -44,6 +44,6 @@ def write_tiny_tokenizer(directory: str | pathlib.Path, vocab_size: int = 800) -
         bos_token="<|begin_of_text|>",
         eos_token="<|eot|>",
         pad_token="<|pad|>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template(),
     ).save_pretrained(out)
     return out

@@ -3,7 +3,9 @@
 Every test marked `vllm` shares them (engine start is 20-60 s on 2 cores).
 `wA` (prefill) is bound to core 0, `wB` (decode) to core 1, both on free ports, each with 1 GiB of device KV and a
 small host store. Tests that change a worker's phase use `phases(...)` to
-put it back.
+put it back. Constrained JSON has no free whitespace (`--json-no-whitespace`):
+the random demo model otherwise pads a JSON value with whitespace until
+max_tokens; unconstrained requests are not affected.
 """
 
 from __future__ import annotations
@@ -48,10 +50,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def demo_model() -> str:
-    if not (pathlib.Path(DEMO_MODEL) / "config.json").exists():
-        from workers.demo_model import init_demo
+    from workers.demo_model import init_demo
 
-        init_demo(DEMO_MODEL)
+    init_demo(DEMO_MODEL)  # builds it once; an existing demo folder gets the current chat template
     return DEMO_MODEL
 
 
@@ -68,7 +69,7 @@ def vllm_cluster(demo_model: str):
             "wA",
             threads_bind="0",
             log_path=str(logs / "wA.log"),
-            extra=["--run-dir", run_dir],
+            extra=["--run-dir", run_dir, "--json-no-whitespace"],
         ),
         "wB": WorkerProcess(
             free_port(),
@@ -77,7 +78,7 @@ def vllm_cluster(demo_model: str):
             "wB",
             threads_bind="1",
             log_path=str(logs / "wB.log"),
-            extra=["--run-dir", run_dir],
+            extra=["--run-dir", run_dir, "--json-no-whitespace"],
         ),
     }
     for w in workers.values():

@@ -42,6 +42,18 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="uni: the engine-core process runs the model (default); mp: vLLM-CPU's separate model "
         "process, whose reader busy-polls a core between steps",
     )
+    p.add_argument(
+        "--structured-outputs-backend",
+        choices=["auto", "xgrammar", "guidance", "outlines"],
+        default="auto",
+        help="vLLM's backend for response_format / tool-call constraints (default auto: xgrammar where it can)",
+    )
+    p.add_argument(
+        "--json-no-whitespace",
+        action="store_true",
+        help="constrained JSON has no free whitespace (compact JSON; needs xgrammar or guidance). "
+        "For models that would otherwise pad JSON with whitespace forever, e.g. the random demo model",
+    )
     p.add_argument("--run-dir", default="data/run")
     p.add_argument(
         "--cluster-token",
@@ -68,6 +80,8 @@ def run(argv: list[str] | None = None) -> int:
             http_cpus=args.http_cpus,
             executor=args.executor,
             run_dir=args.run_dir,
+            structured_outputs_backend=args.structured_outputs_backend,
+            json_no_whitespace=args.json_no_whitespace,
         )
     except ValueError as exc:
         raise SystemExit(f"evolving-infra worker: {exc}") from None

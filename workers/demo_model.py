@@ -3,7 +3,9 @@
 `init_demo(dir)` writes a normal Hugging Face model folder: config, seeded
 random bf16 weights (safetensors), a byte-level BPE tokenizer trained here on
 text that ships with Python (its standard library's docstrings), and a chat
-template that renders system/user/assistant/tool messages and tool schemas.
+template in the Hermes tool format (`demo_chat_template.jinja`): system,
+user, assistant and tool messages, tool schemas, and `<tool_call>` blocks
+that vLLM's `hermes` tool parser reads back.
 The weights are random, so the text is nonsense; everything else (shapes,
 grouped-query attention, tokenizer, template, greedy determinism) is real.
 """
@@ -17,20 +19,20 @@ from dataclasses import dataclass
 
 SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header|>", "<|end_header|>", "<|eot|>", "<|pad|>"]
 
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% if tools %}<|start_header|>system<|end_header|>\nYou can call these tools:\n"
-    "{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|eot|>{% endif %}"
-    "{% for m in messages %}"
-    "<|start_header|>{{ m['role'] }}{% if m.get('name') %}:{{ m['name'] }}{% endif %}<|end_header|>\n"
-    "{% if m['content'] is string %}{{ m['content'] }}"
-    "{% elif m['content'] %}{% for part in m['content'] %}"
-    "{% if part.get('text') %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}"
-    "\n<tool_call>{{ c['function'] | tojson }}</tool_call>{% endfor %}{% endif %}"
-    "<|eot|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header|>assistant<|end_header|>\n{% endif %}"
-)
+# Hermes-style tool format, which vLLM's `hermes` tool parser reads back
+# (`--tool-call-parser hermes`, the gateway's default): system and developer
+# text plus the tools' signatures in one system turn; an assistant's calls as
+# `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` (arguments as
+# an object, whether the message carries them as a dict or as OpenAI's JSON
+# string); consecutive tool results as one user turn of `<tool_response>`s.
+# `<tool_call>` stays ordinary text (no special token): the gateway decodes
+# with special tokens skipped, and the parser and grammar work on text.
+TEMPLATE_FILE = "demo_chat_template.jinja"  # beside this module (package data)
+
+
+def chat_template() -> str:
+    """The demo model's chat template (workers/demo_chat_template.jinja)."""
+    return (pathlib.Path(__file__).with_name(TEMPLATE_FILE)).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def _train_tokenizer(cfg: DemoModelConfig):
         bos_token="<|begin_of_text|>",
         eos_token="<|eot|>",
         pad_token="<|pad|>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template(),
     )
 
 
@@ -88,6 +90,7 @@ def init_demo(directory: str | pathlib.Path, cfg: DemoModelConfig = DemoModelCon
 
     out = pathlib.Path(directory)
     if (out / "config.json").exists() and (out / "tokenizer.json").exists() and (out / "model.safetensors").exists():
+        refresh_chat_template(out)
         return out
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer(cfg)
@@ -116,3 +119,25 @@ def init_demo(directory: str | pathlib.Path, cfg: DemoModelConfig = DemoModelCon
     tokenizer.save_pretrained(out)
     (out / "DEMO_MODEL.json").write_text(json.dumps({"seed": cfg.seed, "note": "random weights, local tokenizer"}))
     return out
+
+
+def refresh_chat_template(directory: str | pathlib.Path) -> bool:
+    """Bring an existing demo folder's chat template up to `chat_template()`
+    (weights and tokenizer stay). True when it changed something."""
+    out = pathlib.Path(directory)
+    if not (out / "DEMO_MODEL.json").exists():
+        return False  # not a demo model folder: never touch a real model's template
+    template = chat_template()
+    changed = False
+    jinja = out / "chat_template.jinja"
+    if not jinja.exists() or jinja.read_text(encoding="utf-8") != template:
+        jinja.write_text(template, encoding="utf-8")
+        changed = True
+    config_path = out / "tokenizer_config.json"
+    if config_path.exists():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        if "chat_template" in config and config["chat_template"] != template:
+            config["chat_template"] = template
+            config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+            changed = True
+    return changed

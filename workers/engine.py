@@ -10,6 +10,7 @@ HTTP layer: they become `EngineError`s with a clear message.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
 import time
@@ -21,8 +22,16 @@ from kvpool.events import StepTimed
 from workers import affinity
 from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
 from workers.kv_events import KVEventChannel
-from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, RequestTimingWire
+from workers.protocol import (
+    BlockLocation,
+    GenerateChunk,
+    GenerateRequest,
+    RequestTimingWire,
+    StructuredOutput,
+    TokenLogprobs,
+)
 
+STRUCTURED_OUTPUT_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
 
 
@@ -47,6 +56,13 @@ class EngineConfig:
     # hosts (docs/operations.md, docs/benchmarks.md).
     executor: str = "uni"
     run_dir: str = "data/run"
+    # vLLM's structured-output backend ("auto" picks xgrammar where it can).
+    structured_outputs_backend: str = "auto"
+    # JSON constraints allow no free whitespace (compact JSON). A model that
+    # writes whitespace freely inside a grammar (the random demo model) may
+    # otherwise never close its JSON. vLLM supports it on xgrammar and
+    # guidance only, so "auto" means xgrammar then.
+    json_no_whitespace: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size % 32:
@@ -59,16 +75,26 @@ class EngineConfig:
             raise ValueError("kvcache_gib must be >= 1 (vLLM-CPU takes whole GiB)")
         if self.executor not in ("uni", "mp"):
             raise ValueError("executor must be 'uni' or 'mp'")
+        if self.structured_outputs_backend not in STRUCTURED_OUTPUT_BACKENDS:
+            raise ValueError(f"structured_outputs_backend must be one of {STRUCTURED_OUTPUT_BACKENDS}")
+        if self.json_no_whitespace and self.structured_outputs_backend == "outlines":
+            raise ValueError("json_no_whitespace needs structured_outputs_backend xgrammar or guidance")
         if self.http_cpus not in (None, "none", "auto"):
             affinity.parse_cpu_list(self.http_cpus)  # raises ValueError with the reason
 
 
 class EngineError(Exception):
-    """A request the engine cannot serve (bad input or engine failure)."""
+    """A request the engine cannot serve (bad input or engine failure).
 
-    def __init__(self, message: str, *, status: int = 400, retryable: bool = False) -> None:
+    `kind` is the error body's type: "invalid_request", or
+    "invalid_structured_output" when the request's constraint (JSON schema,
+    grammar, structural tag) is what vLLM refused."""
+
+    def __init__(
+        self, message: str, *, status: int = 400, retryable: bool = False, kind: str = "invalid_request"
+    ) -> None:
         super().__init__(message)
-        self.status, self.retryable = status, retryable
+        self.status, self.retryable, self.kind = status, retryable, kind
 
 
 @dataclass
@@ -105,6 +131,7 @@ class WorkerEngine:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.executor == "uni" else "1"
         if cfg.threads_bind:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.threads_bind
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -141,6 +168,12 @@ class WorkerEngine:
             enable_logging_iteration_details=True,
             disable_log_stats=False,
             kv_transfer_config=kv_transfer_config,
+            structured_outputs_config=StructuredOutputsConfig(
+                backend="xgrammar"
+                if cfg.json_no_whitespace and cfg.structured_outputs_backend == "auto"
+                else cfg.structured_outputs_backend,
+                disable_any_whitespace=cfg.json_no_whitespace,
+            ),
         )
         factory = make_stat_logger_factory(
             self.iterations, self._phase_of, self._context_tokens, records=self.kv_events is None
@@ -196,7 +229,8 @@ class WorkerEngine:
     # -- requests ----------------------------------------------------------
     def validate(self, req: GenerateRequest) -> None:
         cfg = self.config
-        bad = [t for t in (*req.prompt_token_ids, *req.sampling.stop_token_ids) if t >= self.vocab_size]
+        s = req.sampling
+        bad = [t for t in (*req.prompt_token_ids, *s.stop_token_ids, *s.logit_bias) if t >= self.vocab_size]
         if bad:
             raise EngineError(f"token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
         max_tokens = 1 if req.role is Role.PREFILL else req.sampling.max_tokens
@@ -217,12 +251,38 @@ class WorkerEngine:
             max_tokens=1 if req.role is Role.PREFILL else s.max_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
+            top_k=s.top_k,
+            min_p=s.min_p,
             seed=s.seed,
             stop=s.stop or None,
             stop_token_ids=s.stop_token_ids or None,
             ignore_eos=s.ignore_eos,
+            min_tokens=min(s.min_tokens, 1) if req.role is Role.PREFILL else s.min_tokens,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            repetition_penalty=s.repetition_penalty,
+            logit_bias=dict(s.logit_bias) or None,
+            logprobs=s.logprobs,
+            structured_outputs=self._structured_outputs(s.structured_output),
             output_kind=RequestOutputKind.DELTA,
             extra_args={"kv_transfer_params": self._kv_params(req)} if self.kv_events else None,
+        )
+
+    def _structured_outputs(self, spec: StructuredOutput | None):
+        if spec is None:
+            return None
+        from vllm.sampling_params import StructuredOutputsParams
+
+        tag = spec.structural_tag
+        if tag is not None and self.config.json_no_whitespace:
+            tag = bound_tag_whitespace(tag)
+        return StructuredOutputsParams(
+            json=spec.json_schema,
+            json_object=spec.json_object,
+            regex=spec.regex,
+            choice=spec.choice,
+            grammar=spec.grammar,
+            structural_tag=tag,
         )
 
     def _kv_params(self, req: GenerateRequest) -> dict:
@@ -258,6 +318,9 @@ class WorkerEngine:
                     text=comp.text,
                     prompt_tokens=len(req.prompt_token_ids),
                     cached_tokens=out.num_cached_tokens or 0,
+                    logprobs=token_logprobs(comp.token_ids, comp.logprobs, params.logprobs)
+                    if params.logprobs is not None
+                    else None,
                 )
                 if out.finished:
                     finished = True
@@ -279,12 +342,12 @@ class WorkerEngine:
         except EngineError:
             raise
         except (ValueError, TypeError) as exc:  # input the engine refused
-            raise EngineError(str(exc)) from exc
+            raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
         except Exception as exc:
             from vllm.exceptions import VLLMClientError
 
             if isinstance(exc, VLLMClientError):
-                raise EngineError(str(exc)) from exc
+                raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
             raise
         finally:
             if not finished:
@@ -358,3 +421,60 @@ class WorkerEngine:
                 return False
             await asyncio.sleep(0.01)
         return True
+
+
+def _refusal_kind(req: GenerateRequest) -> str:
+    # Sampling options are validated by the protocol already: with a
+    # constraint present, vLLM refusing the request means the constraint.
+    return "invalid_structured_output" if req.sampling.structured_output is not None else "invalid_request"
+
+
+def token_logprobs(token_ids, positions, k: int) -> list[TokenLogprobs]:
+    """vLLM's per-position `{token_id: Logprob}` dicts as wire entries.
+
+    Each dict holds the k most likely tokens (ranks 1..k) and the sampled
+    token, which has a rank beyond k when it is not among them.
+    """
+    out = []
+    for token_id, position in zip(token_ids, positions or [], strict=False):
+        sampled = position.get(token_id)
+        top = sorted(
+            ((t, lp) for t, lp in position.items() if lp.rank is not None and 1 <= lp.rank <= k),
+            key=lambda item: item[1].rank,
+        )
+        out.append(
+            TokenLogprobs(
+                token_id=token_id,
+                logprob=_finite(sampled.logprob) if sampled is not None else -9999.0,
+                top=[(t, _finite(lp.logprob)) for t, lp in top],
+            )
+        )
+    return out
+
+
+def _finite(x: float) -> float:
+    # -inf (a token the constraint or bias ruled out) is not valid JSON.
+    return max(float(x), -9999.0)
+
+
+def bound_tag_whitespace(structural_tag: str, limit: int = 1) -> str:
+    """Give every JSON node of an xgrammar structural tag a whitespace bound.
+
+    vLLM applies its `disable_any_whitespace` setting to JSON schemas but
+    not to the JSON inside a structural tag (tool calls), where xgrammar
+    then allows unbounded whitespace; `max_whitespace_cnt` (>= 1) bounds it.
+    """
+    tag = json.loads(structural_tag)
+
+    def visit(node) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "json_schema":
+                node["max_whitespace_cnt"] = limit
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(tag)
+    return json.dumps(tag)

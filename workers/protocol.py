@@ -27,9 +27,9 @@ has seen with 409 and `type` "stale_term".
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core import FinishReason, Phase, Role
 from core.ids import ID_RE
@@ -41,14 +41,82 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MAX_LOGPROBS = 20  # top alternatives per token (OpenAI's top_logprobs bound)
+MAX_LOGIT_BIAS = 1024  # tokens one request may bias
+
+
+class StructuredOutput(_Model):
+    """A constraint on the output, exactly one field set (vLLM's `StructuredOutputsParams`).
+
+    `json_schema` is a JSON schema the output must validate against;
+    `json_object` any JSON object; `structural_tag` an xgrammar structural
+    tag as JSON text (tool calls: the gateway builds it with vLLM's tool
+    parser). The worker compiles it with its structured-output backend and
+    answers 400 when it cannot (an invalid schema or grammar).
+    """
+
+    json_schema: dict[str, Any] | None = None
+    json_object: bool | None = None
+    regex: str | None = Field(None, max_length=65_536)
+    choice: list[str] | None = Field(None, min_length=1, max_length=1024)
+    grammar: str | None = Field(None, max_length=262_144)
+    structural_tag: str | None = Field(None, max_length=4_194_304)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StructuredOutput:
+        set_fields = [k for k, v in self if v not in (None, False)]
+        if len(set_fields) != 1:
+            raise ValueError(f"exactly one constraint must be set, not {set_fields or 'none'}")
+        return self
+
+
 class SamplingOptions(_Model):
+    """What vLLM's `SamplingParams` gets, bounded as the OpenAI API bounds it.
+
+    Stateless options (temperature, top_p/top_k/min_p, logit_bias, stop,
+    ...) continue exactly when a request resumes on another node from
+    prompt + generated tokens. Penalties and a structured output depend on
+    everything generated so far (`resumable` is False): such a request is
+    resumed by replaying it from its prompt (gateway.serving.segments).
+    """
+
     max_tokens: int = Field(16, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1, le=1_000_000)  # 0 or -1: off
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: list[str] = Field(default_factory=list, max_length=16)
     stop_token_ids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=64)
     ignore_eos: bool = False
+    min_tokens: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
+    # token id -> bias added to its logit, in [-100, 100] (OpenAI's bounds)
+    logit_bias: dict[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=-100.0, le=100.0)]] = Field(
+        default_factory=dict, max_length=MAX_LOGIT_BIAS
+    )
+    # None: no logprobs; k >= 0: the sampled token's logprob and the k most likely alternatives
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    structured_output: StructuredOutput | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SamplingOptions:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError("min_tokens must not exceed max_tokens")
+        return self
+
+    @property
+    def resumable(self) -> bool:
+        """Whether prompt + generated tokens continue the same distribution
+        (no state that lives only inside the engine: penalties, a grammar)."""
+        return (
+            self.structured_output is None
+            and self.presence_penalty == 0.0
+            and self.frequency_penalty == 0.0
+            and self.repetition_penalty == 1.0
+        )
 
 
 class BlockLocation(_Model):
@@ -107,13 +175,23 @@ class GenerateRequest(_Model):
         return v
 
 
+class TokenLogprobs(_Model):
+    """Log-probabilities at one generated position: the sampled token's, and
+    the `SamplingOptions.logprobs` most likely tokens (most likely first)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = Field(default_factory=list)
+
+
 class GenerateChunk(_Model):
     """One step of output. The final chunk has `finish_reason` set.
 
     finish_reason: "stop" | "length" | "abort" | "migrated" | "error".
     On "migrated", `saved_blocks` names where the request's KV (prompt and
     generated tokens, full blocks only) now lives, so the gateway can resume
-    it elsewhere.
+    it elsewhere. `logprobs`, when asked for, has one entry per token in
+    `token_ids`.
     """
 
     request_id: str
@@ -124,6 +202,7 @@ class GenerateChunk(_Model):
     cached_tokens: int = 0
     external_cached_tokens: int = 0
     saved_blocks: list[BlockLocation] | None = None
+    logprobs: list[TokenLogprobs] | None = None
     error: str | None = None
 
 
@@ -251,6 +330,7 @@ class WorkerStats(_Model):
     num_waiting: int
     kv_usage: float
     block_size: int
+    max_model_len: int = 0  # the engine's context length (prompt + output tokens); 0: not reported
     tokens_per_s: float = 0.0
     # The engine's limits, for the planner (0: not reported).
     max_num_seqs: int = 0

@@ -109,7 +109,7 @@ def create_app(
         try:
             eng.validate(req)
         except EngineError as exc:
-            return _error(exc.status, "invalid_request", str(exc), exc.retryable)
+            return _error(exc.status, exc.kind, str(exc), exc.retryable)
         agen = eng.generate(req)
         if not req.stream:
             return await _collect(agen, req)
@@ -118,7 +118,7 @@ def create_app(
         try:
             first = await agen.__anext__()
         except EngineError as exc:
-            return _error(exc.status, "invalid_request", str(exc), exc.retryable)
+            return _error(exc.status, exc.kind, str(exc), exc.retryable)
         return StreamingResponse(_ndjson(first, agen), media_type="application/x-ndjson")
 
     @app.post("/internal/abort", response_model=AbortResponse)
@@ -175,6 +175,7 @@ def create_app(
             num_waiting=waiting,
             kv_usage=kv_usage,
             block_size=config.block_size,
+            max_model_len=config.max_model_len,
             tokens_per_s=eng.iterations.tokens_per_s(),
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
@@ -239,9 +240,17 @@ async def _collect(agen, req: GenerateRequest):
         async for chunk in agen:
             out.token_ids += chunk.token_ids
             out.text += chunk.text
-            for f in ("finish_reason", "prompt_tokens", "cached_tokens", "external_cached_tokens", "saved_blocks"):
+            if chunk.logprobs is not None:
+                out.logprobs = (out.logprobs or []) + chunk.logprobs
+            for f in (
+                "finish_reason",
+                "prompt_tokens",
+                "cached_tokens",
+                "external_cached_tokens",
+                "saved_blocks",
+            ):
                 if getattr(chunk, f):
                     setattr(out, f, getattr(chunk, f))
     except EngineError as exc:
-        return _error(exc.status, "invalid_request", str(exc), exc.retryable)
+        return _error(exc.status, exc.kind, str(exc), exc.retryable)
     return JSONResponse(out.model_dump(exclude_none=True))

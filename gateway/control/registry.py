@@ -59,6 +59,7 @@ class WorkerNode:
     kv_usage: float = 0.0
     tokens_per_s: float = 0.0
     block_size: int = 0
+    max_model_len: int = 0  # the engine's context length (0: not reported)
     # The engine's limits as the worker reports them (0: unknown), for the planner.
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
@@ -135,6 +136,11 @@ class WorkerRegistry:
 
     def loads(self) -> list[NodeLoad]:
         return [n.load() for n in self._nodes.values()]
+
+    def context_limit(self) -> int | None:
+        """The context length every healthy worker can serve (None: none reported yet)."""
+        lens = [n.max_model_len for n in self._nodes.values() if n.healthy and n.max_model_len > 0]
+        return min(lens) if lens else None
 
     def healthy_count(self) -> int:
         return sum(1 for n in self._nodes.values() if n.healthy)
@@ -229,6 +235,7 @@ class WorkerRegistry:
         node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
         node.fence_term, node.refused_orders = stats.fence_term, stats.refused_orders
         node.kv_usage, node.tokens_per_s, node.block_size = stats.kv_usage, stats.tokens_per_s, stats.block_size
+        node.max_model_len = stats.max_model_len
         node.max_num_seqs, node.max_num_batched_tokens = stats.max_num_seqs, stats.max_num_batched_tokens
         node.kv_capacity_tokens = stats.kv_capacity_tokens
         node.kv_peers = tuple(stats.kv_peers)

@@ -11,7 +11,12 @@ The loop is "decide -> one worker call -> apply", repeated per *segment*:
 - apply (`gateway.serving.segments`, pure): append tokens; on finish reason
   MIGRATED/ABORT or a dead or refusing node, loop again: the continuation
   is `prompt + generated` with `max_tokens` reduced, so greedy output equals
-  an uninterrupted run.
+  an uninterrupted run. A request whose sampling is not resumable that way
+  (a structured output, penalties: `SamplingOptions.resumable`) is
+  *replayed*: the continuation reruns its prompt with the same seed and
+  drops the tokens already sent, checking they match. That includes the
+  prefill -> decode hand-off: the decode node regenerates the prefill's
+  token from the original prompt (whose KV it loads from the pool).
 
 Failure contract: a node that cannot be reached is reported to the registry
 and skipped; after `max_node_attempts` failures, or when no node is left,
@@ -36,7 +41,7 @@ from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segm
 from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
 from routing import RouterConfig, RouteRequest, route
 from routing.picker import NoNodeAvailable
-from workers.protocol import GenerateChunk, GenerateRequest, KVTransferSpec, SamplingOptions
+from workers.protocol import GenerateChunk, GenerateRequest, KVTransferSpec, SamplingOptions, TokenLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,7 @@ class TokenDelta:
     token_ids: list[int]
     cached_tokens: int = 0  # prompt tokens served from cache (known from the first delta on)
     phase: str = "decode"  # phase of the node that produced these tokens
+    logprobs: list[TokenLogprobs] | None = None  # one per token, when the job asked for them
 
 
 @dataclass(frozen=True)
@@ -118,18 +124,21 @@ class Orchestrator:
             job.sampling.max_tokens,
             max_node_failures=self._cfg.max_node_attempts,
             max_migrations=self._cfg.max_migrations,
+            replay=not job.sampling.resumable,
         )
         while not progress.budget_spent():
             # decide
             node_id, role, kv = await self._decide(job, progress)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
+            # min_tokens counts from the request's start: what the prompt already carries counts
+            min_tokens = min(max(0, job.sampling.min_tokens - progress.carried), max_tokens)
             # Built from validated parts (see Job): no validation pass over the prompt
             # on the loop (24 ms for a 661k-token prompt).
             req = GenerateRequest.model_construct(
                 request_id=segment_id,
                 prompt_token_ids=progress.context(),
-                sampling=job.sampling.model_copy(update={"max_tokens": max_tokens}),
+                sampling=job.sampling.model_copy(update={"max_tokens": max_tokens, "min_tokens": min_tokens}),
                 role=role,
                 tenant_salt=job.tenant_salt,
                 branch_id=job.branch_id,
@@ -209,7 +218,7 @@ class Orchestrator:
                         raise UpstreamFailed(
                             f"worker {node_id} failed the request: {chunk.error or 'error'}", code="worker_error"
                         )
-                    tokens = progress.absorb(
+                    start, tokens = progress.absorb(
                         chunk.token_ids,
                         cached_tokens=max(chunk.cached_tokens, chunk.external_cached_tokens),
                         finish=chunk.finish_reason,
@@ -217,7 +226,8 @@ class Orchestrator:
                         elapsed_s=time.monotonic() - t0,
                     )
                     if tokens:
-                        yield TokenDelta(tokens, progress.cached or 0, req.role.value)
+                        lps = chunk.logprobs[start : start + len(tokens)] if chunk.logprobs is not None else None
+                        yield TokenDelta(tokens, progress.cached or 0, req.role.value, lps)
                     outcome = segment_outcome(chunk.finish_reason)
                     if outcome is not None:
                         yield _SegmentEnd(outcome, chunk.finish_reason)
@@ -233,10 +243,10 @@ class Orchestrator:
         except WorkerRejected as exc:
             if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
                 # The worker refused the request itself (prompt + max_tokens over the
-                # context, token id out of vocabulary): the client's error, not a 502.
-                raise InvalidRequest(
-                    f"the model cannot serve this request: {exc.message}", code="invalid_request_for_model"
-                ) from exc
+                # context, token id out of vocabulary, a schema its grammar backend
+                # cannot compile): the client's error, not a 502, in the worker's words.
+                code = "invalid_structured_output" if exc.error_type == "invalid_structured_output" else None
+                raise InvalidRequest(exc.detail, code=code or "invalid_request_for_model") from exc
             if not exc.retryable:
                 raise
             log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)

@@ -8,6 +8,13 @@ so far and decides, from plain values only, what happens next:
 - `budget_spent()` / `next_call(role)`: whether `max_tokens` are all
   generated (finish LENGTH), else the continuation to send (context = prompt
   + generated, `max_tokens` reduced by what was generated).
+- *Replay* (`replay=True`): a request whose sampling state lives inside the
+  engine (a grammar, penalties over the generated tokens) cannot continue
+  from prompt + generated. Each continuation reruns the original prompt
+  with the full budget; its first tokens must equal what was generated
+  (same seed, same logits) and are dropped, the rest continue the request.
+  A mismatch is an error (`resume_mismatch`), never silently different
+  output.
 - `absorb(chunk_tokens, ...)`: the tokens of one chunk that the client gets
   (never more than the budget), first-token bookkeeping.
 - `end_segment(outcome)`: what the segment's outcome means for the request:
@@ -78,6 +85,8 @@ class RequestProgress:
     first_phase: str = ""
     just_prefilled: bool = False
     finish: FinishReason = FinishReason.LENGTH
+    replay: bool = False  # continuations rerun the prompt (see the module docstring)
+    replayed: int = 0  # tokens of the current segment matched against `generated` so far
 
     @property
     def remaining(self) -> int:
@@ -88,7 +97,13 @@ class RequestProgress:
         return not self.nodes
 
     def context(self) -> list[int]:
-        return self.prompt + self.generated
+        """The prompt of the next worker call."""
+        return self.prompt if self.replay else self.prompt + self.generated
+
+    @property
+    def carried(self) -> int:
+        """Generated tokens the next call's prompt already contains."""
+        return 0 if self.replay else len(self.generated)
 
     def budget_spent(self) -> bool:
         """Every token `max_tokens` allows was generated: the request ends "length"."""
@@ -99,23 +114,41 @@ class RequestProgress:
 
     def next_call(self, role: Role) -> tuple[str, int]:
         """(segment request id, max_tokens) of the next worker call."""
-        return f"{self.request_id}.{len(self.nodes) + 1}", 1 if role is Role.PREFILL else self.remaining
+        if role is Role.PREFILL:
+            return f"{self.request_id}.{len(self.nodes) + 1}", 1
+        return f"{self.request_id}.{len(self.nodes) + 1}", self.max_tokens - self.carried
 
     def started(self, node_id: str) -> None:
         self.nodes.append(node_id)
+        self.replayed = 0
 
     def absorb(
         self, token_ids: list[int], *, cached_tokens: int, finish: FinishReason | None, role: Role, elapsed_s: float
-    ) -> list[int]:
-        """The chunk's tokens the client gets (cut to the budget)."""
+    ) -> tuple[int, list[int]]:
+        """(offset, tokens): the chunk's tokens the client gets, cut to the
+        budget, and where they start in `token_ids` (a replay drops the
+        tokens already generated). Raises `UpstreamFailed` when a replay
+        diverges from what the client already has."""
         if self.cached is None and (token_ids or (finish is not None and finish.ends_request)):
             self.cached = cached_tokens
-        tokens = token_ids[: self.remaining]
+        start = 0
+        if self.replay:
+            while start < len(token_ids) and self.replayed < len(self.generated):
+                if token_ids[start] != self.generated[self.replayed]:
+                    raise UpstreamFailed(
+                        f"request {self.request_id} could not be resumed identically after {len(self.generated)} "
+                        "tokens (its structured output or penalties depend on every token so far)",
+                        code="resume_mismatch",
+                    )
+                start += 1
+                self.replayed += 1
+        tokens = token_ids[start : start + self.remaining]
         if tokens:
             if not self.generated:
                 self.ttft_s, self.first_phase = elapsed_s, role.value
             self.generated.extend(tokens)
-        return tokens
+            self.replayed = len(self.generated)
+        return start, tokens
 
     def end_segment(
         self,

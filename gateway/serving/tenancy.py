@@ -25,6 +25,10 @@ class TenantContext:
     priority: int = 1  # 0 = highest
     max_active_branches: int | None = None
     kv_retention_blocks: int | None = None
+    allowed_models: tuple[str, ...] | None = None  # None: every model
+
+    def allows_model(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
 
 
 class TenantGate(Protocol):

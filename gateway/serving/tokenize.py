@@ -50,6 +50,16 @@ class PromptTokenizer:
         self.max_token_chars: int | None = None
         if self._fast.decode(self._encode(_ROUND_TRIP_PROBE, False), skip_special_tokens=False) == _ROUND_TRIP_PROBE:
             self.max_token_chars = max(len(t.encode()) for t in self._fast.get_vocab(with_added_tokens=True))
+        self._byte_decoder: dict[str, int] | None = None
+        if type(self._fast.decoder).__name__ == "ByteLevel":
+            from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+            self._byte_decoder = {c: b for b, c in bytes_to_unicode().items()}
+
+    @property
+    def hf(self) -> Any:
+        """The Hugging Face tokenizer (what vLLM's parsers take)."""
+        return self._hf
 
     @classmethod
     def from_dir(cls, model_dir: str) -> PromptTokenizer:
@@ -58,9 +68,17 @@ class PromptTokenizer:
         return cls(AutoTokenizer.from_pretrained(model_dir), context_length=model_context_length(model_dir))
 
     def render_chat(
-        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> str:
-        """The prompt text for `messages`, ending with the assistant header."""
+        """The prompt text for `messages`, ending with the assistant header.
+
+        `template_kwargs` reach the template as variables (vLLM's
+        `chat_template_kwargs`, e.g. `reasoning_effort`)."""
         try:
             text = self._hf.apply_chat_template(
                 messages,
@@ -68,6 +86,7 @@ class PromptTokenizer:
                 tool_choice=tool_choice,
                 add_generation_prompt=True,
                 tokenize=False,
+                **(template_kwargs or {}),
             )
         except Exception as exc:  # jinja raises many types; all mean a bad conversation
             raise InvalidRequest(f"messages cannot be rendered by the chat template: {exc}", param="messages") from exc
@@ -80,11 +99,12 @@ class PromptTokenizer:
         *,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: Any = None,
+        template_kwargs: dict[str, Any] | None = None,
         max_tokens: int | None = None,
     ) -> list[int]:
         # The template writes the special tokens (bos) itself.
         return self.encode_text(
-            self.render_chat(messages, tools=tools, tool_choice=tool_choice),
+            self.render_chat(messages, tools=tools, tool_choice=tool_choice, template_kwargs=template_kwargs),
             add_special_tokens=False,
             max_tokens=max_tokens,
             param="messages",
@@ -110,8 +130,27 @@ class PromptTokenizer:
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._fast.decode(list(token_ids), skip_special_tokens=True)
 
-    def detokenizer(self) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self.decode)
+    def decode_keeping_special(self, token_ids: Sequence[int]) -> str:
+        """Special tokens kept (a tool parser may need them), except EOS,
+        which ends the output rather than belonging to it (as in vLLM)."""
+        eos = self.eos_token_id
+        return self._fast.decode([t for t in token_ids if t != eos], skip_special_tokens=False)
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text, special tokens included (logprobs entries)."""
+        return self._fast.decode([token_id], skip_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> list[int]:
+        """One token's raw bytes (logprobs entries): a byte-level BPE token
+        can be part of a UTF-8 character, which its text cannot show."""
+        if self._byte_decoder is not None:
+            piece = self._hf.convert_ids_to_tokens(token_id)
+            if isinstance(piece, str) and all(c in self._byte_decoder for c in piece):
+                return [self._byte_decoder[c] for c in piece]
+        return list(self.token_text(token_id).encode("utf-8"))
+
+    def detokenizer(self, *, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self.decode if skip_special_tokens else self.decode_keeping_special)
 
 
 def _too_long(limit: int, tokens: str, param: str) -> InvalidRequest:
@@ -181,6 +220,7 @@ class StopStringFilter:
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._buf = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def push(self, text: str) -> str:
         if self.stopped:
@@ -188,8 +228,9 @@ class StopStringFilter:
         if not self._stops:
             return text
         self._buf += text
-        cut = min((i for i in (self._buf.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        hits = [(i, s) for s in self._stops if (i := self._buf.find(s)) >= 0]
+        if hits:
+            cut, self.matched = min(hits)
             self.stopped = True
             out, self._buf = self._buf[:cut], ""
             return out

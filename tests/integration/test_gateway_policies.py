@@ -230,9 +230,18 @@ async def test_policies_enforced_with_exact_statuses(tokenizer, tmp_path, db_url
         assert_openai_error(r, 429, "rate_limit_error", "tokens_per_minute_exceeded")
         retry_after(r)
 
-        # Model allow-list: 403 for a served model the key may not use; 404 for an unknown model.
+        # Model allow-list: 403 for a served model the key may not use; 404 for an unknown model;
+        # /v1/models lists only what the key may use.
         assert_openai_error(await p.chat(models), 403, "permission_error", "model_not_allowed")
         assert_openai_error(await p.chat(free, model="nope"), 404, "invalid_request_error", "model_not_found")
+        listed = await p.http.get("/v1/models", headers={"Authorization": f"Bearer {models}"})
+        assert listed.status_code == 200 and listed.json()["data"] == []
+        listed = await p.http.get("/v1/models", headers={"Authorization": f"Bearer {free}"})
+        assert [m["id"] for m in listed.json()["data"]] == [p.runtime.service.model_name]
+        one = await p.http.get(
+            f"/v1/models/{p.runtime.service.model_name}", headers={"Authorization": f"Bearer {models}"}
+        )
+        assert_openai_error(one, 404, "invalid_request_error", "model_not_found")
 
         # Branch cap: two named branches, the third is 429; continuing an open one is fine,
         # a one-request branch is exempt, and finishing one frees a place.

@@ -21,8 +21,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
-from gateway.serving.openai import sse
+from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
+from gateway.serving.openai import answers, sse
+from gateway.serving.openai.convert import chat_spec, completion_spec
+from gateway.serving.openai.docs import BEARER, body_of
+from gateway.serving.openai.request_fields import field_path, model_check_param, unsupported_field_message
 from gateway.serving.openai.schemas import (
     AssistantMessage,
     BranchFinished,
@@ -41,7 +44,6 @@ from gateway.serving.openai.service import (
     OpenAIService,
     Prepared,
     parse_branch_headers,
-    parse_tool_calls,
 )
 from gateway.serving.orchestrator import Finished
 from gateway.serving.tenancy import TenantContext
@@ -70,10 +72,13 @@ def parse_model(model: type[M], body: bytes) -> M:
         return model.model_validate_json(body)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        raise InvalidRequest(
-            f"{err.get('msg', 'invalid request')}" + (f" (at {loc})" if loc else ""), param=loc or None
-        ) from exc
+        loc = field_path(err.get("loc", ()))
+        if err.get("type") == "extra_forbidden":
+            raise InvalidRequest(unsupported_field_message(loc), param=loc or None, code="unsupported_field") from exc
+        msg = str(err.get("msg", "invalid request")).removeprefix("Value error, ")
+        if not loc:  # a check over several fields: the one its message names first
+            raise InvalidRequest(msg, param=model_check_param(msg, model.model_fields)) from exc
+        raise InvalidRequest(f"{msg} (at {loc})", param=loc) from exc
 
 
 def bearer(request: Request) -> str | None:
@@ -82,6 +87,21 @@ def bearer(request: Request) -> str | None:
         return None
     scheme, _, key = value.partition(" ")
     return key.strip() if scheme.lower() == "bearer" and key.strip() else None
+
+
+def branch_from_headers(request: Request, tenant: TenantContext, *, conversation: str | None = None) -> BranchContext:
+    """The branch contract from the headers; without X-Branch-ID, the
+    client's own conversation id (`conversation`, e.g. `prompt_cache_key`)
+    names the branch, which then lives until its idle TTL."""
+    h = request.headers
+    return parse_branch_headers(
+        tenant.tenant_id,
+        branch_id=h.get("x-branch-id"),
+        parent_id=h.get("x-parent-branch-id"),
+        session_id=h.get("x-session-id"),
+        finished=h.get("x-branch-finished"),
+        conversation=conversation,
+    )
 
 
 class EventStreamResponse(Response):
@@ -127,15 +147,8 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
     async def authenticate(request: Request) -> TenantContext:
         return await service.gate.authenticate(bearer(request))
 
-    def branch_of(request: Request, tenant: TenantContext) -> BranchContext:
-        h = request.headers
-        return parse_branch_headers(
-            tenant.tenant_id,
-            branch_id=h.get("x-branch-id"),
-            parent_id=h.get("x-parent-branch-id"),
-            session_id=h.get("x-session-id"),
-            finished=h.get("x-branch-finished"),
-        )
+    def branch_of(request: Request, tenant: TenantContext, *, conversation: str | None = None) -> BranchContext:
+        return branch_from_headers(request, tenant, conversation=conversation)
 
     async def start(
         request: Request, model: type[ChatCompletionRequest] | type[CompletionRequest], prefix: str
@@ -143,14 +156,33 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
         body = await read_body(request, max_body_bytes)
         req = parse_model(model, body)
         tenant = await authenticate(request)
-        return await service.prepare(req, tenant, branch_of(request, tenant), prefix), req.stream
+        service.check_model(req.model)
+        spec = chat_spec(req) if isinstance(req, ChatCompletionRequest) else completion_spec(req)
+        branch = branch_of(request, tenant, conversation=req.prompt_cache_key)
+        return await service.prepare(spec, tenant, branch, prefix), req.stream
 
     def headers(p: Prepared) -> dict[str, str]:
         return {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
 
+    def stream_response(
+        body: AsyncIterator[bytes], hdrs: dict[str, str], on_close: Callable[[], Awaitable[object]]
+    ) -> Response:
+        return EventStreamResponse(body, headers=hdrs, on_close=on_close)
+
     async def respond(p: Prepared, stream: bool, endpoint: str, chat: bool) -> Response:
         stack = AsyncExitStack()
         await stack.enter_async_context(service.admitted(p))
+        if not p.plain:
+            return await answers.respond(
+                service,
+                p,
+                stream=stream,
+                chat=chat,
+                endpoint=endpoint,
+                stack=stack,
+                headers=headers(p),
+                stream_response=stream_response,
+            )
         if stream:
             body = _sse(service, p, endpoint, chat, stack)
             return EventStreamResponse(body, headers=headers(p), on_close=stack.aclose)
@@ -167,24 +199,12 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
         usage = Usage.model_validate(service.usage_dict(done))
         content = "".join(text)
         if chat:
-            reason = done.finish_reason
-            message, calls = content, []
-            if p.job is not None and "<tool_call>" in content:
-                message, calls = parse_tool_calls(content)
-                reason = "tool_calls" if calls else reason
             out: BaseModel = ChatCompletion(
                 id=p.request_id,
                 created=p.created,
                 model=service.model_name,
                 usage=usage,
-                choices=[
-                    ChatChoice(
-                        message=AssistantMessage(
-                            content=message or None if calls else message, tool_calls=calls or None
-                        ),
-                        finish_reason=reason,
-                    )
-                ],
+                choices=[ChatChoice(message=AssistantMessage(content=content), finish_reason=done.finish_reason)],
             )
         else:
             out = Completion(
@@ -196,31 +216,36 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
             )
         return Response(out.model_dump_json(exclude_none=False), media_type=_JSON, headers=headers(p))
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", openapi_extra=body_of(ChatCompletionRequest), tags=["openai"])
     async def chat_completions(request: Request) -> Response:
+        """Chat completion (OpenAI): tools, structured outputs, `n`, logprobs; streamed or not."""
         p, stream = await start(request, ChatCompletionRequest, "chatcmpl")
         return await respond(p, stream, "chat", chat=True)
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", openapi_extra=body_of(CompletionRequest), tags=["openai"])
     async def completions(request: Request) -> Response:
+        """Text completion (OpenAI's legacy API): `n`, logprobs; streamed or not."""
         p, stream = await start(request, CompletionRequest, "cmpl")
         return await respond(p, stream, "completions", chat=False)
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", openapi_extra=BEARER, tags=["openai"])
     async def list_models(request: Request) -> Response:
-        await authenticate(request)
-        return Response(
-            ModelList(data=[ModelCard(id=service.model_name, created=0)]).model_dump_json(), media_type=_JSON
-        )
+        """The models this key may use."""
+        tenant = await authenticate(request)
+        cards = [ModelCard(id=m, created=0) for m in service.models_for(tenant)]
+        return Response(ModelList(data=cards).model_dump_json(), media_type=_JSON)
 
-    @router.get("/v1/models/{model_id:path}")
+    @router.get("/v1/models/{model_id:path}", openapi_extra=BEARER, tags=["openai"])
     async def get_model(model_id: str, request: Request) -> Response:
-        await authenticate(request)
-        service.check_model(model_id)
-        return Response(ModelCard(id=service.model_name, created=0).model_dump_json(), media_type=_JSON)
+        """One model, if this key may use it (404 otherwise)."""
+        tenant = await authenticate(request)
+        if model_id not in service.models_for(tenant):
+            raise NotFound(f"The model '{model_id}' does not exist", param="model", code="model_not_found")
+        return Response(ModelCard(id=model_id, created=0).model_dump_json(), media_type=_JSON)
 
-    @router.post("/v1/branches/{branch_id}/finish")
+    @router.post("/v1/branches/{branch_id}/finish", openapi_extra=BEARER, tags=["branches"])
     async def finish_branch(branch_id: str, request: Request) -> Response:
+        """Finish a branch now: its KV blocks lose this branch's references."""
         tenant = await authenticate(request)
         branch = parse_branch_headers(
             tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None, finished="true"

@@ -17,17 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
-import re
+import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
+from pydantic import ValidationError
 
 from core import FinishReason
 from core.ids import ID_RE
@@ -35,15 +34,15 @@ from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
 from gateway.directory import Directory
 from gateway.errors import InvalidRequest, NotFound, RateLimited
 from gateway.metrics import GatewayMetrics
-from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest, FunctionCall, ToolCall
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.serving.tenancy import TenantContext, TenantGate
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
+from gateway.serving.turn.parsing import Adjusted, OutputParsing, invalid_request
+from gateway.serving.turn.spec import TurnSpec, choice_seeds, replay_needs_seed, resolve_max_tokens
 from gateway.store.records import UsageRecord
 from planner.types import RequestSample
 from workers.protocol import SamplingOptions
 
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 # Blocks hashed per slice of a big prompt (~3 ms on the loop at a time here).
 _HASH_SLICE_BLOCKS = 1024
 
@@ -68,15 +67,32 @@ def _checked_id(value: str | None, header: str) -> str | None:
     return value
 
 
+def conversation_branch_id(conversation: str) -> str:
+    """A branch id for a client's own conversation or session id (any text)."""
+    return "conv-" + hashlib.sha256(conversation.encode()).hexdigest()[:40]
+
+
 def parse_branch_headers(
-    tenant_id: str, *, branch_id: str | None, parent_id: str | None, session_id: str | None, finished: str | None
+    tenant_id: str,
+    *,
+    branch_id: str | None,
+    parent_id: str | None,
+    session_id: str | None,
+    finished: str | None,
+    conversation: str | None = None,
 ) -> BranchContext:
+    """The branch contract. Without `X-Branch-ID`, a `conversation` id the
+    client sent its own way (`prompt_cache_key`, a Responses chain, a
+    harness's session header) names the branch; with neither, the branch
+    lives for this request only."""
     bid = _checked_id(branch_id, "X-Branch-ID")
     parent = _checked_id(parent_id, "X-Parent-Branch-ID")
     session = _checked_id(session_id, "X-Session-ID")
     flag = (finished or "").strip().lower()
     if flag not in ("", "true", "false", "1", "0"):
         raise InvalidRequest("X-Branch-Finished must be 'true' or 'false'", param="X-Branch-Finished")
+    if bid is None and conversation:
+        bid = conversation_branch_id(conversation)
     one_shot = bid is None
     bid = bid or f"req-{uuid.uuid4().hex}"
     return BranchContext(
@@ -95,53 +111,47 @@ def cache_salt(tenant_salt: str, model: str) -> str:
     return salt if len(salt) <= 128 else hashlib.sha256(salt.encode()).hexdigest()
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """Split `<tool_call>{"name", "arguments"}</tool_call>` blocks out of the text."""
-    calls: list[ToolCall] = []
-    for m in _TOOL_CALL_RE.finditer(text):
-        try:
-            obj = json.loads(m.group(1))
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            continue
-        args = obj.get("arguments", {})
-        calls.append(
-            ToolCall(
-                id=f"call_{uuid.uuid4().hex[:24]}",
-                function=FunctionCall(name=obj["name"], arguments=args if isinstance(args, str) else json.dumps(args)),
-            )
-        )
-    if not calls:
-        return text, []
-    return _TOOL_CALL_RE.sub("", text).strip(), calls
+def _constraint_param(spec: TurnSpec, adjusted: Adjusted | None) -> str:
+    """The client field a worker's refusal of the constraint names: the tools when
+    the constraint is vLLM's tool-call structural tag, else the format field."""
+    so = adjusted.structured_output if adjusted is not None else None
+    if so is not None and so.structural_tag is not None and getattr(adjusted.request, "tools", None):
+        return "tools"
+    return spec.constraint_param
 
 
-def _prompt_chars(req: ChatCompletionRequest | CompletionRequest) -> int:
+def _prompt_chars(spec: TurnSpec) -> int:
     """About how many characters the prompt is made of (decides where it is tokenized)."""
-    if isinstance(req, CompletionRequest):
-        prompt = req.prompt
-        if isinstance(prompt, str):
-            return len(prompt)
-        return len(prompt[0]) if prompt and isinstance(prompt[0], str) else 0  # token ids: nothing to tokenize
-    n = 0
-    for m in req.messages:
-        content = m.content
-        n += len(content) if isinstance(content, str) else sum(len(p.text or "") for p in content or ())
-        n += sum(len(c.function.arguments) for c in m.tool_calls or ())
-    return n + (len(orjson.dumps(req.tools)) if req.tools else 0)
+    if spec.messages is None:
+        return len(spec.prompt) if isinstance(spec.prompt, str) else 0  # token ids: nothing to tokenize
+    return _chars(spec.messages) + _chars(spec.tools)
+
+
+def _chars(value: object) -> int:
+    """The characters of every string in a JSON-like value (no copy of the text)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_chars(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_chars(v) for v in value)
+    return 0
 
 
 class TextAssembler:
     """Token ids -> text deltas, cut at the first stop string."""
 
-    def __init__(self, tokenizer: PromptTokenizer, stops: list[str]) -> None:
-        self._detok = tokenizer.detokenizer()
+    def __init__(self, tokenizer: PromptTokenizer, stops: list[str], *, skip_special_tokens: bool = True) -> None:
+        self._detok = tokenizer.detokenizer(skip_special_tokens=skip_special_tokens)
         self._stops = StopStringFilter(stops)
 
     @property
     def stopped(self) -> bool:
         return self._stops.stopped
+
+    @property
+    def matched_stop(self) -> str | None:
+        return self._stops.matched
 
     def push(self, token_ids: list[int]) -> str:
         return self._stops.push(self._detok.push(token_ids))
@@ -152,7 +162,12 @@ class TextAssembler:
 
 @dataclass
 class Prepared:
-    """A request ready to run: everything decided before the first worker call."""
+    """A request ready to run: everything decided before the first worker call.
+
+    `jobs` holds one job per choice (`job` is the first). `adjusted` is set
+    when the output is constrained or parsed (tools, structured outputs,
+    reasoning); `plain` requests take the lean path (one job, text only).
+    """
 
     request_id: str
     created: int
@@ -161,6 +176,22 @@ class Prepared:
     job: Job
     stops: list[str]
     include_usage: bool
+    jobs: list[Job] = field(default_factory=list)
+    adjusted: Adjusted | None = None
+    logprobs: int | None = None
+    constraint_param: str = "response_format"
+
+    def __post_init__(self) -> None:
+        if not self.jobs:
+            self.jobs = [self.job]
+
+    @property
+    def plain(self) -> bool:
+        return len(self.jobs) == 1 and self.adjusted is None and self.logprobs is None
+
+    @property
+    def skip_special_tokens(self) -> bool:
+        return self.adjusted.skip_special_tokens if self.adjusted is not None else True
 
 
 class OpenAIService:
@@ -173,11 +204,14 @@ class OpenAIService:
         gate: TenantGate,
         directory: Directory,
         metrics: GatewayMetrics,
-        default_max_tokens: int,
+        default_max_tokens: int | None = None,
         workload: WorkloadFeed | None = None,
         max_prompt_tokens: int | None = None,
         offload_chars: int = 16 * 1024,
         tokenize_threads: int = 2,
+        parsing: OutputParsing | None = None,
+        context_limit: Callable[[], int | None] = lambda: None,
+        model_aliases: dict[str, str] | None = None,
     ) -> None:
         self.model_name = model_name
         self.tokenizer = tokenizer
@@ -193,65 +227,117 @@ class OpenAIService:
         self.max_prompt_tokens = max_prompt_tokens
         self.offload_chars = offload_chars
         self._tokenize_pool = ThreadPoolExecutor(max_workers=tokenize_threads, thread_name_prefix="tokenize")
+        self.parsing = parsing or OutputParsing(None, tokenizer, tool_parser=None)
+        self.context_limit = context_limit  # the workers' context length (None: not known yet)
+        self.model_aliases = dict(model_aliases or {})
 
     def check_model(self, model: str) -> None:
-        if model != self.model_name:
+        """The name must be the served model or one of its aliases ("*": any
+        name). Whether the key may use it is the tenant policy's (403 at admission)."""
+        if model != self.model_name and model not in self.model_aliases and "*" not in self.model_aliases:
             raise NotFound(f"The model '{model}' does not exist", param="model", code="model_not_found")
 
-    async def prepare(
-        self, req: ChatCompletionRequest | CompletionRequest, tenant: TenantContext, branch: BranchContext, prefix: str
-    ) -> Prepared:
-        self.check_model(req.model)
+    def models_for(self, tenant: TenantContext) -> list[str]:
+        """The model names this tenant's key may use: the served model and its
+        named aliases, when its policy allows the served model; else none."""
+        if not tenant.allows_model(self.model_name):
+            return []
+        return [self.model_name, *(a for a in self.model_aliases if a != "*")]
+
+    async def prepare(self, spec: TurnSpec, tenant: TenantContext, branch: BranchContext, prefix: str) -> Prepared:
+        """Tokenize once, fix the output budget and constraint, make one job per choice."""
         salt = cache_salt(tenant.cache_salt, self.model_name)
-        if _prompt_chars(req) < self.offload_chars:
-            tokens = self._tokens(req)
+        if _prompt_chars(spec) < self.offload_chars:
+            tokens = self._tokens(spec)
             hashes = self.directory.block_hashes(tokens, salt)
         else:
             loop = asyncio.get_running_loop()
-            tokens, array = await loop.run_in_executor(self._tokenize_pool, self._tokens_and_array, req)
+            tokens, array = await loop.run_in_executor(self._tokenize_pool, self._tokens_and_array, spec)
             hashes = await self._hash_in_slices(array, salt)
-        if isinstance(req, ChatCompletionRequest):
-            max_tokens = req.requested_max_tokens() or self.default_max_tokens
-        else:
-            max_tokens = req.max_tokens or self.default_max_tokens
-        sampling = SamplingOptions(
-            max_tokens=max_tokens,
-            temperature=req.temperature if req.temperature is not None else 1.0,
-            top_p=req.top_p if req.top_p is not None else 1.0,
-            seed=req.seed,
-            stop=req.stop_list(),
+        max_tokens = resolve_max_tokens(
+            len(tokens),
+            spec.max_tokens,
+            self.context_limit(),
+            param=spec.max_tokens_param,
+            cap=self.default_max_tokens,
+        )
+        adjusted = self.parsing.adjust(spec.parsing, constraint_param=spec.constraint_param) if spec.parsing else None
+        s = spec.sampling
+        try:
+            sampling = SamplingOptions(
+                max_tokens=max_tokens,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k,
+                min_p=s.min_p,
+                seed=None,
+                stop=list(s.stop),
+                stop_token_ids=list(s.stop_token_ids),
+                ignore_eos=s.ignore_eos,
+                min_tokens=s.min_tokens,
+                presence_penalty=s.presence_penalty,
+                frequency_penalty=s.frequency_penalty,
+                repetition_penalty=s.repetition_penalty,
+                logit_bias=s.logit_bias,
+                logprobs=s.logprobs,
+                structured_output=adjusted.structured_output if adjusted is not None else None,
+            )
+        except ValidationError as exc:
+            err = invalid_request(exc)
+            if err.param and err.param.split(".")[0] == "max_tokens":  # the worker's name for it
+                err = InvalidRequest(
+                    err.message.replace("max_tokens", spec.max_tokens_param), param=spec.max_tokens_param
+                )
+            raise err from exc
+        self._check_token_ids(sampling)
+        seeds = choice_seeds(
+            s.seed,
+            spec.n,
+            needs_seed=replay_needs_seed(sampling.temperature, sampling.resumable),
+            draw=secrets.randbits(63),
         )
         request_id = f"{prefix}-{uuid.uuid4().hex}"
-        job = Job(
-            request_id=request_id,
-            prompt_token_ids=tokens,
-            sampling=sampling,
-            tenant_salt=salt,
-            branch_id=branch.key,
-            prompt_hashes=hashes,
-            reference_blocks=not branch.finish_at_end,
+        jobs = [
+            Job(
+                request_id=request_id if spec.n == 1 else f"{request_id}-{i}",
+                prompt_token_ids=tokens,
+                sampling=sampling.model_copy(update={"seed": seed}),
+                tenant_salt=salt,
+                branch_id=branch.key,
+                prompt_hashes=hashes,
+                reference_blocks=not branch.finish_at_end,
+            )
+            for i, seed in enumerate(seeds)
+        ]
+        return Prepared(
+            request_id,
+            int(time.time()),
+            tenant,
+            branch,
+            jobs[0],
+            list(s.stop),
+            spec.include_usage,
+            jobs=jobs,
+            adjusted=adjusted if adjusted is not None and (adjusted.parses or adjusted.structured_output) else None,
+            logprobs=s.logprobs,
+            constraint_param=_constraint_param(spec, adjusted),
         )
-        return Prepared(request_id, int(time.time()), tenant, branch, job, req.stop_list(), req.include_usage)
 
-    def _tokens(self, req: ChatCompletionRequest | CompletionRequest) -> list[int]:
+    def _tokens(self, spec: TurnSpec) -> list[int]:
         """The prompt's token ids (template applied); refuses empty and too long prompts."""
-        limit = self.max_prompt_tokens
-        if isinstance(req, ChatCompletionRequest):
+        if spec.messages is not None:
             tokens = self.tokenizer.encode_chat(
-                [m.template_dict() for m in req.messages],
-                tools=req.tools,
-                tool_choice=req.tool_choice,
-                max_tokens=limit,
+                spec.messages, tools=spec.tools, template_kwargs=spec.template_kwargs, max_tokens=self.max_prompt_tokens
             )
         else:
-            tokens = self._completion_tokens(req.prompt)
+            tokens = self._completion_tokens(spec.prompt)
         if not tokens:
             raise InvalidRequest("the prompt is empty after tokenization", param="prompt")
         return tokens
 
-    def _tokens_and_array(self, req: ChatCompletionRequest | CompletionRequest) -> tuple[list[int], np.ndarray]:
+    def _tokens_and_array(self, spec: TurnSpec) -> tuple[list[int], np.ndarray]:
         """`_tokens` plus the ids as int64 (in the worker thread: the hashing slices take views of it)."""
-        tokens = self._tokens(req)
+        tokens = self._tokens(spec)
         return tokens, np.asarray(tokens, dtype=np.int64)
 
     async def _hash_in_slices(self, token_ids: np.ndarray, salt: str) -> list[str]:
@@ -264,12 +350,21 @@ class OpenAIService:
                 await asyncio.sleep(0)
         return hashes
 
-    def _completion_tokens(self, prompt: str | list[int] | list[str]) -> list[int]:
+    def _check_token_ids(self, sampling: SamplingOptions) -> None:
+        vocab = self.tokenizer.vocab_size
+        for param, ids in (("stop_token_ids", sampling.stop_token_ids), ("logit_bias", list(sampling.logit_bias))):
+            bad = [t for t in ids if t >= vocab]
+            if bad:
+                raise InvalidRequest(
+                    f"token id {bad[0]} in `{param}` is out of the vocabulary (size {vocab})", param=param
+                )
+
+    def _completion_tokens(self, prompt: str | list[int] | None) -> list[int]:
         limit = self.max_prompt_tokens
+        if prompt is None:
+            return []
         if isinstance(prompt, str):
             return self.tokenizer.encode_text(prompt, max_tokens=limit)
-        if prompt and isinstance(prompt[0], str):
-            return self.tokenizer.encode_text(str(prompt[0]), max_tokens=limit)
         ids = [int(t) for t in prompt]
         if any(t < 0 or t >= self.tokenizer.vocab_size for t in ids):
             raise InvalidRequest("prompt token id out of the vocabulary", param="prompt")
@@ -306,7 +401,7 @@ class OpenAIService:
                         p.tenant,
                         model=self.model_name,
                         prompt_tokens=len(p.job.prompt_token_ids),
-                        max_tokens=p.job.sampling.max_tokens,
+                        max_tokens=sum(job.sampling.max_tokens for job in p.jobs),
                     )
                 )
                 cap = None if p.branch.one_shot else p.tenant.max_active_branches
@@ -331,7 +426,10 @@ class OpenAIService:
                     await self.directory.finish_branch(p.branch.key)
 
     async def run(self, p: Prepared) -> AsyncIterator[str | Finished]:
-        """Text deltas, then one `Finished` (finish_reason "stop" when a stop string hit)."""
+        """Text deltas, then one `Finished` (finish_reason "stop" when a stop string hit).
+
+        The lean path of `plain` requests; the others run through
+        `gateway.serving.turn.choices`."""
         text = TextAssembler(self.tokenizer, p.stops)
         t0 = time.monotonic()
         count = cached = 0
@@ -362,6 +460,10 @@ class OpenAIService:
         )
         self._account(p, done)
         yield done
+
+    def account(self, p: Prepared, done: Finished) -> None:
+        """Record one finished job: planner sample, metrics, tenant usage."""
+        self._account(p, done)
 
     def _account(self, p: Prepared, done: Finished) -> None:
         arrival = time.time() - done.e2e_s

@@ -68,6 +68,7 @@ def tenant_context(grant: KeyGrant) -> TenantContext:
         priority=policy.priority,
         max_active_branches=policy.max_active_branches,
         kv_retention_blocks=policy.kv_retention_blocks,
+        allowed_models=policy.allowed_models,
     )
 
 

@@ -20,11 +20,20 @@ def test_render_lists_operations_with_params_and_bodies():
                     "responses": {"200": {}, "403": {}},
                 }
             },
-        }
+            "/v1/messages": {"post": {"security": [{"AnthropicKey": []}, {"TenantKey": []}], "responses": {}}},
+        },
+        "components": {
+            "securitySchemes": {
+                "TenantKey": {"type": "http", "scheme": "bearer", "description": "a key"},
+                "AnthropicKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            }
+        },
     }
     text = render_markdown(schema)
     assert "### `GET /v1/models`" in text and "List models" in text
     assert "Request body: `SplitPin`" in text and "Responses: `200`, `403`" in text
+    assert "Security: `AnthropicKey` or `TenantKey`" in text
+    assert "| `TenantKey` | HTTP bearer | a key |" in text and "API key in header `x-api-key`" in text
 
 
 def test_committed_api_doc_matches_the_schema():

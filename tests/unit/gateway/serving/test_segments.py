@@ -22,7 +22,7 @@ def _absorb(
     role: Role = Role.DECODE,
     at: float = 0.0,
 ) -> list[int]:
-    return p.absorb(tokens, cached_tokens=cached, finish=finish, role=role, elapsed_s=at)
+    return p.absorb(tokens, cached_tokens=cached, finish=finish, role=role, elapsed_s=at)[1]
 
 
 @pytest.mark.parametrize(
@@ -135,3 +135,46 @@ def test_failed_nodes_are_excluded_until_max_node_failures() -> None:
     assert exc.value.body()["error"]["code"] == "workers_failed"
     assert exc.value.message == "request r failed on 2 workers after 1 tokens; last error: boom"
     assert (p.excluded, p.failures, p.resumes) == ({"n1", "n2"}, 2, 2)
+
+
+# -- replay (a constrained or penalised request) ------------------------------------
+def _replay(max_tokens: int = 5) -> RequestProgress:
+    return RequestProgress("r", [1, 2, 3], max_tokens, max_node_failures=3, max_migrations=3, replay=True)
+
+
+def test_a_replayed_continuation_reruns_the_prompt_with_the_full_budget() -> None:
+    p = _replay()
+    assert p.next_call(Role.PREFILL) == ("r.1", 1)
+    p.started("a")
+    assert _absorb(p, [10], role=Role.PREFILL) == [10]
+    assert p.end_segment(SegmentOutcome.FINISHED, Role.PREFILL, reason=FinishReason.LENGTH) is Next.DECODE
+    # the decode node gets the original prompt and the whole budget, not prompt + [10]
+    assert p.context() == [1, 2, 3] and p.carried == 0 and p.next_call(Role.DECODE) == ("r.2", 5)
+    p.started("b")
+    # it regenerates 10 (dropped, already sent), then continues
+    assert p.absorb([10, 11], cached_tokens=0, finish=None, role=Role.DECODE, elapsed_s=1.0) == (1, [11])
+    assert p.absorb([12], cached_tokens=0, finish=None, role=Role.DECODE, elapsed_s=1.1) == (0, [12])
+    assert p.generated == [10, 11, 12]
+
+
+def test_a_replay_after_a_migration_skips_across_chunks() -> None:
+    p = _replay(max_tokens=6)
+    p.started("a")
+    _absorb(p, [10, 11, 12])
+    assert p.end_segment(SegmentOutcome.GAVE_UP, Role.DECODE, reason=FinishReason.MIGRATED) is Next.ROUTE_AGAIN
+    p.started("b")
+    assert p.absorb([10], cached_tokens=0, finish=None, role=Role.DECODE, elapsed_s=2.0) == (1, [])
+    assert p.absorb([11, 12, 13, 14], cached_tokens=0, finish=None, role=Role.DECODE, elapsed_s=2.1) == (2, [13, 14])
+    assert p.generated == [10, 11, 12, 13, 14] and p.remaining == 1
+
+
+def test_a_replay_that_diverges_is_an_error_not_different_output() -> None:
+    p = _replay()
+    p.started("a")
+    _absorb(p, [10, 11])
+    p.end_segment(SegmentOutcome.NODE_FAILED, Role.DECODE, node_id="a")
+    p.started("b")
+    with pytest.raises(UpstreamFailed) as err:
+        p.absorb([10, 99], cached_tokens=0, finish=None, role=Role.DECODE, elapsed_s=1.0)
+    assert err.value.code == "resume_mismatch"
+    assert p.generated == [10, 11]  # nothing of the diverging replay reached the client

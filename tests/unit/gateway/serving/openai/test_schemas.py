@@ -1,19 +1,24 @@
-"""OpenAI request validation, branch headers, tool-call parsing, text assembly."""
+"""OpenAI request validation (every field honoured or refused, OpenAI's bounds),
+branch headers, text assembly, the demo chat template."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from pydantic import ValidationError
 
 from gateway.errors import InvalidRequest
+from gateway.serving.openai.request_fields import field_path, model_check_param
+from gateway.serving.openai.routes import parse_model
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
-from gateway.serving.openai.service import TextAssembler, parse_branch_headers, parse_tool_calls
+from gateway.serving.openai.service import TextAssembler, conversation_branch_id, parse_branch_headers
 from gateway.serving.tokenize import StopStringFilter
 
 MSG = [{"role": "user", "content": "hi"}]
 
 
-def test_agent_sdk_request_parses_and_ignores_unknown_fields():
+def test_agent_sdk_request_parses_with_its_no_effect_fields():
     req = ChatCompletionRequest.model_validate(
         {
             "model": "m",
@@ -50,25 +55,118 @@ def test_agent_sdk_request_parses_and_ignores_unknown_fields():
     assert dicts[3]["tool_call_id"] == "c1"
 
 
+TOOL = {"type": "function", "function": {"name": "get", "parameters": {"type": "object"}}}
+
+
 @pytest.mark.parametrize(
     "bad",
     [
-        {"n": 2},
         {"n": 0},
+        {"n": 129},
         {"temperature": 3},
         {"top_p": 0},
         {"max_tokens": 0},
-        {"logprobs": True},
+        {"presence_penalty": 2.5},
+        {"frequency_penalty": -3},
+        {"repetition_penalty": 0},
+        {"top_k": -2},
+        {"min_p": 1.5},
+        {"min_tokens": -1},
+        {"stop_token_ids": [-1]},
+        {"logit_bias": {"a": 1}},
+        {"logit_bias": {"1": 101}},
+        {"logprobs": True, "top_logprobs": 21},
+        {"top_logprobs": 2},
+        {"tools": []},
+        {"tools": [{"type": "function", "function": {"name": "bad name"}}]},
+        {"tools": [{"type": "custom", "custom": {"name": "x"}}]},
+        {"tool_choice": "bogus", "tools": [TOOL]},
+        {"tool_choice": "required"},
+        {"tool_choice": {"type": "function", "function": {"name": "other"}}, "tools": [TOOL]},
+        {"response_format": {"type": "bogus"}},
+        {"response_format": {"type": "json_schema"}},
+        {"response_format": {"type": "json_object", "json_schema": {"name": "x"}}},
+        {"stream_options": {"include_usage": True}},
+        {"chat_template_kwargs": {"messages": []}},
         {"messages": []},
         {"messages": [{"role": "wizard", "content": "x"}]},
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
         {"stop": ["x"] * 17},
         {"seed": -1},
+        {"functions": [{"name": "f"}]},
+        {"no_such_field": 1},
     ],
 )
 def test_invalid_chat_requests_are_rejected(bad):
     with pytest.raises(ValidationError):
         ChatCompletionRequest.model_validate({"model": "m", "messages": MSG, **bad})
+
+
+def test_refused_fields_are_named_in_the_error():
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "functions": []}'
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, body)
+    assert err.value.param == "functions" and "tools" in err.value.message
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "zz": 1}')
+    assert err.value.param == "zz" and err.value.message == "Unrecognized request argument supplied: zz"
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, b'{"model": "m", "messages": [{"role": "user"}], "tool_choice": "x"}')
+    assert err.value.param == "tool_choice"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tools": [TOOL], "tool_choice": "bogus"}, "tool_choice"),  # union tags left out of the path
+        ({"tools": [TOOL], "tool_choice": {"type": "function"}}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),  # model-level checks name their field
+        ({"tools": []}, "tools"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+    ],
+)
+def test_errors_name_the_field_the_client_sent(body: dict, param: str) -> None:
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], **body}).encode()
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, raw)
+    assert err.value.param == param, err.value.message
+
+
+def test_field_path_and_model_check_param() -> None:
+    assert field_path(("tools", 0, "FunctionTool", "function", "name")) == "tools.0.function.name"
+    assert field_path(("tool_choice", "literal['none','auto']")) == "tool_choice"
+    assert field_path(("prompt", "list[int]", 0)) == "prompt.0"
+    assert model_check_param("`tool_choice` needs `tools`", {"tool_choice": 1}) == "tool_choice"
+    assert model_check_param("chat_template_kwargs may not set x", {"chat_template_kwargs": 1}) == (
+        "chat_template_kwargs"
+    )
+    assert model_check_param("the body is odd", {"model": 1}) is None
+
+
+def test_sampling_fields_are_kept_for_the_worker():
+    req = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": MSG,
+            "n": 3,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "logit_bias": {"7": -100, "9": 5.5},
+            "top_k": 4,
+            "min_p": 0.1,
+            "repetition_penalty": 1.2,
+            "stop_token_ids": [3],
+            "ignore_eos": True,
+            "min_tokens": 2,
+            "tools": [TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "get"}},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}},
+        }
+    )
+    assert req.logit_bias_ids() == {7: -100, 9: 5.5} and req.n == 3 and req.top_logprobs == 2
+    assert req.response_format is not None and req.response_format.json_schema is not None
+    assert req.response_format.json_schema.schema_ == {"type": "object"}
 
 
 def test_completion_request_variants():
@@ -87,6 +185,18 @@ def test_branch_headers():
     assert one.finish_at_end and one.key.startswith("t1/req-")
 
 
+def test_a_conversation_id_names_the_branch_when_no_header_does():
+    conv = parse_branch_headers(
+        "t1", branch_id=None, parent_id=None, session_id=None, finished=None, conversation="thread / 42"
+    )
+    assert conv.branch_id == conversation_branch_id("thread / 42") and conv.branch_id.startswith("conv-")
+    assert not conv.one_shot and not conv.finish_at_end  # lives until its idle TTL
+    header = parse_branch_headers(
+        "t1", branch_id="mine", parent_id=None, session_id=None, finished=None, conversation="thread / 42"
+    )
+    assert header.branch_id == "mine"
+
+
 @pytest.mark.parametrize("bad", ["a/b", "x" * 129, "a b", "a\r\nX-Evil: 1", "ü"])
 def test_branch_ids_are_validated(bad):
     with pytest.raises(InvalidRequest):
@@ -98,18 +208,10 @@ def test_branch_finished_flag_is_validated():
         parse_branch_headers("t", branch_id="b", parent_id=None, session_id=None, finished="maybe")
 
 
-def test_tool_calls_are_parsed_out_of_text():
-    text = 'ok <tool_call>{"name": "get", "arguments": {"city": "Paris"}}</tool_call>'
-    content, calls = parse_tool_calls(text)
-    assert content == "ok" and calls[0].function.name == "get"
-    assert calls[0].function.arguments == '{"city": "Paris"}'
-    assert parse_tool_calls("<tool_call>not json</tool_call>") == ("<tool_call>not json</tool_call>", [])
-
-
 def test_stop_filter_catches_stops_spanning_deltas():
     f = StopStringFilter(["END"])
     out = f.push("abcE") + f.push("N") + f.push("Dxyz")
-    assert out == "abc" and f.stopped and f.push("more") == ""
+    assert out == "abc" and f.stopped and f.push("more") == "" and f.matched == "END"
     g = StopStringFilter(["END"])
     assert g.push("abcdef") + g.flush() == "abcdef"
     assert StopStringFilter([]).push("x") == "x"
@@ -144,7 +246,10 @@ def test_chat_template_renders_tools_and_roles(tokenizer):
     ]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     text = tokenizer.render_chat(msgs, tools=tools)
-    assert text.startswith("<|begin_of_text|>") and "You can call these tools" in text
+    assert text.startswith("<|begin_of_text|>") and "<tools>" in text and '"name": "f"' in text
+    # the call as the hermes parser reads it back: arguments as an object
+    assert '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>' in text
+    assert "<tool_response>\nres\n</tool_response>" in text
     assert text.endswith("<|start_header|>assistant<|end_header|>\n")
     ids = tokenizer.encode_chat(msgs, tools=tools)
     assert ids[0] == tokenizer._hf.bos_token_id and ids.count(ids[0]) == 1

@@ -12,6 +12,7 @@ from gateway.control.registry import WorkerRegistry
 from gateway.directory import GatewayDirectory
 from gateway.errors import InvalidRequest
 from gateway.metrics import GatewayMetrics
+from gateway.serving.openai.convert import chat_spec, completion_spec
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.serving.openai.service import OpenAIService, parse_branch_headers
 from gateway.serving.orchestrator import Orchestrator
@@ -48,7 +49,8 @@ async def prepare(service: OpenAIService, req, branch_id: str | None = None, fin
     branch = parse_branch_headers(
         tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None, finished=finished
     )
-    return await service.prepare(req, tenant, branch, "chatcmpl")
+    spec = chat_spec(req) if isinstance(req, ChatCompletionRequest) else completion_spec(req)
+    return await service.prepare(spec, tenant, branch, "chatcmpl")
 
 
 BIG = "Agents call tools, read their results and continue the conversation. " * 1000  # 70k characters

@@ -1,0 +1,238 @@
+"""The OpenAI Responses API: POST /v1/responses, GET and DELETE /v1/responses/{id}.
+
+One request is one generation turn through the same path as chat
+completions (tokenize once, branch contract, tenant admission, the P/D
+orchestrator, vLLM's parser). What is particular to this API:
+
+- the conversation: `instructions` (never carried over), the input items,
+  and the stored turns of a `previous_response_id` chain (store.py);
+- the branch: `X-Branch-ID` when sent, else the client's conversation:
+  `prompt_cache_key`, the branch of the turn it continues, or the opening
+  of the conversation (its messages up to the first user message), so an
+  agent loop that resends its whole history stays on one branch;
+- the answer: a response object, or its event stream (events.py); a
+  stream is primed, so a request the model refuses is a 400, not a
+  `response.failed` inside a 200.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from redis.exceptions import RedisError
+
+from core import FinishReason
+from gateway.errors import GatewayError, InvalidRequest, NotFound
+from gateway.serving.openai.answers import _primed, collect
+from gateway.serving.openai.docs import BEARER, body_of
+from gateway.serving.openai.routes import EventStreamResponse, bearer, branch_from_headers, read_body
+from gateway.serving.openai.service import OpenAIService, Prepared
+from gateway.serving.orchestrator import Finished
+from gateway.serving.responses import convert
+from gateway.serving.responses.events import EventWriter, ResponseBuilder, response_logprobs
+from gateway.serving.responses.store import ResponseStore, StoredTurn, conversation
+from gateway.serving.turn.choices import run_choices
+
+log = logging.getLogger(__name__)
+_JSON = "application/json"
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return data
+
+
+def opening_key(messages: list[dict[str, Any]]) -> str:
+    """The conversation's opening (messages up to the first user message) as a key."""
+    end = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages) - 1)
+    return "opening:" + hashlib.sha256(convert.dumps(messages[: end + 1]).encode()).hexdigest()
+
+
+def _doc_model() -> Any:
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    return ResponsesRequest
+
+
+def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_bytes: int) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(
+        "/v1/responses",
+        openapi_extra=body_of(_doc_model(), exclude=convert.REFUSED),
+        tags=["openai"],
+    )
+    async def create_response(request: Request) -> Response:
+        """Create a model response (OpenAI Responses API): function tools, `text.format`,
+        `previous_response_id`, `store`; streamed as typed events or not."""
+        data = json_object(await read_body(request, max_body_bytes))
+        req = convert.parse_request(data)
+        tenant = await service.gate.authenticate(bearer(request))
+        service.check_model(req.model)
+        history: list[dict[str, Any]] = []
+        key: str | None = req.prompt_cache_key
+        if req.previous_response_id:
+            chain = await conversation(store, tenant.tenant_id, req.previous_response_id)
+            if chain is None:
+                raise NotFound(
+                    f"Previous response with id '{req.previous_response_id}' not found.",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
+            history = [m for turn in chain for m in turn.messages]
+            key = key or chain[-1].branch_id
+        spec, added = convert.turn_spec(req, history)
+        key = key or opening_key(spec.messages or [])
+        branch = branch_from_headers(request, tenant, conversation=key)
+        p = await service.prepare(spec, tenant, branch, "resp")
+        builder = ResponseBuilder(req, p.request_id, service.model_name, p.job.sampling)
+        turn = _Turn(store, req, p, added, key, builder)
+        stack = AsyncExitStack()
+        await stack.enter_async_context(service.admitted(p))
+        headers = {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
+        if not req.stream:
+            async with stack:
+                results = await collect(service, p)
+            service.metrics.observe_request(tenant.tenant_id, "responses", 200)
+            response = await turn.finish_full(results[0])
+            return Response(convert.dumps(response), media_type=_JSON, headers=headers)
+        events = run_choices(service, p, streaming=True)
+        try:
+            first, events = await _primed(events)
+        except BaseException:
+            await events.aclose()  # type: ignore[attr-defined]
+            await stack.aclose()
+            raise
+        body = turn.stream(service, first, events, stack)
+        return EventStreamResponse(body, headers=headers, on_close=stack.aclose)
+
+    @router.get("/v1/responses/{response_id}", openapi_extra=BEARER, tags=["openai"])
+    async def get_response(response_id: str, request: Request) -> Response:
+        """A stored response (within the retention, see docs/api.md)."""
+        tenant = await service.gate.authenticate(bearer(request))
+        turn = await store.get(tenant.tenant_id, response_id)
+        if turn is None:
+            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+        return Response(convert.dumps(turn.response), media_type=_JSON)
+
+    @router.delete("/v1/responses/{response_id}", openapi_extra=BEARER, tags=["openai"])
+    async def delete_response(response_id: str, request: Request) -> Response:
+        """Forget a stored response: it can no longer be continued."""
+        tenant = await service.gate.authenticate(bearer(request))
+        if not await store.delete(tenant.tenant_id, response_id):
+            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+        body = {"id": response_id, "object": "response.deleted", "deleted": True}
+        return Response(convert.dumps(body), media_type=_JSON)
+
+    return router
+
+
+class _Turn:
+    """One request's answer: its output, the stored turn, the stream."""
+
+    def __init__(
+        self,
+        store: ResponseStore,
+        req: Any,
+        p: Prepared,
+        added: list[dict[str, Any]],
+        key: str,
+        builder: ResponseBuilder,
+    ) -> None:
+        self._store, self._req, self._p, self._added, self._key, self._builder = store, req, p, added, key, builder
+
+    def _usage(self, done: Finished) -> dict[str, Any]:
+        return ResponseBuilder.usage(done.prompt_tokens, done.cached_tokens, done.completion_tokens)
+
+    @staticmethod
+    def _status(done: Finished) -> str:
+        return "incomplete" if done.finish_reason is FinishReason.LENGTH else "completed"
+
+    async def _save(self, output: list[Any], response: dict[str, Any]) -> None:
+        if self._req.store is False:
+            return
+        text, calls = convert.output_calls(output)
+        turn = StoredTurn(
+            response_id=self._p.request_id,
+            tenant_id=self._p.tenant.tenant_id,
+            previous_id=self._req.previous_response_id,
+            messages=[*self._added, convert.output_message(text, calls)],
+            branch_id=self._key,
+            response=response,
+            created=float(self._builder.created),
+        )
+        try:
+            await self._store.put(turn)
+        except (RedisError, OSError):  # the answer is still good; only its continuation is lost, and logged
+            log.exception("response %s could not be stored", self._p.request_id)
+
+    async def finish_full(self, result: Any) -> dict[str, Any]:
+        from vllm.entrypoints.openai.responses.utils import build_response_output_items
+
+        output = build_response_output_items(
+            result.reasoning,
+            result.content,
+            result.tool_calls,
+            logprobs=response_logprobs(result.logprobs) if self._p.logprobs is not None else None,
+            tools=self._req.tools,
+        )
+        response = self._builder.build(output, self._status(result.finished), self._usage(result.finished))
+        await self._save(output, response)
+        return response
+
+    async def stream(
+        self, service: OpenAIService, first: Any, events: AsyncIterator[Any], stack: AsyncExitStack
+    ) -> AsyncIterator[bytes]:
+        writer = EventWriter(self._req.tools)
+        status = 200
+        try:
+            initial = self._builder.build([], "in_progress")
+            yield writer.lifecycle("created", initial)
+            yield writer.lifecycle("in_progress", initial)
+            done: Finished | None = None
+            item = first
+            while item is not None:
+                out, ev = item
+                if isinstance(ev, Finished):
+                    done = ev
+                    frames = writer.delta(out.finish(ev))
+                else:
+                    frames = writer.delta(ev)
+                for frame in frames:
+                    yield frame
+                item = await anext(events, None)
+            for frame in writer.close():
+                yield frame
+            assert done is not None
+            state = self._status(done)
+            response = self._builder.build(writer.output_items, state, self._usage(done))
+            await self._save(writer.output_items, response)
+            yield writer.lifecycle(state, response)
+        except GatewayError as exc:
+            status = exc.status
+            log.warning("response stream %s failed: %s", self._p.request_id, exc.message)
+            failed = self._builder.build(writer.output_items, "failed")
+            failed["error"] = {"code": exc.code or exc.type, "message": exc.message}
+            yield writer.lifecycle("failed", failed)
+        except Exception as exc:  # reported to the client and logged, never swallowed
+            status = 500
+            log.exception("response stream %s crashed", self._p.request_id)
+            failed = self._builder.build(writer.output_items, "failed")
+            failed["error"] = {"code": "server_error", "message": f"internal error: {type(exc).__name__}"}
+            yield writer.lifecycle("failed", failed)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+            service.metrics.observe_request(self._p.tenant.tenant_id, "responses", status)
+            await stack.aclose()

@@ -1,0 +1,1 @@
+"""The generation turn every API shares: spec, vLLM parsing, choices."""
