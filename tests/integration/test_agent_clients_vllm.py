@@ -43,6 +43,10 @@ class Person(BaseModel):
     age: int = Field(ge=0, le=120)
 
 
+# Room for a name of ten escaped characters (a random model's \uXXXX runs take ~6 tokens each),
+# greedy: the streamed and the plain run must parse the same way every time.
+PERSON_SETTINGS_ARGS = {"max_tokens": 256, "temperature": 0.0}
+
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {
@@ -201,7 +205,8 @@ def agents_client(gateway):
 async def test_agents_sdk_output_type_on_the_default_model(agents_client):
     from agents import Agent, ModelSettings, Runner
 
-    agent = Agent(name="profiler", instructions=SYSTEM, output_type=Person, model_settings=ModelSettings(max_tokens=64))
+    settings = ModelSettings(**PERSON_SETTINGS_ARGS)
+    agent = Agent(name="profiler", instructions=SYSTEM, output_type=Person, model_settings=settings)
     result = await Runner.run(agent, "Who is it?")
     assert isinstance(result.final_output, Person)
 
@@ -235,7 +240,8 @@ async def test_agents_sdk_required_tool_call(agents_client):
 async def test_agents_sdk_streamed_run(agents_client):
     from agents import Agent, ModelSettings, Runner
 
-    agent = Agent(name="streamer", instructions=SYSTEM, output_type=Person, model_settings=ModelSettings(max_tokens=64))
+    settings = ModelSettings(**PERSON_SETTINGS_ARGS)
+    agent = Agent(name="streamer", instructions=SYSTEM, output_type=Person, model_settings=settings)
     run = Runner.run_streamed(agent, "Who is it?")
     kinds = {e.type async for e in run.stream_events()}
     assert "raw_response_event" in kinds and isinstance(run.final_output, Person)
