@@ -86,6 +86,10 @@ def coalesce(chunks: list[GenerateChunk]) -> list[GenerateChunk]:
                 "error": last.error,
                 "cached_tokens": max(c.cached_tokens for c in run),
                 "external_cached_tokens": max(c.external_cached_tokens for c in run),
+                # one entry per token, in order, when the request asked for them
+                "logprobs": (
+                    [lp for c in run for lp in c.logprobs or ()] if any(c.logprobs is not None for c in run) else None
+                ),
             }
             out.append(chunks[i].model_copy(update=merged))  # one copy per run, not a setattr per field and chunk
         i = j

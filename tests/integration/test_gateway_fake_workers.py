@@ -185,7 +185,7 @@ async def test_killed_worker_mid_stream(tokenizer):
     [
         (b"{not json", 400, None),
         (b'{"model": "demo"}', 400, None),
-        (b'{"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2}', 400, None),
+        (b'{"model": "demo", "messages": [{"role": "user", "content": "x"}], "presence_penalty": 5}', 400, None),
         (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found"),
         (
             b'{"model": "demo", "messages": [{"role": "user", "content": "' + b"x" * 70000 + b'"}]}',

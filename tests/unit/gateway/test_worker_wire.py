@@ -77,6 +77,22 @@ def test_token_chunks_of_one_read_merge_until_the_final_one() -> None:
     )
 
 
+def test_merged_chunks_keep_one_logprob_entry_per_token_in_order() -> None:
+    def lp(token: int) -> dict:
+        return {"token_id": token, "logprob": -token / 10, "top": [[token, -token / 10]]}
+
+    lines = [
+        line(token_ids=[1], logprobs=[lp(1)]),
+        line(token_ids=[2, 3], logprobs=[lp(2), lp(3)]),
+        line(token_ids=[4], finish_reason="length", logprobs=[lp(4)]),
+    ]
+    (chunk,) = decode_chunks(lines)
+    assert chunk.logprobs is not None
+    assert [(e.token_id, e.logprob) for e in chunk.logprobs] == [(1, -0.1), (2, -0.2), (3, -0.3), (4, -0.4)]
+    (plain,) = decode_chunks([line(token_ids=[1]), line(token_ids=[2])])
+    assert plain.logprobs is None
+
+
 def test_chunks_carrying_blocks_or_errors_or_another_request_stay_apart() -> None:
     saved = [BlockLocation(block_hash="cd" * 16, node_id="w0", slot=1)]
     chunks = [
