@@ -31,9 +31,18 @@ class Cluster:
     def url(self, node: str) -> str:
         return self.workers[node].url
 
+    def term(self, node: str) -> int:
+        """The newest leadership term the worker has seen. The cluster is shared by the
+        session: once a test's gateway led it, an order without this term is refused
+        as stale (workers.fence), so tests that steer a worker directly send it."""
+        r = httpx.post(self.url(node) + "/internal/fence", json={"term": 0}, timeout=10)
+        r.raise_for_status()
+        return int(r.json()["term"])
+
     def phases(self, **wanted: str) -> None:
         for node, phase in wanted.items():
-            r = httpx.post(self.url(node) + "/internal/phase", json={"phase": phase, "deadline_s": 30}, timeout=60)
+            body = {"phase": phase, "deadline_s": 30, "term": self.term(node)}
+            r = httpx.post(self.url(node) + "/internal/phase", json=body, timeout=60)
             r.raise_for_status()
 
     def generate(self, node: str, body: dict, timeout: float = 120) -> dict:

@@ -21,3 +21,11 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tokenizer(tokenizer_dir: pathlib.Path) -> PromptTokenizer:
     return PromptTokenizer.from_dir(str(tokenizer_dir))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `testbed` run first. They read through NIXL in this process from
+    inside the testbed's network namespaces; UCX, once another test has set it up in
+    this process, fails there ("no route" to the namespace's own address: failed to
+    create ep), so they must be the first to set it up."""
+    items.sort(key=lambda item: item.get_closest_marker("testbed") is None)

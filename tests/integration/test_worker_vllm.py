@@ -67,7 +67,8 @@ def test_engine_process_runs_on_its_bound_core_and_the_worker_does_not(vllm_clus
 def test_switch_keeps_process_and_serves_new_phase(vllm_cluster):
     vllm_cluster.phases(wA="prefill")
     pid_before = vllm_cluster.workers["wA"].proc.pid
-    r = httpx.post(vllm_cluster.url("wA") + "/internal/phase", json={"phase": "decode"}, timeout=60).json()
+    order = {"phase": "decode", "term": vllm_cluster.term("wA")}
+    r = httpx.post(vllm_cluster.url("wA") + "/internal/phase", json=order, timeout=60).json()
     assert r["from_phase"] == "prefill" and r["to_phase"] == "decode"
     assert r["total_s"] < 5
     assert vllm_cluster.workers["wA"].proc.pid == pid_before and vllm_cluster.workers["wA"].proc.poll() is None
@@ -108,7 +109,7 @@ def test_requests_during_switch_all_complete(vllm_cluster):
         futures = [pool.submit(run, i) for i in range(8)]
         switch = httpx.post(
             vllm_cluster.url("wB") + "/internal/phase",
-            json={"phase": "prefill", "deadline_s": 60, "migrate": False},
+            json={"phase": "prefill", "deadline_s": 60, "migrate": False, "term": vllm_cluster.term("wB")},
             timeout=120,
         )
         results = [f.result(timeout=300) for f in futures]
