@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 import socket
 import tempfile
 
@@ -52,9 +53,19 @@ class Cluster:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (32768+ here). A vLLM worker binds
+    its port a minute after it is chosen; an ephemeral port may meanwhile be taken as the
+    local end of some outgoing connection ("address already in use" seen in CI)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 @pytest.fixture(scope="session")
