@@ -80,7 +80,11 @@ class Cluster:
         argv += ["--phase", phase, "--node-id", node_id, "--run-dir", str(self.run_dir / node_id), *args]
         if cpu is not None:
             argv += ["--threads-bind", cpu]
-        env = self._env({**self.ucx_env, "UCX_LOG_LEVEL": "info", "UCX_PROTO_INFO": "y"})
+        # UCX writes its own log file per process (%p: pid): the engine core,
+        # where the pool's NIXL agent lives, is a child whose output may not
+        # reach the worker's log.
+        ucx_log = str(self.log_dir / f"{node_id}-ucx.%p.log")
+        env = self._env({**self.ucx_env, "UCX_LOG_LEVEL": "info", "UCX_PROTO_INFO": "y", "UCX_LOG_FILE": ucx_log})
         p = Proc(node_id, host, argv, env, self.log_dir / f"{node_id}.log", f"http://{addr}:{port}")
         self.procs[node_id] = p
         return p
@@ -142,7 +146,13 @@ class Cluster:
     def ucx_transport(self, node_id: str) -> UcxTransport | None:
         """What UCX reported it used for the node's first endpoint to a peer."""
         p = self.procs[node_id]
-        return parse_ucx_transport(p.log.read_text(errors="replace")) if p.log.exists() else None
+        logs = [*sorted(self.log_dir.glob(f"{node_id}-ucx.*.log")), p.log]
+        for log in logs:
+            if log.exists():
+                found = parse_ucx_transport(log.read_text(errors="replace"))
+                if found is not None:
+                    return found
+        return None
 
 
 def _answers(url: str) -> bool:
