@@ -15,6 +15,7 @@ no outage window, see `--db`).
    - the busiest decode worker is SIGKILLed and later restarted,
    - the database refuses connections for `--db-outage` seconds
      (`ALTER DATABASE ... ALLOW_CONNECTIONS false` + terminating backends).
+   Each fault is its own module: `_chaos_switch`, `_chaos_kill`, `_chaos_db`.
 3. Every stream is checked: finished with a finish_reason and a usage chunk
    (completed), or raised an OpenAI-shaped error (failed); anything else is
    `lost` (silent truncation, hang). Completed text is compared with the
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import difflib
 import json
 import os
@@ -40,18 +40,19 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from bench._chaos_db import database, db_outage
+from bench._chaos_kill import killer
+from bench._chaos_log import ChaosLog
+from bench._chaos_switch import switcher
 from testing.stacks import control_plane_app
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 
 
 @dataclass(frozen=True)
@@ -248,128 +249,6 @@ class GatewayThread:
         if self._server is not None:
             self._server.should_exit = True
         self._thread.join(20)
-
-
-# -- the database and its outage ---------------------------------------------------
-def _pg(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
-
-
-def pg_available() -> bool:
-    try:
-        _pg("SELECT 1")
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not available"
-        return False
-
-
-@contextlib.contextmanager
-def database(kind: str, workdir: pathlib.Path) -> Iterator[tuple[str, str | None]]:
-    """(url, pg database name or None); a PostgreSQL database is dropped afterwards."""
-    if kind == "sqlite" or (kind == "auto" and not pg_available()):
-        yield f"sqlite:///{workdir / 'chaos.db'}", None
-        return
-    name = f"ei_chaos_{uuid.uuid4().hex[:10]}"
-    _pg(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", name
-    finally:
-        with contextlib.suppress(Exception):
-            _pg(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-            _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def cut_database(name: str) -> None:
-    _pg(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-    _pg(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
-
-
-def restore_database(name: str) -> None:
-    _pg(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-
-
-# -- chaos ------------------------------------------------------------------------
-@dataclass
-class ChaosLog:
-    switches: int = 0
-    switches_failed: int = 0
-    switches_refused: int = 0
-    worker_kills: int = 0
-    worker_restarts: int = 0
-    killed_node: str | None = None
-    restart_s: float = 0.0
-    db_outage_s: float = 0.0
-    events: list[str] = field(default_factory=list)
-
-
-async def switcher(admin: httpx.AsyncClient, cfg: ChaosConfig, log: ChaosLog, stop: asyncio.Event) -> None:
-    turn = 0
-    while not stop.is_set():
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), cfg.switch_every_s)
-        if stop.is_set():
-            return
-        try:
-            nodes = [n for n in (await admin.get("/admin/cluster")).json()["nodes"] if n["healthy"]]
-        except (httpx.HTTPError, KeyError, ValueError):
-            log.switches_refused += 1
-            continue
-        decode = [n for n in nodes if n["phase"] == "decode"]
-        candidates = [n for n in nodes if n["phase"] == "prefill" or len(decode) > 1]
-        if not candidates:
-            continue
-        node = candidates[turn % len(candidates)]
-        turn += 1
-        to = "decode" if node["phase"] == "prefill" else "prefill"
-        try:
-            r = await admin.post(
-                "/admin/switch", json={"node_id": node["node_id"], "to_phase": to, "reason": "chaos"}, timeout=180
-            )
-        except httpx.HTTPError as exc:
-            log.switches_failed += 1
-            log.events.append(f"switch {node['node_id']}: {exc!r}")
-            continue
-        outcome = r.json().get("outcome") if r.status_code == 200 else None
-        if outcome == "ok":
-            log.switches += 1
-        elif r.status_code == 409:
-            log.switches_refused += 1
-        else:
-            log.switches_failed += 1
-            log.events.append(f"switch {node['node_id']} -> {to}: HTTP {r.status_code} {r.text[:200]}")
-
-
-async def killer(admin: httpx.AsyncClient, workers: dict[str, Any], cfg: ChaosConfig, log: ChaosLog) -> None:
-    await asyncio.sleep(cfg.kill_after_s)
-    nodes = (await admin.get("/admin/cluster")).json()["nodes"]
-    decode = sorted((n for n in nodes if n["healthy"] and n["phase"] == "decode"), key=lambda n: -n["running"])
-    victim = (decode or nodes)[0]["node_id"]
-    workers[victim].kill()
-    log.worker_kills += 1
-    log.killed_node = victim
-    log.events.append(f"killed {victim} at {cfg.kill_after_s:.0f}s")
-    await asyncio.sleep(cfg.restart_after_s)
-    t0 = time.monotonic()
-    await asyncio.to_thread(lambda: workers[victim].start().wait_ready(600))
-    log.restart_s = time.monotonic() - t0
-    log.worker_restarts += 1
-    log.events.append(f"restarted {victim} in {log.restart_s:.0f}s")
-
-
-async def db_outage(pg_name: str | None, cfg: ChaosConfig, log: ChaosLog) -> None:
-    if pg_name is None or cfg.db_outage_s <= 0:
-        return
-    await asyncio.sleep(cfg.db_outage_at_s)
-    t0 = time.monotonic()
-    await asyncio.to_thread(cut_database, pg_name)
-    try:
-        await asyncio.sleep(cfg.db_outage_s)
-    finally:
-        await asyncio.to_thread(restore_database, pg_name)
-        log.db_outage_s = round(time.monotonic() - t0, 1)
 
 
 # -- the run ------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from bench._console_pages import PAGES, browser_available, check_pages
+from testing.leftovers import left_after_stop
 from testing.stacks import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -64,22 +65,6 @@ def free_ports() -> tuple[int, int, int]:
     while console in taken | {gateway}:
         console = free_port()
     return gateway, worker, console
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def processes_naming(text: str) -> list[int]:
-    out = []
-    for d in pathlib.Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    out.append(int(d.name))
-    return out
 
 
 def admin_token(log_text: str) -> str | None:
@@ -200,8 +185,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             up.wait()
         report["stop_s"] = round(time.monotonic() - stop_t0, 1)
         time.sleep(1.0)
-        report["listeners_after_stop"] = sum(1 for p in ports if listening(p))
-        report["processes_after_stop"] = len(processes_naming(str(data)))
+        left = left_after_stop(ports, data)
+        report["listeners_after_stop"] = len(left.listeners)
+        report["processes_after_stop"] = len(left.processes)
         text = log.read_text(errors="replace")
         report["load_phases"] = load_phase_lines(text)
     return report

@@ -77,18 +77,14 @@ def _workers(tb: Testbed, args: argparse.Namespace, log_dir: pathlib.Path) -> di
     """Part 2: real vLLM workers in w1 and w2; the client in gw."""
     from bench import disagg_bench
     from bench._kvbench import use_cluster_token
-    from bench.xhost_faults import FaultHooks, FaultSuite
     from cli.testbed.cluster import Cluster
+    from testing.cross_host import fault_suite, start_pair
 
     cluster = Cluster(
         tb, args.model, secrets.token_urlsafe(16), log_dir, pathlib.Path(tempfile.mkdtemp(prefix="ei-tb-run-"))
     )
-    wargs = ["--kv-pull-timeout-s", str(args.pull_timeout_s)]
-    a = cluster.add_worker("w1", "dgA", "prefill", cpu="0", args=wargs)
-    b = cluster.add_worker("w2", "dgB", "decode", cpu="1", args=wargs)
     t0 = time.monotonic()
-    for p in (a, b):
-        cluster.start(p)
+    a, b = start_pair(cluster, "dgA", "dgB", read_deadline_s=args.pull_timeout_s)
     cluster.wait_ready([a, b])
     out: dict[str, Any] = {"workers_start_s": round(time.monotonic() - t0, 1)}
     use_cluster_token(cluster.token)  # the workers bind beyond loopback
@@ -106,18 +102,7 @@ def _workers(tb: Testbed, args: argparse.Namespace, log_dir: pathlib.Path) -> di
     out["disagg_identical"] = bool(disagg["identical_tokens"] and disagg["decode_computed_fraction"] <= 0.10)
     out["migration_identical"] = bool(disagg["migration_identical_tokens"])
 
-    def restart_a() -> None:
-        cluster.start(a)
-        cluster.wait_ready([a])
-
-    hooks = FaultHooks(
-        cut=lambda up: tb.set_link("w1", up),
-        limit=lambda rate: tb.limit_rate("w1", rate),
-        a_tx_bytes=lambda: tb.link_bytes("w1")["tx_bytes"],
-        kill_a=lambda: cluster.kill(a),
-        restart_a=restart_a,
-    )
-    suite = FaultSuite(a.url, b.url, "dgA", hooks)
+    suite = fault_suite(cluster, a, b)
     details = tb.call_in("gw", suite.run)
     out["faults"] = suite.summary(details)
     out["fault_details"] = details

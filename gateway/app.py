@@ -173,7 +173,9 @@ def create_app(
         )
     if response_store is None:
         response_store = (
-            RedisResponseStore.from_url(settings.directory_url, ttl_s=settings.responses_ttl_s)
+            RedisResponseStore.from_url(
+                settings.directory_url, ttl_s=settings.responses_ttl_s, prefix=settings.redis_base + ":responses"
+            )
             if settings.directory_url
             else MemoryResponseStore(ttl_s=settings.responses_ttl_s, max_entries=settings.responses_max)
         )

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 
 import anthropic
 import httpx
 import openai
 import pytest
+import redis
 
 from core import Phase, Role
 from gateway.app import create_app
@@ -26,6 +28,7 @@ from gateway.serving.tokenize import PromptTokenizer
 from gateway.settings import GatewaySettings
 from testing.fake_worker import FakeWorker
 from testing.fake_worker_app import create_fake_worker_app
+from testing.replica_cluster import clear_redis_prefix, redis_available
 from testing.stacks import control_plane_stack, serve
 
 MSG = [{"role": "user", "content": "Agents call tools, read their results and continue the conversation."}]
@@ -259,6 +262,32 @@ async def test_responses_chain_store_and_branch(tokenizer):
         with pytest.raises(openai.NotFoundError) as err:  # the chain lost its first link
             await s.client.responses.create(model="demo", input="z", previous_response_id=second.id)
         assert err.value.body["code"] == "previous_response_not_found"
+
+
+@pytest.mark.redis
+async def test_stored_responses_stay_in_their_redis_prefix(tokenizer):
+    """Two clusters on one Redis (different EVOLVING_REDIS_PREFIX): neither sees the other's stored turns."""
+    url = "redis://127.0.0.1:6379/0"
+    if not redis_available(url):
+        pytest.skip("no Redis server on 127.0.0.1:6379")
+    prefixes = [f"ei-test-{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    try:
+        async with (
+            stack(tokenizer, [Phase.DECODE], directory_url=url, redis_prefix=prefixes[0]) as a,
+            stack(tokenizer, [Phase.DECODE], directory_url=url, redis_prefix=prefixes[1]) as b,
+        ):
+            first = await a.client.responses.create(model="demo", input="first turn", max_output_tokens=4)
+            assert (await a.http.get(f"/v1/responses/{first.id}")).status_code == 200
+            assert (await b.http.get(f"/v1/responses/{first.id}")).status_code == 404
+            with pytest.raises(openai.NotFoundError) as err:
+                await b.client.responses.create(model="demo", input="more", previous_response_id=first.id)
+            assert err.value.body["code"] == "previous_response_not_found"
+            with redis.Redis.from_url(url, decode_responses=True) as r:
+                stored = [list(r.scan_iter(match="{" + p + "}:responses:*")) for p in prefixes]
+            assert [k.endswith(":" + first.id) for k in stored[0]] == [True] and stored[1] == [], stored
+    finally:
+        for p in prefixes:
+            clear_redis_prefix(url, "{" + p + "}")
 
 
 async def test_a_resent_history_stays_on_one_branch(tokenizer):

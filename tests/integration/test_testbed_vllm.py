@@ -16,9 +16,9 @@ import pytest
 
 from bench import disagg_bench
 from bench._kvbench import use_cluster_token
-from bench.xhost_faults import FaultHooks, FaultSuite
 from cli.testbed.cluster import Cluster
 from cli.testbed.netns import Testbed
+from testing.cross_host import fault_suite, start_pair
 
 pytest.importorskip("nixl._api")
 pytestmark = [pytest.mark.testbed, pytest.mark.vllm, pytest.mark.nixl, pytest.mark.timeout(1500)]
@@ -30,11 +30,7 @@ DEADLINE_S = 2.0
 def cross_host(netns_testbed: Testbed, demo_model: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     root = tmp_path_factory.mktemp("cross-host")
     cluster = Cluster(netns_testbed, demo_model, secrets.token_urlsafe(16), root / "logs", root / "run")
-    args = ["--kv-pull-timeout-s", str(DEADLINE_S)]
-    a = cluster.add_worker("w1", "xA", "prefill", cpu="0", args=args)
-    b = cluster.add_worker("w2", "xB", "decode", cpu="1", args=args)
-    for p in (a, b):
-        cluster.start(p)
+    a, b = start_pair(cluster, "xA", "xB", read_deadline_s=DEADLINE_S)
     use_cluster_token(cluster.token)
     try:
         cluster.wait_ready([a, b])
@@ -69,19 +65,7 @@ def test_disaggregation_and_migration_across_hosts_are_token_identical(cross_hos
 def test_network_faults_during_pulls_are_survived(cross_host) -> None:
     cluster, a, b = cross_host
     tb = cluster.tb
-
-    def restart_a() -> None:
-        cluster.start(a)
-        cluster.wait_ready([a])
-
-    hooks = FaultHooks(
-        cut=lambda up: tb.set_link("w1", up),
-        limit=lambda rate: tb.limit_rate("w1", rate),
-        a_tx_bytes=lambda: tb.link_bytes("w1")["tx_bytes"],
-        kill_a=lambda: cluster.kill(a),
-        restart_a=restart_a,
-    )
-    suite = FaultSuite(a.url, b.url, "xA", hooks)
+    suite = fault_suite(cluster, a, b)
     try:
         details = tb.call_in("gw", suite.run)
     finally:

@@ -11,9 +11,10 @@ or last read (walking a chain refreshes every link); in memory at most
 `max_entries` turns per gateway replica are kept, least recently used
 dropped first. A continuation whose chain lost a link answers 404
 `previous_response_not_found`, as OpenAI does for an unknown id. With
-several gateway replicas the store is Redis (`EVOLVING_DIRECTORY_URL`),
-bounded by the TTL alone. Turns are scoped by tenant: another tenant's id
-is not found. `store: false` requests are never stored.
+several gateway replicas the store is Redis (`EVOLVING_DIRECTORY_URL`,
+keys in the cluster's `EVOLVING_REDIS_PREFIX`), bounded by the TTL alone.
+Turns are scoped by tenant: another tenant's id is not found. `store:
+false` requests are never stored.
 """
 
 from __future__ import annotations
@@ -103,17 +104,21 @@ class MemoryResponseStore:
 class RedisResponseStore:
     """The store on Redis (`redis.asyncio`), one JSON value per turn with an expiry.
 
-    A Redis error propagates: the caller answers 503 for a continuation it
-    cannot read, and serves (unstored) a turn it cannot write.
+    Keys are `<prefix>:<tenant>:<response id>`; the gateway passes its
+    cluster namespace (`settings.redis_base + ":responses"`, as every other
+    Redis key takes `EVOLVING_REDIS_PREFIX`), so two clusters sharing one
+    Redis never read each other's turns. A Redis error propagates: the
+    caller answers 503 for a continuation it cannot read, and serves
+    (unstored) a turn it cannot write.
     """
 
-    def __init__(self, client: Any, *, ttl_s: float, prefix: str = "evolving:responses") -> None:
+    def __init__(self, client: Any, *, ttl_s: float, prefix: str) -> None:
         self._r = client
         self.ttl_s = ttl_s
         self._prefix = prefix
 
     @classmethod
-    def from_url(cls, url: str, *, ttl_s: float, prefix: str = "evolving:responses") -> RedisResponseStore:
+    def from_url(cls, url: str, *, ttl_s: float, prefix: str) -> RedisResponseStore:
         import redis.asyncio
 
         return cls(redis.asyncio.Redis.from_url(url, decode_responses=True), ttl_s=ttl_s, prefix=prefix)
