@@ -106,6 +106,7 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
         port=port,
         data_dir=data_dir,
         heartbeat_interval_s=1.0,
+        tokenize_process="warm",  # as the chart deploys it: the big-prompt tokenizer's process started with the app
         **({"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}),
     )
     cp = ControlPlane.build(settings)

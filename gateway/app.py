@@ -66,6 +66,7 @@ from gateway.serving.responses.routes import responses_router
 from gateway.serving.responses.store import MemoryResponseStore, RedisResponseStore, ResponseStore
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.tokenize import PromptTokenizer
+from gateway.serving.tokenize_process import ProcessTokenizer
 from gateway.serving.turn.parsing import OutputParsing
 from gateway.settings import GatewaySettings
 from gateway.worker_client import WorkerAPI
@@ -116,10 +117,13 @@ def create_app(
     on_startup: Sequence[StartupHook] = (),
     on_shutdown: Sequence[ShutdownHook] = (),
 ) -> FastAPI:
+    process_tokenizer = None
     if tokenizer is None:
         if not settings.model_dir:
             raise ValueError("settings.model_dir (or a tokenizer) is required")
         tokenizer = PromptTokenizer.from_dir(settings.model_dir)
+        if settings.tokenize_process != "off":  # the same tokenizer, loaded in its own process
+            process_tokenizer = ProcessTokenizer(settings.model_dir)
     client = worker_client or RawWorkerClient(
         cluster_token=settings.cluster_token,
         connect_timeout_s=settings.connect_timeout_s,
@@ -192,11 +196,15 @@ def create_app(
         parsing=output_parsing,
         context_limit=registry.context_limit,
         model_aliases=dict.fromkeys(settings.model_aliases, settings.served_model),
+        process_tokenizer=process_tokenizer,
+        process_chars=settings.tokenize_process_chars,
     )
     runtime = GatewayRuntime(settings, client, directory, registry, orchestrator, switcher, cluster, metrics, service)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if process_tokenizer is not None and settings.tokenize_process == "warm":
+            process_tokenizer.warm()
         await asyncio.gather(*(registry.add(url) for url in settings.worker_urls))
         for hook in on_startup:
             await hook(runtime)
@@ -218,6 +226,7 @@ def create_app(
                 if isinstance(response_store, RedisResponseStore):
                     await response_store.aclose()
                 await client.aclose()
+                service.close()
 
     app = GatewayApp(title="evolving-infra gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime

@@ -87,6 +87,12 @@ class GatewaySettings:
     admin_max_body_bytes: int = 1024 * 1024
     # None: the model's context length (config.json), when the tokenizer folder has one.
     max_prompt_tokens: int | None = None
+    # Prompts of `tokenize_process_chars` characters or more are tokenized in
+    # a process of its own (gateway/serving/tokenize_process.py): "lazy"
+    # starts it at the first such prompt, "warm" with the app, "off" keeps
+    # them in a thread, where they stall the loop through the GIL.
+    tokenize_process: str = "lazy"
+    tokenize_process_chars: int = 256 * 1024
     block_size: int = 32  # must equal the workers' --block-size (their default is 32)
     branch_ttl_s: float = 1800.0
     heartbeat_interval_s: float = 0.5
@@ -140,6 +146,10 @@ class GatewaySettings:
             raise ValueError("max_body_bytes and admin_max_body_bytes must be >= 1024")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError("max_prompt_tokens must be >= 1")
+        if self.tokenize_process not in ("lazy", "warm", "off"):
+            raise ValueError(f"tokenize_process must be lazy, warm or off, not {self.tokenize_process!r}")
+        if self.tokenize_process_chars < 1:
+            raise ValueError("tokenize_process_chars must be >= 1")
         if self.block_size < 1:
             raise ValueError("block_size must be >= 1")
         if self.heartbeat_interval_s <= 0 or self.heartbeat_failures < 1:
@@ -220,6 +230,8 @@ class GatewaySettings:
             "MAX_BODY_BYTES": ("max_body_bytes", int),
             "ADMIN_MAX_BODY_BYTES": ("admin_max_body_bytes", int),
             "MAX_PROMPT_TOKENS": ("max_prompt_tokens", int),
+            "TOKENIZE_PROCESS": ("tokenize_process", str),
+            "TOKENIZE_PROCESS_CHARS": ("tokenize_process_chars", int),
             "BLOCK_SIZE": ("block_size", int),
             "BRANCH_TTL_S": ("branch_ttl_s", float),
             "HEARTBEAT_S": ("heartbeat_interval_s", float),

@@ -9,7 +9,10 @@ No request may stall the others: a prompt of `offload_chars` characters or
 more is rendered and tokenized in a worker thread (the Rust tokenizer
 releases the GIL), and its block hashes are computed on the loop in slices
 of `_HASH_SLICE_BLOCKS` blocks with a yield between them. Small prompts
-stay inline: the thread hop costs more than their tokenization.
+stay inline: the thread hop costs more than their tokenization. A prompt of
+`process_chars` or more goes to the tokenizer's own process when the app
+gave one (`tokenize_process`): in a thread, the GIL the tokenizer takes back
+in bursts stalled the loop for 100+ ms on a 3.5 MB prompt.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.serving.tenancy import TenantContext, TenantGate
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
+from gateway.serving.tokenize_process import ProcessTokenizer, ProcessUnavailable
 from gateway.serving.turn.parsing import Adjusted, OutputParsing, invalid_request
 from gateway.serving.turn.spec import TurnSpec, choice_seeds, replay_needs_seed, resolve_max_tokens
 from gateway.store.records import UsageRecord
@@ -209,6 +213,8 @@ class OpenAIService:
         max_prompt_tokens: int | None = None,
         offload_chars: int = 16 * 1024,
         tokenize_threads: int = 2,
+        process_tokenizer: ProcessTokenizer | None = None,
+        process_chars: int = 256 * 1024,
         parsing: OutputParsing | None = None,
         context_limit: Callable[[], int | None] = lambda: None,
         model_aliases: dict[str, str] | None = None,
@@ -227,6 +233,9 @@ class OpenAIService:
         self.max_prompt_tokens = max_prompt_tokens
         self.offload_chars = offload_chars
         self._tokenize_pool = ThreadPoolExecutor(max_workers=tokenize_threads, thread_name_prefix="tokenize")
+        # Prompts of `process_chars` or more go to a process of their own (tokenize_process).
+        self.process_tokenizer = process_tokenizer
+        self.process_chars = process_chars
         self.parsing = parsing or OutputParsing(None, tokenizer, tool_parser=None)
         self.context_limit = context_limit  # the workers' context length (None: not known yet)
         self.model_aliases = dict(model_aliases or {})
@@ -247,13 +256,17 @@ class OpenAIService:
     async def prepare(self, spec: TurnSpec, tenant: TenantContext, branch: BranchContext, prefix: str) -> Prepared:
         """Tokenize once, fix the output budget and constraint, make one job per choice."""
         salt = cache_salt(tenant.cache_salt, self.model_name)
-        if _prompt_chars(spec) < self.offload_chars:
+        chars = _prompt_chars(spec)
+        if chars < self.offload_chars:
             tokens = self._tokens(spec)
             hashes = self.directory.block_hashes(tokens, salt)
+        elif chars >= self.process_chars and self.process_tokenizer is not None:
+            try:
+                tokens, hashes = await self._tokens_in_process(self.process_tokenizer, spec, salt)
+            except ProcessUnavailable:
+                tokens, hashes = await self._tokens_in_thread(spec, salt)
         else:
-            loop = asyncio.get_running_loop()
-            tokens, array = await loop.run_in_executor(self._tokenize_pool, self._tokens_and_array, spec)
-            hashes = await self._hash_in_slices(array, salt)
+            tokens, hashes = await self._tokens_in_thread(spec, salt)
         max_tokens = resolve_max_tokens(
             len(tokens),
             spec.max_tokens,
@@ -335,18 +348,58 @@ class OpenAIService:
             raise InvalidRequest("the prompt is empty after tokenization", param="prompt")
         return tokens
 
-    def _tokens_and_array(self, spec: TurnSpec) -> tuple[list[int], np.ndarray]:
-        """`_tokens` plus the ids as int64 (in the worker thread: the hashing slices take views of it)."""
-        tokens = self._tokens(spec)
-        return tokens, np.asarray(tokens, dtype=np.int64)
+    async def _tokens_in_thread(self, spec: TurnSpec, salt: str) -> tuple[list[int], list[str]]:
+        tokens = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, self._tokens, spec)
+        return tokens, await self._hash_in_slices(tokens, salt)
 
-    async def _hash_in_slices(self, token_ids: np.ndarray, salt: str) -> list[str]:
-        """`directory.block_hashes(token_ids, salt)`, yielding to the loop between slices."""
+    async def _tokens_in_process(
+        self, proc: ProcessTokenizer, spec: TurnSpec, salt: str
+    ) -> tuple[list[int], list[str]]:
+        """`_tokens` in the tokenizer's process; the ids become the job's list
+        and its block hashes here, in slices, yielding to the loop between them."""
+        if spec.messages is None and not isinstance(spec.prompt, str):
+            tokens = self._tokens(spec)  # token ids already: nothing to tokenize
+            return tokens, await self._hash_in_slices(tokens, salt)
+        ids = await proc.encode(
+            messages=spec.messages,
+            tools=spec.tools,
+            template_kwargs=spec.template_kwargs,
+            text=spec.prompt if spec.messages is None else None,
+            max_tokens=self.max_prompt_tokens,
+        )
+        if len(ids) == 0:
+            raise InvalidRequest("the prompt is empty after tokenization", param="prompt")
         step = _HASH_SLICE_BLOCKS * self.directory.block_size
+        tokens: list[int] = []
         hashes: list[str] = []
-        for end in range(step, len(token_ids) + step, step):
-            hashes = self.directory.block_hashes(token_ids[:end], salt, known=hashes)
-            if end < len(token_ids):
+        for start in range(0, len(ids), step):
+            end = min(start + step, len(ids))
+            tokens.extend(ids[start:end].tolist())
+            hashes = self.directory.block_hashes(ids[:end], salt, known=hashes)
+            if end < len(ids):
+                await asyncio.sleep(0)
+        return tokens, hashes
+
+    def close(self) -> None:
+        """Stop the tokenizer's process, if one was started (the app's shutdown)."""
+        if self.process_tokenizer is not None:
+            self.process_tokenizer.close()
+
+    async def _hash_in_slices(self, tokens: list[int], salt: str) -> list[str]:
+        """`directory.block_hashes(tokens, salt)`, yielding to the loop between slices.
+
+        The ids become an int64 array here, slice by slice, not in the
+        tokenizing thread: one `np.asarray` of a million-element list holds
+        the GIL for ~26 ms in a single C call, which no thread switch can
+        interrupt, and the loop waited for it (docs/benchmarks.md)."""
+        step = _HASH_SLICE_BLOCKS * self.directory.block_size
+        array = np.empty(len(tokens), dtype=np.int64)
+        hashes: list[str] = []
+        for start in range(0, len(tokens), step):
+            end = min(start + step, len(tokens))
+            array[start:end] = tokens[start:end]
+            hashes = self.directory.block_hashes(array[:end], salt, known=hashes)
+            if end < len(tokens):
                 await asyncio.sleep(0)
         return hashes
 

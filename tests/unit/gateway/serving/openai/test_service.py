@@ -127,3 +127,33 @@ async def test_prompts_over_the_context_are_refused(tokenizer: PromptTokenizer) 
             await prepare(service, req)
         assert err.value.code == "context_length_exceeded", req
     assert (await prepare(service, chat("hi"))).job.prompt_token_ids
+
+
+@pytest.fixture(scope="module")
+def process_tokenizer(tokenizer_dir):
+    from gateway.serving.tokenize_process import ProcessTokenizer
+
+    proc = ProcessTokenizer(str(tokenizer_dir))
+    yield proc
+    proc.close()
+
+
+async def test_a_huge_prompt_is_tokenized_in_the_tokenizers_process(
+    tokenizer: PromptTokenizer, process_tokenizer
+) -> None:
+    """Past `process_chars` the ids come from the other process: the same ids,
+    the same hashes, and a refusal there is the same 400 here."""
+    service = make_service(tokenizer, process_tokenizer=process_tokenizer, process_chars=len(BIG) // 2)
+    service.tokenizer = PromptTokenizer(tokenizer._hf)
+    service.tokenizer.encode_chat = lambda *a, **k: pytest.fail("tokenized in this process")  # type: ignore[method-assign]
+    p = await prepare(service, chat(BIG * 2))
+    want = tokenizer.encode_chat([{"role": "user", "content": BIG * 2}])
+    assert p.job.prompt_token_ids == want and all(type(t) is int for t in want[:5] + p.job.prompt_token_ids[:5])
+    assert list(p.job.prompt_hashes) == service.directory.block_hashes(want, p.job.tenant_salt)
+    text = await prepare(service, CompletionRequest(model=MODEL, prompt=BIG))
+    assert text.job.prompt_token_ids == tokenizer.encode_text(BIG)
+    service.max_prompt_tokens = 50
+    for req, param in ((chat(BIG), "messages"), (CompletionRequest(model=MODEL, prompt=BIG), "prompt")):
+        with pytest.raises(InvalidRequest) as err:
+            await prepare(service, req)
+        assert (err.value.code, err.value.param) == ("context_length_exceeded", param), req
