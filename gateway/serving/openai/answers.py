@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 from fastapi.responses import Response
@@ -38,10 +38,10 @@ from gateway.serving.openai.schemas import (
 )
 from gateway.serving.openai.service import OpenAIService, Prepared
 from gateway.serving.orchestrator import Finished
-from gateway.serving.turn.choices import ChoiceDelta, ChoiceOutput, ChoiceResult, LogprobEntry, run_choices
+from gateway.serving.turn.choices import ChoiceDelta, ChoiceResult, LogprobEntry, run_choices
+from gateway.serving.turn.relay import Item, deltas
 
 log = logging.getLogger(__name__)
-Item = tuple[ChoiceOutput, ChoiceDelta | Finished]
 
 
 def usage_of(done: list[Finished]) -> dict[str, Any]:
@@ -204,18 +204,13 @@ async def _stream(
         if chat:
             for i in range(len(p.jobs)):
                 yield writer.role(i)
-        item = first
-        while item is not None:
-            out, ev = item
-            if isinstance(ev, Finished):
-                last = out.finish(ev)
-                done.append(ev)
-                chunk = writer.delta(last)
-            else:
-                chunk = writer.delta(ev)
-            if chunk is not None:
-                yield chunk
-            item = await anext(events, None)
+        async with aclosing(deltas(first, events)) as relayed:
+            async for delta in relayed:
+                if delta.finished is not None:
+                    done.append(delta.finished)
+                chunk = writer.delta(delta)
+                if chunk is not None:
+                    yield chunk
         if p.include_usage:
             yield writer.usage(usage_of(done))
         yield sse.DONE
