@@ -174,8 +174,9 @@ async def respond(
         async with stack:
             results = await collect(service, p, streaming=False)
         service.metrics.observe_request(p.tenant.tenant_id, endpoint, 200)
-        out = chat_completion(service, p, results) if chat else completion(service, p, results)
-        return Response(out.model_dump_json(), media_type="application/json", headers=headers)
+        usage = Usage.model_validate(usage_of([r.finished for r in results]))
+        choices = chat_choices(p, results) if chat else completion_choices(p, results)
+        return full_answer(service, p, chat=chat, usage=usage, choices=choices, headers=headers)
     events = run_choices(service, p, streaming=True)
     try:
         first, events = await _primed(events)
@@ -241,7 +242,31 @@ async def collect(service: OpenAIService, p: Prepared, *, streaming: bool = Fals
     return [results[i] for i in sorted(results)]
 
 
-def chat_completion(service: OpenAIService, p: Prepared, results: list[ChoiceResult]) -> ChatCompletion:
+def full_answer(
+    service: OpenAIService,
+    p: Prepared,
+    *,
+    chat: bool,
+    usage: Usage,
+    choices: list[ChatChoice] | list[CompletionChoice],
+    headers: dict[str, str],
+) -> Response:
+    """A non-streamed answer as JSON: a ChatCompletion around `ChatChoice`s
+    (`chat`) or a Completion around `CompletionChoice`s. Plain requests
+    (routes.py) build their one choice and usage from the lean path's text,
+    the others from their `ChoiceResult`s (`chat_choices`, `completion_choices`)."""
+    fields: dict[str, Any] = {
+        "id": p.request_id,
+        "created": p.created,
+        "model": service.model_name,
+        "usage": usage,
+        "choices": choices,
+    }
+    out = ChatCompletion(**fields) if chat else Completion(**fields)
+    return Response(out.model_dump_json(), media_type="application/json", headers=headers)
+
+
+def chat_choices(p: Prepared, results: list[ChoiceResult]) -> list[ChatChoice]:
     choices = []
     for r in results:
         calls = _tool_calls(r.tool_calls)
@@ -254,28 +279,16 @@ def chat_completion(service: OpenAIService, p: Prepared, results: list[ChoiceRes
                 finish_reason=r.finish_reason,
             )
         )
-    return ChatCompletion(
-        id=p.request_id,
-        created=p.created,
-        model=service.model_name,
-        usage=Usage.model_validate(usage_of([r.finished for r in results])),
-        choices=choices,
-    )
+    return choices
 
 
-def completion(service: OpenAIService, p: Prepared, results: list[ChoiceResult]) -> Completion:
-    return Completion(
-        id=p.request_id,
-        created=p.created,
-        model=service.model_name,
-        usage=Usage.model_validate(usage_of([r.finished for r in results])),
-        choices=[
-            CompletionChoice(
-                index=r.index,
-                text=r.text,
-                logprobs=completion_logprobs(r.logprobs) if p.logprobs is not None else None,
-                finish_reason=r.finish_reason,
-            )
-            for r in results
-        ],
-    )
+def completion_choices(p: Prepared, results: list[ChoiceResult]) -> list[CompletionChoice]:
+    return [
+        CompletionChoice(
+            index=r.index,
+            text=r.text,
+            logprobs=completion_logprobs(r.logprobs) if p.logprobs is not None else None,
+            finish_reason=r.finish_reason,
+        )
+        for r in results
+    ]
