@@ -159,6 +159,8 @@ async def test_responses_and_messages_bad_fields(tokenizer):
             r = await s.http.post("/v1/messages", json={**body, **extra})
             assert r.status_code == 400 and r.json()["type"] == "error", (extra, r.text)
             assert r.json()["error"]["type"] == "invalid_request_error"
+        r = await s.http.post("/v1/messages", json={**body, "messages": [{"role": "user", "content": [image]}]})
+        assert r.json()["error"]["message"].startswith("content of type 'image' "), r.text  # not vLLM's image_url
         r = await s.http.post("/v1/messages", json={**body, "model": "nope"})
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
         assert not s.workers[0].requests

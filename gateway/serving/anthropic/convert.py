@@ -44,6 +44,7 @@ REFUSED = {
 }
 ACCEPTED_EXTRA = frozenset({"service_tier"})  # no effect on the output here
 TEXT_PARTS = frozenset({"text"})
+_NOT_TEXT = "content of type {kind!r} is not supported (text only)"
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 _ERROR_TYPES = {
@@ -109,14 +110,30 @@ def check_tools(tools: list[Any] | None, tool_choice: Any) -> None:
         raise InvalidRequest(f"tool_choice names {tool_choice.name!r}, which is not in tools", param="tool_choice")
 
 
+def _refuse_images(messages: list[Any]) -> None:
+    """Image blocks, in a message or a `tool_result`, refused as the client
+    sent them (vLLM's converter makes them `image_url` parts: text only here)."""
+    for i, m in enumerate(messages):
+        for j, block in enumerate(m.content if isinstance(m.content, list) else []):
+            if block.type == "image":
+                raise InvalidRequest(_NOT_TEXT.format(kind="image"), param=f"messages.{i}.content.{j}")
+            if block.type == "tool_result" and isinstance(block.content, list):
+                for k, item in enumerate(block.content):
+                    if isinstance(item, dict) and item.get("type") == "image":
+                        raise InvalidRequest(
+                            _NOT_TEXT.format(kind="image"), param=f"messages.{i}.content.{j}.content.{k}"
+                        )
+
+
 def _check_text_only(messages: list[dict[str, Any]]) -> None:
+    """What else the converter made of a block that is not text (a `tool_reference` in a `tool_result`)."""
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
             for part in content:
                 kind = part.get("type") if isinstance(part, dict) else None
                 if kind not in TEXT_PARTS:
-                    raise InvalidRequest(f"content of type {kind!r} is not supported (text only)", param="messages")
+                    raise InvalidRequest(_NOT_TEXT.format(kind=kind), param="messages")
 
 
 def chat_request(req: Any) -> Any:
@@ -131,6 +148,7 @@ def chat_request(req: Any) -> Any:
 
 def turn_spec(req: Any) -> TurnSpec:
     creq = chat_request(req)
+    _refuse_images(req.messages)
     messages = plain(creq.messages)
     _check_text_only(messages)
     tools = [t.model_dump(exclude_none=True) for t in creq.tools] if creq.tools else None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -35,6 +35,7 @@ from gateway.serving.openai.service import OpenAIService, Prepared
 from gateway.serving.orchestrator import Finished
 from gateway.serving.responses.routes import json_object, opening_key
 from gateway.serving.turn.choices import run_choices
+from gateway.serving.turn.relay import deltas
 
 log = logging.getLogger(__name__)
 _SESSION_RE = re.compile(r"session_([0-9a-fA-F-]{8,})")
@@ -155,17 +156,13 @@ async def _chat_chunks(
     prompt = len(p.job.prompt_token_ids)
     yield writer.role(0, {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt})
     done: Finished | None = None
-    item = first
-    while item is not None:
-        out, ev = item
-        if isinstance(ev, Finished):
-            done = ev
-            chunk = writer.delta(out.finish(ev))
-        else:
-            chunk = writer.delta(ev)
-        if chunk is not None:
-            yield chunk
-        item = await anext(events, None)
+    async with aclosing(deltas(first, events)) as relayed:
+        async for delta in relayed:
+            if delta.finished is not None:
+                done = delta.finished
+            chunk = writer.delta(delta)
+            if chunk is not None:
+                yield chunk
     assert done is not None
     yield writer.usage(convert.chat_usage(done))
     yield b"data: [DONE]\n\n"

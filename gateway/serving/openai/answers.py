@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 from fastapi.responses import Response
@@ -38,10 +38,10 @@ from gateway.serving.openai.schemas import (
 )
 from gateway.serving.openai.service import OpenAIService, Prepared
 from gateway.serving.orchestrator import Finished
-from gateway.serving.turn.choices import ChoiceDelta, ChoiceOutput, ChoiceResult, LogprobEntry, run_choices
+from gateway.serving.turn.choices import ChoiceDelta, ChoiceResult, LogprobEntry, run_choices
+from gateway.serving.turn.relay import Item, deltas
 
 log = logging.getLogger(__name__)
-Item = tuple[ChoiceOutput, ChoiceDelta | Finished]
 
 
 def usage_of(done: list[Finished]) -> dict[str, Any]:
@@ -174,8 +174,9 @@ async def respond(
         async with stack:
             results = await collect(service, p, streaming=False)
         service.metrics.observe_request(p.tenant.tenant_id, endpoint, 200)
-        out = chat_completion(service, p, results) if chat else completion(service, p, results)
-        return Response(out.model_dump_json(), media_type="application/json", headers=headers)
+        usage = Usage.model_validate(usage_of([r.finished for r in results]))
+        choices = chat_choices(p, results) if chat else completion_choices(p, results)
+        return full_answer(service, p, chat=chat, usage=usage, choices=choices, headers=headers)
     events = run_choices(service, p, streaming=True)
     try:
         first, events = await _primed(events)
@@ -204,18 +205,13 @@ async def _stream(
         if chat:
             for i in range(len(p.jobs)):
                 yield writer.role(i)
-        item = first
-        while item is not None:
-            out, ev = item
-            if isinstance(ev, Finished):
-                last = out.finish(ev)
-                done.append(ev)
-                chunk = writer.delta(last)
-            else:
-                chunk = writer.delta(ev)
-            if chunk is not None:
-                yield chunk
-            item = await anext(events, None)
+        async with aclosing(deltas(first, events)) as relayed:
+            async for delta in relayed:
+                if delta.finished is not None:
+                    done.append(delta.finished)
+                chunk = writer.delta(delta)
+                if chunk is not None:
+                    yield chunk
         if p.include_usage:
             yield writer.usage(usage_of(done))
         yield sse.DONE
@@ -246,7 +242,31 @@ async def collect(service: OpenAIService, p: Prepared, *, streaming: bool = Fals
     return [results[i] for i in sorted(results)]
 
 
-def chat_completion(service: OpenAIService, p: Prepared, results: list[ChoiceResult]) -> ChatCompletion:
+def full_answer(
+    service: OpenAIService,
+    p: Prepared,
+    *,
+    chat: bool,
+    usage: Usage,
+    choices: list[ChatChoice] | list[CompletionChoice],
+    headers: dict[str, str],
+) -> Response:
+    """A non-streamed answer as JSON: a ChatCompletion around `ChatChoice`s
+    (`chat`) or a Completion around `CompletionChoice`s. Plain requests
+    (routes.py) build their one choice and usage from the lean path's text,
+    the others from their `ChoiceResult`s (`chat_choices`, `completion_choices`)."""
+    fields: dict[str, Any] = {
+        "id": p.request_id,
+        "created": p.created,
+        "model": service.model_name,
+        "usage": usage,
+        "choices": choices,
+    }
+    out = ChatCompletion(**fields) if chat else Completion(**fields)
+    return Response(out.model_dump_json(), media_type="application/json", headers=headers)
+
+
+def chat_choices(p: Prepared, results: list[ChoiceResult]) -> list[ChatChoice]:
     choices = []
     for r in results:
         calls = _tool_calls(r.tool_calls)
@@ -259,28 +279,16 @@ def chat_completion(service: OpenAIService, p: Prepared, results: list[ChoiceRes
                 finish_reason=r.finish_reason,
             )
         )
-    return ChatCompletion(
-        id=p.request_id,
-        created=p.created,
-        model=service.model_name,
-        usage=Usage.model_validate(usage_of([r.finished for r in results])),
-        choices=choices,
-    )
+    return choices
 
 
-def completion(service: OpenAIService, p: Prepared, results: list[ChoiceResult]) -> Completion:
-    return Completion(
-        id=p.request_id,
-        created=p.created,
-        model=service.model_name,
-        usage=Usage.model_validate(usage_of([r.finished for r in results])),
-        choices=[
-            CompletionChoice(
-                index=r.index,
-                text=r.text,
-                logprobs=completion_logprobs(r.logprobs) if p.logprobs is not None else None,
-                finish_reason=r.finish_reason,
-            )
-            for r in results
-        ],
-    )
+def completion_choices(p: Prepared, results: list[ChoiceResult]) -> list[CompletionChoice]:
+    return [
+        CompletionChoice(
+            index=r.index,
+            text=r.text,
+            logprobs=completion_logprobs(r.logprobs) if p.logprobs is not None else None,
+            finish_reason=r.finish_reason,
+        )
+        for r in results
+    ]

@@ -30,9 +30,7 @@ from gateway.serving.openai.schemas import (
     AssistantMessage,
     BranchFinished,
     ChatChoice,
-    ChatCompletion,
     ChatCompletionRequest,
-    Completion,
     CompletionChoice,
     CompletionRequest,
     ModelCard,
@@ -198,23 +196,12 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
         service.metrics.observe_request(p.tenant.tenant_id, endpoint, 200)
         usage = Usage.model_validate(service.usage_dict(done))
         content = "".join(text)
+        choices: list[ChatChoice] | list[CompletionChoice]
         if chat:
-            out: BaseModel = ChatCompletion(
-                id=p.request_id,
-                created=p.created,
-                model=service.model_name,
-                usage=usage,
-                choices=[ChatChoice(message=AssistantMessage(content=content), finish_reason=done.finish_reason)],
-            )
+            choices = [ChatChoice(message=AssistantMessage(content=content), finish_reason=done.finish_reason)]
         else:
-            out = Completion(
-                id=p.request_id,
-                created=p.created,
-                model=service.model_name,
-                usage=usage,
-                choices=[CompletionChoice(text=content, finish_reason=done.finish_reason)],
-            )
-        return Response(out.model_dump_json(exclude_none=False), media_type=_JSON, headers=headers(p))
+            choices = [CompletionChoice(text=content, finish_reason=done.finish_reason)]
+        return answers.full_answer(service, p, chat=chat, usage=usage, choices=choices, headers=headers(p))
 
     @router.post("/v1/chat/completions", openapi_extra=body_of(ChatCompletionRequest), tags=["openai"])
     async def chat_completions(request: Request) -> Response:

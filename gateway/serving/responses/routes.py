@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -39,6 +39,7 @@ from gateway.serving.responses import convert
 from gateway.serving.responses.events import EventWriter, ResponseBuilder, response_logprobs
 from gateway.serving.responses.store import ResponseStore, StoredTurn, conversation
 from gateway.serving.turn.choices import run_choices
+from gateway.serving.turn.relay import deltas
 
 log = logging.getLogger(__name__)
 _JSON = "application/json"
@@ -202,17 +203,12 @@ class _Turn:
             yield writer.lifecycle("created", initial)
             yield writer.lifecycle("in_progress", initial)
             done: Finished | None = None
-            item = first
-            while item is not None:
-                out, ev = item
-                if isinstance(ev, Finished):
-                    done = ev
-                    frames = writer.delta(out.finish(ev))
-                else:
-                    frames = writer.delta(ev)
-                for frame in frames:
-                    yield frame
-                item = await anext(events, None)
+            async with aclosing(deltas(first, events)) as relayed:
+                async for delta in relayed:
+                    if delta.finished is not None:
+                        done = delta.finished
+                    for frame in writer.delta(delta):
+                        yield frame
             for frame in writer.close():
                 yield frame
             assert done is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gateway.errors import InvalidRequest, RateLimited
@@ -81,11 +83,52 @@ def test_tool_use_and_tool_result_blocks_replay_as_chat_messages() -> None:
     assert messages[2] == {"role": "tool", "tool_call_id": "t1", "content": "1"}
 
 
-def test_images_are_refused() -> None:
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
-    req = convert.parse_request({**BASE, "messages": [{"role": "user", "content": [image]}]})
-    with pytest.raises(InvalidRequest):
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "add", "input": {}}]}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([{"role": "user", "content": [IMAGE]}], "messages.0.content.0"),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "yes"},
+                {"role": "user", "content": [{"type": "text", "text": "see"}, IMAGE]},
+            ],
+            "messages.2.content.1",
+        ),
+        (
+            [
+                {"role": "user", "content": "add"},
+                TOOL_USE,
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "1"}, IMAGE]}
+                    ],
+                },
+            ],
+            "messages.2.content.0.content.1",
+        ),
+    ],
+)
+def test_images_are_refused_as_the_client_sent_them(messages: list[dict[str, Any]], param: str) -> None:
+    req = convert.parse_request({**BASE, "messages": messages})
+    with pytest.raises(InvalidRequest) as err:
         convert.turn_spec(req)
+    assert err.value.message == "content of type 'image' is not supported (text only)"  # not vLLM's 'image_url'
+    assert err.value.param == param
+
+
+def test_a_tool_reference_in_a_tool_result_is_refused() -> None:
+    reference = {"type": "tool_reference", "tool_name": "add"}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [reference]}]}
+    req = convert.parse_request({**BASE, "messages": [{"role": "user", "content": "add"}, TOOL_USE, result]})
+    with pytest.raises(InvalidRequest) as err:
+        convert.turn_spec(req)
+    assert err.value.message == "content of type 'tool_reference' is not supported (text only)"
 
 
 def test_errors_are_anthropic_shaped() -> None:
