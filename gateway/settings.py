@@ -15,6 +15,9 @@ Environment variables (all optional):
     EVOLVING_MAX_PROMPT_TOKENS    longest prompt accepted, in tokens (default: the model's
                                   context length from its config.json; set it to the
                                   workers' --max-model-len to refuse earlier)
+    EVOLVING_TOKENIZE_PROCESS     lazy | warm | off: prompts of EVOLVING_TOKENIZE_PROCESS_CHARS
+                                  (262144) characters or more tokenized in a process of
+                                  their own, started at the first one (lazy) or with the app
     EVOLVING_BLOCK_SIZE           KV block size in tokens (32), same as the workers
     EVOLVING_BRANCH_TTL_S         idle time before an unfinished branch expires (1800)
     EVOLVING_HEARTBEAT_S          worker stats polling interval (0.5)
