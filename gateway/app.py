@@ -204,7 +204,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if process_tokenizer is not None and settings.tokenize_process == "warm":
-            process_tokenizer.warm()
+            await process_tokenizer.warm()  # ready only once a big prompt can be tokenized at once
         await asyncio.gather(*(registry.add(url) for url in settings.worker_urls))
         for hook in on_startup:
             await hook(runtime)

@@ -129,9 +129,15 @@ class ProcessTokenizer:
             raise InvalidRequest(value, param=param, code=code)
         return np.frombuffer(value, dtype=np.int32)
 
-    def warm(self) -> None:
-        """Start the process now (it loads the tokenizer: seconds), not at the first big prompt."""
-        self._executor().submit(_loaded)
+    async def warm(self) -> bool:
+        """Start the process now and wait until its tokenizer is loaded (seconds),
+        instead of at the first big prompt. False (logged) if it could not start."""
+        try:
+            return bool(await asyncio.wrap_future(self._executor().submit(_loaded)))
+        except BrokenProcessPool as exc:
+            self._pool = None
+            log.error("the tokenizer's process did not start (%s); big prompts start it again", exc)
+            return False
 
     def close(self) -> None:
         if self._pool is not None:

@@ -56,3 +56,17 @@ def test_the_child_exits_when_the_gateway_dies_without_closing_it(tokenizer_dir:
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(child), "the tokenizer's process outlived the gateway"
+
+
+async def test_warm_starts_the_child_and_close_stops_it(tokenizer_dir: pathlib.Path) -> None:
+    import multiprocessing
+
+    from gateway.serving.tokenize_process import ProcessTokenizer
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    proc = ProcessTokenizer(str(tokenizer_dir))
+    assert await proc.warm() is True
+    (child,) = [p for p in multiprocessing.active_children() if p.pid not in before]
+    proc.close()
+    child.join(10)
+    assert not child.is_alive()
