@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from testing.redis_server import OwnRedis
 from testing.replica_cluster import ReplicaCluster, pg_available, wait_until
@@ -54,6 +55,12 @@ def test_redis_outage_keeps_serving_and_limits_follow_the_local_share(
         codes.append(code)
         return code
 
+    # The share divides by the replicas each one last counted in Redis (a heartbeat
+    # every second): wait until both are registered, then one more beat, so that the
+    # first replica up has counted the second too (it counted only itself at start).
+    r = redis.Redis.from_url(server.url, socket_timeout=2)
+    wait_until(lambda: r.zcard(f"{cluster.redis_base}:replicas") == 2, 15, every_s=0.1, what="both replicas registered")
+    time.sleep(1.5)
     # before: in Redis, 3 on each replica
     assert [send(i, limited) for i in range(6)] == [200] * 6
     server.stop()
@@ -68,7 +75,11 @@ def test_redis_outage_keeps_serving_and_limits_follow_the_local_share(
         return send(0, free, branch="after") == 200 and send(1, free, branch="after") == 200
 
     wait_until(healed, 15, every_s=0.2, what="serving through Redis again")
-    time.sleep(1.0)  # each replica's background probe replays its minute within recover_s (0.5 s)
+    # Each replica's background probe replays its minute (every recover_s, 0.5 s;
+    # a probe that meets a connection the restart broke fails and the next one
+    # replays): wait until both minutes are back, 3 + 7 admissions each.
+    window = f"{cluster.redis_base}:lim:limited:req"
+    wait_until(lambda: r.zcard(window) == 20, 10, every_s=0.1, what="both replicas' minutes replayed")
     # the minute's 20 admissions were put back into Redis: still refused, never unlimited
     assert [send(i, limited) for i in range(6)] == [429] * 6
     assert not [c for c in codes if c >= 500]
