@@ -35,8 +35,11 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone too
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone too
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped in between
+        return False
 
 
 def test_the_child_exits_when_the_gateway_dies_without_closing_it(tokenizer_dir: pathlib.Path, tmp_path) -> None:
@@ -66,7 +69,9 @@ async def test_warm_starts_the_child_and_close_stops_it(tokenizer_dir: pathlib.P
     before = {p.pid for p in multiprocessing.active_children()}
     proc = ProcessTokenizer(str(tokenizer_dir))
     assert await proc.warm() is True
-    (child,) = [p for p in multiprocessing.active_children() if p.pid not in before]
+    (child,) = [p.pid for p in multiprocessing.active_children() if p.pid not in before]
     proc.close()
-    child.join(10)
-    assert not child.is_alive()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:  # the OS's view: the executor's thread reaps it
+        time.sleep(0.1)
+    assert not _alive(child), "close() left the tokenizer's process running"
