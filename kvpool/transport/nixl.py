@@ -300,10 +300,8 @@ class NixlTransport:
         """read_blocks + wait, straight-line: no handle object, and no status
         call at all when UCX completes inside post (CMA on one host). This is
         the pool's hot path: a 64 KiB read costs ~20 µs, of which the Python
-        here was ~5 µs before it was inlined (docs/benchmarks.md)."""
-        peer = self._peers.get(node_id)
-        if peer is None or peer.down:
-            raise PeerUnavailable(f"peer {node_id} is {peer.down if peer else 'unknown'}")
+        here was ~5 µs before it was trimmed (docs/benchmarks.md)."""
+        peer = self._live_peer(node_id)
         lidx, ridx, ltag, rtag = self._indices(peer, remote_slots, local_slots)
         if len(lidx) == 0:
             return

@@ -356,10 +356,8 @@ class OpenAIService:
         self, proc: ProcessTokenizer, spec: TurnSpec, salt: str
     ) -> tuple[list[int], list[str]]:
         """`_tokens` in the tokenizer's process; the ids become the job's list
-        and its block hashes here, in slices, yielding to the loop between them."""
-        if spec.messages is None and not isinstance(spec.prompt, str):
-            tokens = self._tokens(spec)  # token ids already: nothing to tokenize
-            return tokens, await self._hash_in_slices(tokens, salt)
+        and its block hashes here, in slices, yielding to the loop between them.
+        (A prompt of token ids counts no characters: it never comes here.)"""
         ids = await proc.encode(
             messages=spec.messages,
             tools=spec.tools,
