@@ -89,6 +89,7 @@ class Cluster:
                 self.records,
             )
             node.on_change = self._serving_changed
+            node.prefill.extend_cached = node.decode.extend_cached = self._cached_on(nid)
             self.nodes[nid] = node
         self._serving: list[SimNode] | None = None  # accepting nodes; rebuilt after a status/phase change
         self._by_phase: tuple[list[SimNode], list[SimNode]] = ([], [])  # ...split into prefill, decode
@@ -137,6 +138,22 @@ class Cluster:
         self.log.unfinished_arrivals = list(self._inflight.values())
         self.log.finish(self.nodes.values(), self.switcher.events, self.loop.processed, self._horizon)
         return self.log
+
+    def _cached_on(self, node_id: str):
+        """`node_id`'s schedule-time prefix lookup (`sim.node`): the request's
+        cached tokens, extended by the blocks after them this node holds now."""
+        bt = self.wl.block_tokens
+
+        def cached(sr: SimRequest) -> int:
+            hashes = sr.req.block_hashes
+            cap = sr.req.prompt_tokens - 1
+            start = sr.cached // bt
+            if not hashes or sr.cached >= cap or start >= len(hashes):
+                return sr.cached
+            end = self.directory.extend_prefix(node_id, hashes, start)
+            return sr.cached if end == start else max(sr.cached, min(cap, end * bt))
+
+        return cached
 
     # -- routing ---------------------------------------------------------------
     def _serving_changed(self) -> None:

@@ -55,6 +55,8 @@ class DecodeEngine:
         self._wake_pending = float("inf")  # idle: when the next KV in transit lands
         self.draining = False
         self.on_drained: Callable[[list[SimRequest], float], None] | None = None
+        # Prefix tokens this node holds for a request now (>= its `cached`); None: no lookup.
+        self.extend_cached: Callable[[SimRequest], int] | None = None
 
     # -- public --------------------------------------------------------------
     @property
@@ -140,6 +142,7 @@ class DecodeEngine:
 
     def _admit(self, now: float) -> float:
         extra_u = extra_c = extra_pair = 0
+        load_ms = 0.0
         cap, max_batch = self.cfg.kv_capacity_tokens, self.cfg.max_batch
         w = self.waiting
         while w:
@@ -154,6 +157,11 @@ class DecodeEngine:
             sr.decode_node = self.node_id
             left = sr.req.output_tokens - sr.generated
             if sr.local_prefill:
+                if self.extend_cached is not None:  # schedule-time prefix lookup (sim.node)
+                    more = self.extend_cached(sr) - sr.cached
+                    if more > 0:
+                        sr.cached += more
+                        load_ms += self.cfg.d2h_s(more) * 1000.0
                 u = max(0, sr.req.prompt_tokens - sr.cached)
                 extra_u += u
                 extra_c += sr.cached
@@ -162,7 +170,7 @@ class DecodeEngine:
             sr.finish_step = self.steps + max(0, left)
             self.batch[sr.req.req_id] = sr
             heapq.heappush(self._heap, (sr.finish_step, sr.req.req_id))
-        return self.model.predict_prefill_ms(extra_u, extra_c, extra_pair) if extra_u else 0.0
+        return (self.model.predict_prefill_ms(extra_u, extra_c, extra_pair) if extra_u else 0.0) + load_ms
 
     def _start(self, now: float) -> None:
         self._seg = None

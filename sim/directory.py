@@ -85,6 +85,11 @@ class Directory(Protocol):
     def release(self, branch_id: str) -> None:
         """The branch finished: its references drop."""
 
+    def extend_prefix(self, node_id: str, hashes: tuple[int, ...], start: int) -> int:
+        """End of the run of blocks from position `start` that `node_id`
+        holds (`start` when it does not hold block `start`); the blocks
+        before `start` are taken as held."""
+
 
 class LocalDirectory:
     """The simulator's own index, built so that a turn costs C-level work per
@@ -205,6 +210,15 @@ class LocalDirectory:
         for h in new:
             refs[h] = refs.get(h, 0) + 1
 
+    def extend_prefix(self, node_id: str, hashes: tuple[int, ...], start: int) -> int:
+        holders, i, n = self.holders, start, len(hashes)
+        while i < n:
+            s = holders.get(hashes[i])
+            if s is None or node_id not in s:
+                break
+            i += 1
+        return i
+
     def release(self, branch_id: str) -> None:
         refs = self.refs
         self._retained.pop(branch_id, None)
@@ -268,6 +282,12 @@ class PoolDirectory:
             for v in victims:
                 held.discard(v)
                 self.free_slots.setdefault(node_id, []).append(self.slot_of.pop((node_id, v)))
+
+    def extend_prefix(self, node_id: str, hashes: tuple[int, ...], start: int) -> int:
+        held, i = self.held.get(node_id, set()), start
+        while i < len(hashes) and str(hashes[i]) in held:
+            i += 1
+        return i
 
     def retain(self, branch_id: str, hashes: tuple[int, ...]) -> None:
         now = self.clock()

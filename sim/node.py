@@ -3,9 +3,16 @@
 Prefill: FCFS chunked prefill with a token budget per iteration; a job whose
 prefix KV is still being pulled (async prefetch, `ready_at` in the future) is
 skipped, like vLLM's WAITING_FOR_REMOTE_KVS, and the node idles only if no
-job is ready. With `layerwise_kv` the pull happens inside the job's first
-chunk instead: the iteration takes compute + transfer and the transfer part
-counts as idle GPU time.
+job is ready. A job's cached prefix is looked up again on its node when the
+scheduler first reaches it (`extend_cached`), as vLLM's scheduler asks its
+prefix cache and the pool connector (`get_num_new_matched_tokens`) at
+scheduling time, not at arrival: blocks an earlier job computed on this node
+while this one queued are hits, loaded from the node's host store first
+(the decode engine does the same for a prompt it computes itself). Blocks
+become visible when the job that computed them finishes its prefill, not
+chunk by chunk as in vLLM. With `layerwise_kv` the pull happens inside the
+job's first chunk instead: the iteration takes compute + transfer and the
+transfer part counts as idle GPU time.
 
 Phase lifecycle (one transition table): SERVING -> DRAINING -> SERVING(new
 phase) for in-place switches; SERVING -> OFFLINE -> SERVING for relaunches.
@@ -38,13 +45,14 @@ TRANSITIONS = {
 
 
 class _Job:
-    __slots__ = ("sr", "left", "done", "started")
+    __slots__ = ("sr", "left", "done", "started", "looked_up")
 
     def __init__(self, sr: SimRequest) -> None:
         self.sr = sr
         self.left = max(0, sr.req.prompt_tokens - sr.cached)
         self.done = 0
         self.started = False
+        self.looked_up = False  # the schedule-time prefix lookup is done
 
 
 class PrefillEngine:
@@ -66,6 +74,8 @@ class PrefillEngine:
         self.stall_s = 0.0
         self._wake_pending = float("inf")
         self.on_empty: Callable[[float], None] | None = None
+        # Prefix tokens this node holds for a request now (>= its `cached`); None: no lookup.
+        self.extend_cached: Callable[[SimRequest], int] | None = None
 
     def submit(self, sr: SimRequest) -> None:
         self.queue.append(_Job(sr))
@@ -95,6 +105,11 @@ class PrefillEngine:
                 break
             if job.left <= 0:
                 continue
+            if not job.looked_up:
+                job.looked_up = True
+                if self._extend(job, now):
+                    wake = min(wake, job.sr.ready_at)
+                    continue
             if job.sr.ready_at > now:
                 wake = min(wake, job.sr.ready_at)
                 continue
@@ -138,6 +153,24 @@ class PrefillEngine:
         for job, _ in chunk:
             job.started = True
         self.loop.at(now + compute + stall, self._end, chunk)
+
+    def _extend(self, job: _Job, now: float) -> bool:
+        """Schedule-time lookup: prefix tokens computed on this node since the
+        job was routed become cached, loaded from the host store before the
+        job runs (True: it now waits for that load)."""
+        if self.extend_cached is None or job.started:
+            return False
+        sr = job.sr
+        more = self.extend_cached(sr) - sr.cached
+        if more <= 0:
+            return False
+        sr.cached += more
+        job.left = max(0, job.left - more)
+        if self.cfg.layerwise_kv:  # loaded inside the first chunk, like the rest of its prefix
+            sr.stall_s += self.cfg.d2h_s(more)
+            return False
+        sr.ready_at = max(sr.ready_at, now + self.cfg.d2h_s(more))
+        return sr.ready_at > now
 
     def _wake(self) -> None:
         self._wake_pending = float("inf")

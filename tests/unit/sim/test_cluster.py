@@ -127,3 +127,31 @@ def test_fixed_4p5d_mix_picks_the_agents_and_only_applies_there() -> None:
         build("shift", seed=0, mix="cu")
     with pytest.raises(ValueError, match="unknown mix"):
         build("fixed-4p5d", seed=0, mix="video")
+
+
+def test_a_queued_prompt_finds_at_scheduling_the_prefix_computed_on_its_node_meanwhile() -> None:
+    # Two one-chunk prompts (16 blocks of 512 tokens: the 8,192-token budget) of one
+    # 14-block prefix, the second arriving while the first computes: nothing is
+    # published when it is routed (no hit then), but vLLM asks its prefix cache
+    # when it schedules it, after the first.
+    from sim.workloads import Request, Workload
+
+    bt = 512
+    shared = tuple(range(14))
+    reqs = tuple(
+        Request(i, f"s{i}", f"b{i}", 0.001 * i, 16 * bt, 8, shared + tuple(100 * (i + 1) + k for k in range(2)))
+        for i in range(2)
+    )
+    w = Workload("t", reqs, duration_s=60.0, block_tokens=bt, closed_loop=False)
+    cfg = SimConfig(nodes=2, prefill_nodes=1, seed=0, directory="local")
+    cluster = Cluster(w, GpuProfile.from_json(), None, cfg)
+    seen: list[tuple[int, int]] = []
+    done = cluster._finish
+
+    def record(sr, now):
+        seen.append((sr.req.req_id, sr.cached))
+        done(sr, now)
+
+    cluster._finish = record  # type: ignore[method-assign]
+    cluster.run()
+    assert sorted(seen) == [(0, 0), (1, 14 * bt)]
