@@ -10,6 +10,15 @@ Definitions (over requests *finished* before the horizon unless said):
   hide it behind faster means.
 - mean_e2e_all_s / p95_e2e_all_s: over *every* arrived request, an
   unfinished one counted as horizon - arrival (a lower bound of its E2E).
+- served: how many of the requests that arrived by H - `slack_s` finished
+  by the horizon H (slack: min(300 s, H / 6)); a count, not a rate.
+  Near the horizon "finished by H" depends on which requests happen to
+  straddle it: on a light load two planners that both serve every request
+  differ by a few of them. Requests that arrived `slack_s` before the end
+  had time to finish on any split that keeps up, so at a load every split
+  serves this is the same for all of them, and in overload (a queue of
+  minutes: what finishes arrived long before) it moves with the
+  throughput. `simulate --suite` compares planners by it.
 - goodput_rps: finished requests that met the SLO (TTFT <= slo.ttft_s and
   mean time per output token after the first <= slo.tpot_s) / horizon.
 - flaps: moves (one tick's switches, net) back to the split the move
@@ -97,6 +106,14 @@ class RunLog:
         self.switch_events = list(switch_events)
         self.events_processed = events_processed
 
+    def slack_s(self) -> float:
+        return min(300.0, self.horizon / 6.0)
+
+    def served(self, rows: np.ndarray) -> int:
+        """`served` (module doc) over `rows` (the log's, as an array)."""
+        cut = self.horizon - self.slack_s()
+        return int(np.count_nonzero(rows[:, 0] <= cut)) if len(rows) else 0
+
     def summary(self, window_s: float = 300.0, max_points: int = 240) -> dict[str, Any]:
         a = np.array(self.rows, dtype=float).reshape(-1, 6)
         e2e, ttft = a[:, 2] - a[:, 0], a[:, 1] - a[:, 0]
@@ -125,6 +142,7 @@ class RunLog:
             "arrived": self.arrived,
             "completed_fraction": round(len(a) / self.arrived, 4) if self.arrived else None,
             "throughput_rps": round(len(a) / h, 4),
+            "served": self.served(a),
             "goodput_rps": round(good / h, 4),
             "output_tokens_per_s": round(float(a[:, 4].sum()) / h, 1) if len(a) else 0.0,
             "mean_e2e_s": stat(e2e, np.mean),

@@ -42,3 +42,21 @@ def test_moves_net_one_ticks_switches_and_flaps_go_back_within_the_window() -> N
     log.finish([], [Ev(10, "prefill"), Ev(70, "decode")], 0, 400.0)
     s = log.summary()
     assert (s["moves"], s["flaps"], s["switches"]) == (2, 1, 2)
+
+
+def test_served_counts_the_requests_that_had_slack_to_finish() -> None:
+    log = RunLog()
+    # Horizon 2,400 s: slack min(300, 2400 / 6) = 300 s, cut at 2,100 s.
+    log.rows = [
+        (10.0, 11.0, 20.0, 10, 5, 0),
+        (2_099.0, 2_100.0, 2_110.0, 10, 5, 0),
+        (2_300.0, 2_301.0, 2_390.0, 10, 5, 0),
+    ]
+    log.arrived, log.unfinished_arrivals = 4, [2_050.0]
+    log.finish([], [], 0, 2_400.0)
+    s = log.summary()
+    assert (s["served"], s["throughput_rps"]) == (2, 0.0013)
+    short = RunLog()
+    short.rows = [(10.0, 11.0, 20.0, 10, 5, 0), (55.0, 56.0, 58.0, 10, 5, 0)]
+    short.finish([], [], 0, 60.0)  # 60 s: slack 10 s
+    assert short.summary()["served"] == 1
