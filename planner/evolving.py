@@ -20,6 +20,9 @@ Per tick (``decide``), in order; the first rule that applies wins:
 Every model-based move (5 and 6) is refused when it goes back to the split
 the last one left, within ``flap_window_s`` of it. The offered load is
 counted at arrival when the view carries the counts (``planner.arrivals``).
+While one phase's queues show it saturated, its modelled capacity at the
+current split is corrected to the rate requests actually finish at
+(``planner.saturation``) before any rule reads the predictions.
 
 Modes: AUTO returns the actions; ADVISORY and MANUAL return none, with the
 would-be split in ``chosen_split`` and the would-be moves in ``reason``.
@@ -48,10 +51,12 @@ from planner.estimator import (
 from planner.evolving_config import EvolvingConfig
 from planner.offered import offered_weights
 from planner.profile import Profile
+from planner.saturation import QueueHistory, correction, scaled
 from planner.types import (
     ClusterView,
     Decision,
     IterationRecord,
+    NodeState,
     PlannerMode,
     RequestSample,
     SplitPrediction,
@@ -79,6 +84,7 @@ class _Tick:
     kv_tokens: float = 0.0
     early: bool = False  # less than min_history_s of traffic: only an early move (config) may act
     estimator: EstimatorConfig | None = None  # the config with the nodes' own engine limits
+    corrected: tuple[Phase, float] | None = None  # saturated phase and its work factor (planner.saturation)
 
 
 class EvolvingPlanner:
@@ -93,6 +99,7 @@ class EvolvingPlanner:
         self.profile = profile or Profile.from_records([], self.config.regression)
         self.workload = WorkloadEstimator(self.config.workload)
         self.arrivals = ArrivalHistory(self.config.workload.retention_s)
+        self.queues = QueueHistory(self.config.workload.retention_s)
         self._last_act_t: float | None = None
         self._last_tick_t: float | None = None  # ``now`` of the previous decide
         self._last_move: tuple[float, int, int] | None = None  # (t, from, to prefill nodes) of the last model move
@@ -115,6 +122,7 @@ class EvolvingPlanner:
         if view.requests_arrived is not None:
             self.arrivals.add(view.now, view.requests_arrived + (view.requests_rejected or 0))
         nodes = view.nodes
+        self.queues.add(view.now, *_queue_per_node(nodes))
         p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
         tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
         lo, hi = rule.reachable(nodes, p_cur, tick.protected)
@@ -177,7 +185,49 @@ class EvolvingPlanner:
             kv_capacity_tokens=tick.kv_tokens,
             config=tick.estimator,
         )
+        self._correct(tick)
         tick.seconds, tick.lost = switch_costs(tick.est, tick.current[0], n_nodes, tick.estimator)
+
+    def _correct(self, tick: _Tick) -> None:
+        """Re-estimate with the saturated phase's work scaled to what it served (``planner.saturation``)."""
+        sat, est, w = self.config.saturation, tick.est, tick.workload
+        if sat is None or est is None or w is None:
+            return
+        phase = self.queues.saturated(tick.view.now, sat, tick.view.last_switch_t)
+        if phase is None:
+            return
+        p_cur, n_nodes = tick.current[0], len(tick.view.nodes)
+        i_cur = est.index(p_cur)
+        model = est.prefill_capacity_rps[i_cur] if phase is Phase.PREFILL else est.decode_capacity_rps[i_cur]
+        # Finished per second over the part of the window the history covers (early on, less than all of it).
+        first = self.workload.first_t if self.workload.first_t is not None else tick.view.now
+        covered = min(w.window_s, tick.view.now - self.config.workload.lag_s - first)
+        measured = w.n / covered if covered > 0 else 0.0
+        tick.inputs.update(saturated_prefill=float(phase is Phase.PREFILL), measured_rps=measured)
+        tick.inputs["model_capacity_saturated_rps"] = float(model)
+
+        def capacity(ws: list[WorkloadEstimate]) -> np.ndarray:
+            ests = self._quick(ws, np.array([p_cur]), tick)
+            return np.array(
+                [e.prefill_capacity_rps[0] if phase is Phase.PREFILL else e.decode_capacity_rps[0] for e in ests]
+            )
+
+        factor = correction(capacity, w, phase, measured, sat)
+        if factor == 1.0:
+            return
+        tick.corrected = (phase, factor)
+        tick.inputs["saturation_factor"] = factor
+        tick.workload = w = scaled(w, phase, factor)
+        tick.est = estimate_splits(
+            self.profile,
+            w,
+            n_nodes,
+            self._splits(n_nodes, p_cur),
+            reference_prefill=p_cur,
+            slo=tick.view.slo,
+            kv_capacity_tokens=tick.kv_tokens,
+            config=tick.estimator or self.config.estimator,
+        )
 
     def _splits(self, n_nodes: int, p_cur: int) -> np.ndarray:
         lo = min(self.config.min_prefill, p_cur)
@@ -307,7 +357,10 @@ class EvolvingPlanner:
             return None
         end, width = now - cfg.workload.lag_s, cfg.persist_s / cfg.persist_buckets
         starts = [end - cfg.persist_s + k * width for k in range(cfg.persist_buckets)]
-        return [self._offered(b, s, s + width) for b, s in zip(buckets, starts, strict=True)]
+        out = [self._offered(b, s, s + width) for b, s in zip(buckets, starts, strict=True)]
+        if tick.corrected is not None:
+            out = [scaled(b, *tick.corrected) for b in out]
+        return out
 
     def _persisted_bounds(self, tick: _Tick) -> tuple[int, int]:
         """SLO bounds that held in every sub-window (floor: the lowest one)."""
@@ -392,3 +445,12 @@ class EvolvingPlanner:
             inputs={k: float(np.clip(v, -1e18, 1e18)) for k, v in tick.inputs.items()},  # JSON-safe
         )
         return self.last_decision
+
+
+def _queue_per_node(nodes: tuple[NodeState, ...]) -> tuple[float, float]:
+    """Mean waiting requests per serving node of each phase (prefill, decode); 0 for a phase with none."""
+    out = []
+    for phase in (Phase.PREFILL, Phase.DECODE):
+        q = [n.queue for n in nodes if n.phase == phase and not n.draining]
+        out.append(float(np.mean(q)) if q else 0.0)
+    return out[0], out[1]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from planner.estimator_config import EstimatorConfig
 from planner.regression import RLSConfig
+from planner.saturation import SaturationConfig
 from planner.workload import WorkloadConfig
 
 
@@ -56,6 +57,9 @@ class EvolvingConfig:
         waited than on an unloaded node (``planner.offered``), so the mix is
         the one a closed loop of agents offers, not the one the current
         split serves; ``offered_max_weight`` caps a weight (≥ 1).
+    saturation: when a phase's queues show it saturated, correct its
+        modelled capacity to the measured finish rate (``planner.saturation``);
+        None = never.
     workload / estimator / regression: the sub-components' configs. The
         workload window defaults to 60 s = persist_s, so that once a shift
         has persisted the estimate holds only post-shift traffic; its chunk
@@ -77,7 +81,7 @@ class EvolvingConfig:
     max_nodes_per_decision: int | None = None
     slo_margin: float = 0.8
     min_history_s: float = 120.0
-    early_s: float | None = 30.0
+    early_s: float | None = 20.0
     early_gain_frac: float = 0.1
     early_queue: float = 2.0
     key_by_report: bool = True
@@ -86,6 +90,7 @@ class EvolvingConfig:
     workload: WorkloadConfig = field(default_factory=lambda: WorkloadConfig(window_s=60.0))
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     regression: RLSConfig = field(default_factory=RLSConfig)
+    saturation: SaturationConfig | None = field(default_factory=SaturationConfig)
 
     def __post_init__(self) -> None:
         if self.horizon_s <= 0 or self.persist_s <= 0 or self.min_gain_frac < 0 or self.cooldown_s < 0:

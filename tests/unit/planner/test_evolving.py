@@ -23,7 +23,7 @@ def _planner(**cfg: object) -> EvolvingPlanner:
 
 
 def _view(prefill: int, n: int, now: float = 0.0, **kw: object) -> ClusterView:
-    nodes = tuple(NodeState(f"n{i}", Phase.PREFILL if i < prefill else Phase.DECODE, queue=i % 3) for i in range(n))
+    nodes = tuple(NodeState(f"n{i}", Phase.PREFILL if i < prefill else Phase.DECODE, queue=i % 2) for i in range(n))
     return ClusterView(now=now, nodes=nodes, **kw)  # type: ignore[arg-type]
 
 

@@ -1,0 +1,144 @@
+"""Capacity measured where one phase is saturated: the split model corrected
+by what the cluster actually served.
+
+The split model predicts each phase's capacity from the mix of *finished*
+requests. Early on, and whenever requests are long, that mix is biased: the
+long ones have not finished yet (a reasoning decode of minutes, a 40k-token
+prompt queued behind others), so the model over-states the capacity of the
+phase they load. On the DeepSeek-R1 trace at 1.6x load from 3P the model
+said 3P served every offered request while 120 requests queued per decode
+node, and the planner waited 160 s for the long decodes to finish before it
+moved to 1P.
+
+A queue cannot be biased that way. While every node of one phase keeps
+requests waiting (``queue_per_node`` or more per node at every tick of
+``span_s``, not shrinking) and the nodes of the other phase have room (fewer
+than ``idle_per_node`` each), the saturated phase is the bottleneck, and the
+rate at which requests finish is that phase's capacity at the current split.
+When the model's capacity of that phase at the current split is above the
+measured rate by more than ``margin``, the phase's work per request is scaled
+(``scaled``) by the factor that makes the model serve exactly the measured
+rate there (``correction``); every split is then predicted with the corrected
+mix. Decode work is scaled through the output length (its KV and batch
+context follow), prefill work through the uncached prompt and its attention.
+
+Pure: numbers in, numbers out; the planner (``planner.evolving``) feeds the
+queues per tick and applies the factor.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from core import Phase
+from planner.workload import WorkloadEstimate
+
+
+@dataclass(frozen=True)
+class SaturationConfig:
+    """queue_per_node: waiting requests per node of a phase, at every tick of
+        the span, that make it saturated (> 0).
+    idle_per_node: the other phase's waiting requests per node stay below
+        this at every tick (> 0): it has room, so the saturated phase is the
+        bottleneck and the finish rate is its capacity.
+    span_s: how long the saturation must have held (> 0); no switch may
+        have happened within it (a draining node serves less).
+    margin: correct only when the model's capacity at the current split is
+        above the measured rate by more than this fraction (≥ 0).
+    max_factor: the largest correction (> 1).
+    """
+
+    queue_per_node: float = 2.0
+    idle_per_node: float = 1.0
+    span_s: float = 20.0
+    margin: float = 0.1
+    max_factor: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.queue_per_node <= 0 or self.idle_per_node <= 0 or self.span_s <= 0:
+            raise ValueError("queue_per_node, idle_per_node and span_s must be > 0")
+        if self.margin < 0 or self.max_factor <= 1:
+            raise ValueError("margin must be >= 0 and max_factor > 1")
+
+
+class QueueHistory:
+    """Mean waiting requests per node of each phase, one entry per tick."""
+
+    def __init__(self, retention_s: float) -> None:
+        self.retention_s = retention_s
+        self._ticks: deque[tuple[float, float, float]] = deque()  # t, prefill, decode
+
+    def add(self, t: float, prefill_per_node: float, decode_per_node: float) -> None:
+        self._ticks.append((t, prefill_per_node, decode_per_node))
+        while self._ticks and self._ticks[0][0] < t - self.retention_s:
+            self._ticks.popleft()
+
+    def saturated(self, now: float, cfg: SaturationConfig, last_switch_t: float | None) -> Phase | None:
+        """The phase saturated over the last ``span_s`` (module doc), or None."""
+        if last_switch_t is not None and last_switch_t > now - cfg.span_s:
+            return None
+        ticks = [x for x in self._ticks if x[0] >= now - cfg.span_s]
+        if not self._ticks or self._ticks[0][0] > now - cfg.span_s or len(ticks) < 2:
+            return None  # a history shorter than the span proves nothing
+        for phase, mine, other in ((Phase.PREFILL, 1, 2), (Phase.DECODE, 2, 1)):
+            busy = all(x[mine] >= cfg.queue_per_node for x in ticks)
+            room = all(x[other] < cfg.idle_per_node for x in ticks)
+            if busy and room and ticks[-1][mine] >= ticks[0][mine]:
+                return phase
+        return None
+
+
+def scaled(w: WorkloadEstimate, phase: Phase, factor: float) -> WorkloadEstimate:
+    """``w`` with the per-request work of ``phase`` multiplied by ``factor``."""
+    k = float(factor)
+    if phase is Phase.DECODE:
+        return replace(
+            w,
+            output_mean=w.output_mean * k,
+            output_std=w.output_std * k,
+            output_sq_mean=None if w.output_sq_mean is None else w.output_sq_mean * k * k,
+            prompt_output_mean=None if w.prompt_output_mean is None else w.prompt_output_mean * k,
+        )
+    return replace(
+        w,
+        remote_uncached_mean=w.remote_uncached_mean * k,
+        remote_uncached_std=w.remote_uncached_std * k,
+        remote_pairs_mean=None if w.remote_pairs_mean is None else w.remote_pairs_mean * k,
+    )
+
+
+_GRID = 48  # factors tried, geometric from 1 to max_factor
+
+
+def correction(
+    capacity_at_current: Callable[[list[WorkloadEstimate]], np.ndarray],
+    w: WorkloadEstimate,
+    phase: Phase,
+    measured_rps: float,
+    cfg: SaturationConfig,
+) -> float:
+    """The factor (1 = none) that brings the model's capacity of ``phase``
+    at the current split down to ``measured_rps``.
+
+    ``capacity_at_current(workloads)``: that capacity for each workload (one
+    vectorised model pass); it must not increase with the factor. 1 when the
+    model is within ``margin`` of the measurement or the measurement is 0;
+    ``max_factor`` when even that leaves the model above it.
+    """
+    if measured_rps <= 0:
+        return 1.0
+    factors = np.geomspace(1.0, cfg.max_factor, _GRID)
+    caps = np.asarray(capacity_at_current([scaled(w, phase, f) for f in factors]), dtype=float)
+    if not caps[0] > measured_rps * (1.0 + cfg.margin):
+        return 1.0
+    below = np.flatnonzero(caps <= measured_rps)
+    if below.size == 0:
+        return float(cfg.max_factor)
+    j = int(below[0])  # caps[j - 1] > measured >= caps[j]: interpolate in log factor
+    c0, c1 = caps[j - 1], caps[j]
+    frac = (c0 - measured_rps) / (c0 - c1) if c0 > c1 else 1.0
+    return float(np.exp(np.log(factors[j - 1]) + frac * (np.log(factors[j]) - np.log(factors[j - 1]))))

@@ -1,0 +1,148 @@
+"""Saturation: a phase whose queues keep growing is corrected to the rate it actually served."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core import Phase
+from planner.saturation import QueueHistory, SaturationConfig, correction, scaled
+from planner.types import ClusterView, Decision
+from planner.workload import WorkloadEstimate
+from testing.planner_records import synthetic_samples
+from tests.unit.planner.test_evolving import LAX, _apply, _planner, _view
+
+CFG = SaturationConfig(queue_per_node=2.0, idle_per_node=1.0, span_s=30.0, margin=0.1, max_factor=20.0)
+
+
+def _history(rows: list[tuple[float, float, float]]) -> QueueHistory:
+    h = QueueHistory(retention_s=600.0)
+    for t, pre, dec in rows:
+        h.add(t, pre, dec)
+    return h
+
+
+@pytest.mark.parametrize(
+    ("rows", "last_switch_t", "expected"),
+    [
+        # decode queues grow at every tick of the last 30 s, prefill idle: decode is the bottleneck
+        ([(0, 0.0, 0.5), (10, 0.0, 3.0), (20, 0.2, 6.0), (30, 0.0, 9.0), (40, 0.0, 12.0)], None, Phase.DECODE),
+        ([(0, 0.0, 0.5), (10, 3.0, 0.0), (20, 4.0, 0.5), (30, 4.0, 0.0), (40, 5.0, 0.9)], None, Phase.PREFILL),
+        # a stable queue still means the phase never ran dry
+        ([(0, 0.0, 0.0), (10, 0.0, 4.0), (20, 0.0, 4.0), (30, 0.0, 4.0), (40, 0.0, 4.0)], None, Phase.DECODE),
+        # one tick below the threshold inside the span: not saturated
+        ([(0, 0.0, 0.5), (10, 0.0, 3.0), (20, 0.0, 1.5), (30, 0.0, 9.0), (40, 0.0, 12.0)], None, None),
+        # draining: the queue shrinks over the span
+        ([(0, 0.0, 9.0), (10, 0.0, 12.0), (20, 0.0, 8.0), (30, 0.0, 5.0), (40, 0.0, 3.0)], None, None),
+        # both phases queue: neither is the only bottleneck
+        ([(0, 2.0, 3.0), (10, 2.0, 3.0), (20, 2.0, 6.0), (30, 2.0, 9.0), (40, 2.0, 12.0)], None, None),
+        # a switch within the span: a draining node served less
+        ([(0, 0.0, 0.5), (10, 0.0, 3.0), (20, 0.0, 6.0), (30, 0.0, 9.0), (40, 0.0, 12.0)], 15.0, None),
+        # history shorter than the span proves nothing
+        ([(20, 0.0, 6.0), (30, 0.0, 9.0), (40, 0.0, 12.0)], None, None),
+    ],
+)
+def test_saturated_phase(rows: list[tuple[float, float, float]], last_switch_t: float | None, expected: Phase | None):
+    assert _history(rows).saturated(40.0, CFG, last_switch_t) is expected
+
+
+def _w(**kw: float) -> WorkloadEstimate:
+    base = dict(
+        window_s=60.0,
+        n=120,
+        rate_rps=2.0,
+        uncached_mean=1000.0,
+        uncached_std=500.0,
+        cached_mean=2000.0,
+        cached_std=100.0,
+        output_mean=100.0,
+        output_std=50.0,
+        local_fraction=0.0,
+        n_remote=120,
+        remote_uncached_mean=1000.0,
+        remote_uncached_std=500.0,
+        remote_cached_mean=2000.0,
+        remote_cached_std=100.0,
+        local_uncached_mean=0.0,
+        local_cached_mean=0.0,
+        remote_pairs_mean=4.0e6,
+        prompt_output_mean=3.0e5,
+        output_sq_mean=1.25e4,
+    )
+    base.update(kw)
+    return WorkloadEstimate(**base)  # type: ignore[arg-type]
+
+
+def test_scaled_moves_the_phase_work_only() -> None:
+    d = scaled(_w(), Phase.DECODE, 2.5)
+    assert (d.output_mean, d.output_std, d.output_sq_mean, d.prompt_output_mean) == (250.0, 125.0, 78125.0, 750000.0)
+    assert (d.remote_uncached_mean, d.remote_pairs_mean, d.rate_rps) == (1000.0, 4.0e6, 2.0)
+    p = scaled(_w(), Phase.PREFILL, 2.5)
+    assert (p.remote_uncached_mean, p.remote_uncached_std, p.remote_pairs_mean) == (2500.0, 1250.0, 1.0e7)
+    assert (p.output_mean, p.cached_mean) == (100.0, 2000.0)
+
+
+def _decode_capacity(ws: list[WorkloadEstimate]) -> list[float]:
+    return [200.0 / w.output_mean for w in ws]  # a fake model: 2 req/s at 100 output tokens
+
+
+@pytest.mark.parametrize(
+    ("measured", "factor"),
+    [
+        (0.5, 4.0),  # the model serves 4x what was measured: outputs are 4x longer than the finished ones
+        (1.0, 2.0),
+        (1.9, 1.0),  # within the 10 % margin
+        (2.5, 1.0),  # the model is below the measurement: no correction upwards
+        (0.0, 1.0),  # nothing finished: nothing to calibrate on
+        (0.05, 20.0),  # beyond max_factor: the largest correction
+    ],
+)
+def test_correction_brings_the_model_to_the_measured_rate(measured: float, factor: float) -> None:
+    assert correction(_decode_capacity, _w(), Phase.DECODE, measured, CFG) == pytest.approx(factor, rel=0.01)
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="margin"):
+        SaturationConfig(margin=-0.1)
+    with pytest.raises(ValueError, match="span_s"):
+        SaturationConfig(span_s=0.0)
+
+
+def _run(queue_per_decode_node, saturation: bool) -> list[Decision]:
+    """5P3D, reasoning turns that finish at ~2 req/s while 4 req/s arrive; each
+    decode node reports `queue_per_decode_node(t)` waiting."""
+    samples = sorted(synthetic_samples(0, 400, 2.0, seed=4, uncached=1000, cached=2000, output=300), key=lambda s: s.t)
+    planner = _planner() if saturation else _planner(saturation=None)
+    view: ClusterView = _view(5, 8, slo=LAX)
+    i, out = 0, []
+    for t in range(5, 300, 5):
+        j = i
+        while j < len(samples) and samples[j].t < t:
+            j += 1
+        planner.observe_requests(samples[i:j])
+        i = j
+        nodes = tuple(
+            dataclasses.replace(n, queue=queue_per_decode_node(t) if n.phase == Phase.DECODE else 0) for n in view.nodes
+        )
+        view = dataclasses.replace(view, now=float(t), nodes=nodes, requests_arrived=4 * t)
+        d = planner.decide(view)
+        out.append(d)
+        if d.acted:
+            view = _apply(view, d)
+    return out
+
+
+def test_growing_decode_queues_move_nodes_to_decode_before_the_finished_mix_would() -> None:
+    growing = lambda t: max(0, (t - 40) // 5)  # noqa: E731  # 2 waiting per decode node from t=50, growing
+    first = next(d for d in _run(growing, saturation=True) if d.acted)
+    assert first.t == 70.0 and first.reason.startswith("early throughput") and first.chosen_split == (1, 7)
+    assert first.inputs["saturation_factor"] == pytest.approx(3.53, abs=0.01)
+    # The corrected model serves at the current split what finished there.
+    at_5p = next(p for p in first.predictions if p.prefill_nodes == 5)
+    assert at_5p.capacity_rps == pytest.approx(first.inputs["measured_rps"], rel=0.03)
+    # The same finished requests without the queues: the model sees room everywhere and waits.
+    blind = next(d for d in _run(growing, saturation=False) if d.acted)
+    assert blind.t == 125.0 and "saturation_factor" not in blind.inputs
+    quiet = next(d for d in _run(lambda t: 0, saturation=True) if d.acted)
+    assert quiet.t == blind.t and "saturation_factor" not in quiet.inputs
