@@ -6,12 +6,19 @@ in hindsight: every split is run) and the Dynamo-like planner.
 
 Prints `{"cases": [...], "min_vs_static_best": x, "min_vs_dynamo": y,
 "flaps": n, ...}`. A case row: the unit or scenario, its load, the starting
-split, evolving's numbers (throughput, goodput, completed / arrived, mean E2E
-over all requests, switches, flaps), the best static split's and Dynamo's,
-the two ratios (throughput, evolving / other), and `settled_s`: when
-evolving's split last entered the splits whose static throughput is within
-2 % of the best one (None: it ended outside them). The cases are in
-`sim.suite_cases`.
+split, evolving's numbers (served and raw throughput, goodput, completed /
+arrived, mean E2E over all requests, switches, flaps), the best static
+split's and Dynamo's, the two ratios (evolving / other), and `settled_s`:
+when evolving's split last entered the splits whose static throughput is
+within 2 % of the best one (None: it ended outside them). The cases are in
+`sim.suite_cases`; each unit's overload case runs first (`_probe`): its
+static splits measure the capacity the lighter levels are placed on.
+
+Planners are compared by `served` (`sim.metrics`): how many of the
+requests that arrived up to 300 s before the horizon finished by it. Raw
+throughput (finished by the horizon / horizon) is in every row beside it;
+on a light load it differs between two planners that both serve everything
+by the few requests that straddle the horizon.
 
 Throughput under heavy overload depends on the path: which requests sit
 at the head of which queue when the horizon ends, which prefixes each
@@ -30,7 +37,7 @@ from typing import Any
 from sim.profiles import GpuProfile
 from sim.runs import run_all, run_one
 from sim.scenarios import Scenario, build
-from sim.suite_cases import SuiteConfig, TraceCase, plan_trace_cases, trace_scenario
+from sim.suite_cases import SuiteConfig, TraceCase, plan_trace_cases, remeasured, trace_scenario
 
 NEAR_BEST = 0.98  # a split within this of the best static one counts as converged
 
@@ -56,10 +63,45 @@ def _task(args: tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]) -> dict
     return out
 
 
+Task = tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]
+METRIC = "served"  # what the suite compares planners by (sim.metrics: the horizon's straddlers left out)
+
+
+def _probe(cfg: SuiteConfig, cases: list[TraceCase], run: Any) -> tuple[list[TraceCase], dict[int, dict[str, Any]]]:
+    """Run every static split of each unit's overload case first and place
+    the unit's lighter levels on the capacity they measured
+    (`suite_cases.remeasured`). Returns the cases to run and the results
+    already in hand, {id(case): {prefill nodes: result}}."""
+    probes = [c for c in cases if c.level == "overload"]
+    tasks: list[Task] = [
+        (cfg, ("trace", c, None), "static", p, run["profile"], run["extra"])
+        for c in probes
+        for p in range(1, cfg.nodes)
+    ]
+    outs = iter(run_all(_task, tasks, run["jobs"]))
+    done: dict[int, dict[str, Any]] = {}
+    replan: dict[str, list[TraceCase]] = {}
+    for c in probes:
+        statics = {p: next(outs) for p in range(1, cfg.nodes)}
+        done[id(c)] = statics
+        best = max(statics.values(), key=lambda r: r[METRIC])
+        new = remeasured(cfg, c, best["throughput_rps"], best["completed_fraction"] or 0.0)
+        if new is not None:
+            replan[c.unit] = [*new, c]
+    out: list[TraceCase] = []
+    for c in cases:
+        if c.unit not in replan:
+            out.append(c)
+        elif c.level == "overload":
+            out += replan[c.unit]
+    return out, done
+
+
 def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     gpu = GpuProfile.from_json(profile)
-    trace_cases, same = plan_trace_cases(cfg, gpu)
+    planned, same = plan_trace_cases(cfg, gpu)
+    trace_cases, probed = _probe(cfg, planned, {"profile": profile, "jobs": jobs, "extra": extra})
     groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
     for name, load in cfg.synthetic:
         sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
@@ -69,12 +111,17 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     for case in trace_cases:
         info = {"nodes": cfg.nodes, "every_start": (case.unit, case.level) in every, "horizon_s": cfg.window_s}
         groups.append((("trace", case, None), list(cfg.starts), info))
-    tasks: list[tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]] = []
+    tasks: list[Task] = []
     index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
+    by: dict[tuple[int, str, int], dict[str, Any]] = {}
     for g, (spec, starts, info) in enumerate(groups):
+        known = probed.get(id(spec[1]), {}) if spec[0] == "trace" else {}
         for p in range(1, info["nodes"]):
-            tasks.append((cfg, spec, "static", p, profile, extra))
-            index.append((g, "static", p))
+            if p in known:
+                by[(g, "static", p)] = known[p]
+            else:
+                tasks.append((cfg, spec, "static", p, profile, extra))
+                index.append((g, "static", p))
             if info.get("every_start") and p not in starts:  # convergence from any start
                 tasks.append((cfg, spec, "evolving", p, profile, extra))
                 index.append((g, "evolving", p))
@@ -83,12 +130,12 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
                 tasks.append((cfg, spec, planner, p, profile, extra))
                 index.append((g, planner, p))
     outs = run_all(_task, tasks, jobs)
-    by: dict[tuple[int, str, int], dict[str, Any]] = dict(zip(index, outs, strict=True))
+    by.update(zip(index, outs, strict=True))
     # Placebo: the best static split with one node away for 10 s at mid-run. How far that alone
     # moves throughput is how far the case's measurement can be trusted (queue-order chaos).
     placebo_tasks = []
     for g, (spec, _, info) in enumerate(groups):
-        best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)]["throughput_rps"])
+        best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)][METRIC])
         mid = round(info["horizon_s"] / 2.0)
         other = best - 1 if best > 1 else best + 1
         placebo_tasks.append((cfg, spec, f"schedule:0={best},{mid}={other},{mid + 10}={best}", best, profile, extra))
@@ -98,8 +145,8 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
         statics = {p: by[(g, "static", p)] for p in range(1, info["nodes"])}
         for start in starts:
             row = _row(spec, start, statics, by[(g, "evolving", start)], by[(g, "dynamo", start)], same)
-            top = max(r["throughput_rps"] for r in statics.values())
-            row["placebo_vs_static_best"] = _ratio(placebos[g]["throughput_rps"], top)
+            top = max(r[METRIC] for r in statics.values())
+            row["placebo_vs_static_best"] = _ratio(placebos[g][METRIC], top)
             cases.append(row)
     convergence = [
         _convergence(spec, {p: by[(g, "static", p)] for p in range(1, info["nodes"])}, by, g)
@@ -119,8 +166,9 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
         "switches": sum(c["evolving"]["switches"] for c in cases),
         "below_target": [c["case"] for c in cases if (c["vs_static_best"] or 0) < 0.98 or (c["vs_dynamo"] or 0) < 1.0],
         "below_target_beyond_placebo": [c["case"] for c in cases if _beyond_noise(c)],
+        "metric": METRIC,
         "same_workload": same,
-        "simulations": len(tasks) + len(placebo_tasks),
+        "simulations": len(tasks) + len(placebo_tasks) + sum(len(v) for v in probed.values()),
         "jobs": jobs,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
@@ -138,8 +186,8 @@ def _convergence(
     """Evolving from every starting split of one stationary case: when it
     settled within 2 % of the best static split, and its throughput ratio."""
     case: TraceCase = spec[1]
-    top = max(r["throughput_rps"] for r in statics.values())
-    near = {p for p, r in statics.items() if r["throughput_rps"] >= NEAR_BEST * top}
+    top = max(r[METRIC] for r in statics.values())
+    near = {p for p, r in statics.items() if r[METRIC] >= NEAR_BEST * top}
     runs = {p: by[(g, "evolving", p)] for p in statics}
     settled = {str(p): _settled(r["split_over_time"], near) for p, r in runs.items()}
     return {
@@ -147,7 +195,7 @@ def _convergence(
         "near_best_splits": sorted(near),
         "settled_s": settled,
         "max_settled_s": None if None in settled.values() else max(v for v in settled.values() if v is not None),
-        "vs_static_best": {str(p): _ratio(r["throughput_rps"], top) for p, r in runs.items()},
+        "vs_static_best": {str(p): _ratio(r[METRIC], top) for p, r in runs.items()},
         "flaps": sum(r["flaps"] for r in runs.values()),
     }
 
@@ -162,9 +210,9 @@ def _row(
 ) -> dict[str, Any]:
     kind, a, b = spec
     n = len(statics) + 1
-    best = max(statics, key=lambda p: (statics[p]["throughput_rps"], -statics[p]["mean_e2e_all_s"]))
-    top = statics[best]["throughput_rps"]
-    near = {p for p, r in statics.items() if r["throughput_rps"] >= NEAR_BEST * top}
+    best = max(statics, key=lambda p: (statics[p][METRIC], -statics[p]["mean_e2e_all_s"]))
+    top = statics[best][METRIC]
+    near = {p for p, r in statics.items() if r[METRIC] >= NEAR_BEST * top}
     row: dict[str, Any] = {"case": "", "start": [start, n - start]}
     if kind == "trace":
         case: TraceCase = a
@@ -176,6 +224,7 @@ def _row(
             offered_rps_nominal=round(case.offered_rps, 3),
             capacity_rps_estimate=round(case.capacity_rps, 3),
             capped=case.capped,
+            capacity_measured=case.measured,
             also=sorted(u for u, v in same.items() if v == case.unit),
         )
     else:
@@ -185,10 +234,10 @@ def _row(
         requests=ev["arrived"],
         evolving=_keep(ev),
         static_best={**_keep(statics[best]), "split": [best, n - best]},
-        static_throughput={str(p): statics[p]["throughput_rps"] for p in sorted(statics)},
+        static_served={str(p): statics[p][METRIC] for p in sorted(statics)},
         dynamo=_keep(dyn),
-        vs_static_best=_ratio(ev["throughput_rps"], top),
-        vs_dynamo=_ratio(ev["throughput_rps"], dyn["throughput_rps"]),
+        vs_static_best=_ratio(ev[METRIC], top),
+        vs_dynamo=_ratio(ev[METRIC], dyn[METRIC]),
         settled_s=_settled(ev["split_over_time"], near),
         final_split=ev["split_over_time"][-1][1:3] if ev["split_over_time"] else None,
     )
@@ -196,6 +245,7 @@ def _row(
 
 
 KEEP = (
+    "served",
     "throughput_rps",
     "goodput_rps",
     "completed",

@@ -6,15 +6,18 @@ agent-text files or of ServeGen chunks is one unit, any other *.jsonl or
 agents/mooncake_style/aider.jsonl: the converted file of the same runs)
 are simulated once and reported under every name.
 
-Loads are set per unit from an estimate of what the 9-node cluster can
-serve of it (`capacity_rps`, a roofline over the trace's requests with the
-GPU profile's iteration times): `LOADS` times that estimate, reached by
-replicating sessions (`sim.replay`) over a `window_s` window, or by scaling
-a ServeGen rate. The estimate only places the loads; what a case reached
-is in its results (completed / arrived, the static splits' throughput). A
-case that would exceed `max_requests` per simulation is run at the load
-that fits and says so (`capped`): tiny tool-calling turns (taubench) would
-need millions of requests to load 36 GPUs.
+Loads are set per unit from what the 9-node cluster can serve of it:
+`LOADS` times that capacity, reached by replicating sessions (`sim.replay`)
+over a `window_s` window, or by scaling a ServeGen rate. The overload level
+is placed on an estimate (`capacity_rps`, a roofline over the trace's
+requests with the GPU profile's iteration times); its static splits then
+measure the capacity, and the lighter levels are placed on that
+measurement when the best split could not keep up (`remeasured`; the row
+says `capacity_measured`). What a case reached is in its results
+(completed / arrived, the static splits' throughput). A case that would
+exceed `max_requests` per simulation is run at the load that fits and says
+so (`capped`): tiny tool-calling turns (taubench) would need millions of
+requests to load 36 GPUs.
 """
 
 from __future__ import annotations
@@ -92,12 +95,14 @@ def canonical(wl: Workload) -> Workload:
 
 
 def fingerprint(wl: Workload) -> int:
-    """Equal for workloads that differ only in block id names and in times
-    below a microsecond (a converted file's ms timestamps vs the text's)."""
+    """Equal for workloads that differ only in block id names and in the
+    exact times (a converted file's timestamps vs the text's: taubench's
+    differ by tens of microseconds, so any rounding splits some pair): the
+    requests in arrival order, each with its session, tokens, blocks and
+    dependencies, and the window."""
     c = canonical(wl)
     rows = tuple(
-        (r.session_id.split(":")[-1], round(r.arrival_s, 6), r.prompt_tokens, r.output_tokens, r.block_hashes, r.after)
-        for r in c.requests
+        (r.session_id.split(":")[-1], r.prompt_tokens, r.output_tokens, r.block_hashes, r.after) for r in c.requests
     )
     return hash((round(c.duration_s, 3), c.block_tokens, c.closed_loop, rows))
 
@@ -139,6 +144,7 @@ class TraceCase:
     capacity_rps: float
     offered_rps: float
     capped: bool
+    measured: bool = False  # capacity_rps measured by the overload case's static splits (`remeasured`)
 
 
 def plan_trace_cases(cfg: SuiteConfig, gpu: GpuProfile) -> tuple[list[TraceCase], dict[str, str]]:
@@ -154,17 +160,44 @@ def plan_trace_cases(cfg: SuiteConfig, gpu: GpuProfile) -> tuple[list[TraceCase]
             same[unit] = seen[key]
             continue
         seen[key] = unit
-        cap = capacity_rps(base, gpu, cfg.nodes)
-        rate = len(base.requests) / cfg.window_s
-        for level, u in cfg.loads:
-            load = u * cap / rate if rate > 0 else 1.0
-            capped = load * len(base.requests) > cfg.max_requests
-            if capped:
-                load = cfg.max_requests / len(base.requests)
-            if capped and cases and cases[-1].unit == unit and cases[-1].capped:
-                continue  # a higher level capped to the same load: nothing new to run
-            cases.append(TraceCase(unit, level, round(load, 4), cap, load * rate, capped))
+        cases += unit_cases(cfg, unit, len(base.requests), capacity_rps(base, gpu, cfg.nodes), cfg.loads)
     return cases, same
+
+
+def unit_cases(
+    cfg: SuiteConfig, unit: str, requests: int, cap: float, loads: tuple[tuple[str, float], ...], measured: bool = False
+) -> list[TraceCase]:
+    """The unit's cases at `loads` x `cap` (requests/s), `requests` being
+    its request count at load 1 over the window; capped as the module doc says."""
+    cases: list[TraceCase] = []
+    rate = requests / cfg.window_s
+    for level, u in loads:
+        load = u * cap / rate if rate > 0 else 1.0
+        capped = load * requests > cfg.max_requests
+        if capped:
+            load = cfg.max_requests / requests
+        if capped and cases and cases[-1].capped:
+            continue  # a higher level capped to the same load: nothing new to run
+        cases.append(TraceCase(unit, level, round(load, 4), cap, load * rate, capped, measured))
+    return cases
+
+
+SATURATED = 0.9  # the best static split finished less than this of what arrived: its throughput is the capacity
+
+
+def remeasured(cfg: SuiteConfig, case: TraceCase, best_rps: float, best_completed: float) -> list[TraceCase] | None:
+    """The levels below `case` (the unit's overload case) placed on the
+    capacity its static splits measured, `best_rps`, when the best of them
+    could not keep up (finished < `SATURATED` of the arrivals: its
+    throughput is what the cluster serves of this mix); None when it kept
+    up (the estimate then stands). The roofline estimate takes every
+    reused prefix as cached and splits nodes fluidly: on Mooncake's
+    synthetic trace it said 34 req/s where the best split served 26, so
+    "near" (0.85x) was in fact 1.3x overload."""
+    if best_completed >= SATURATED or best_rps <= 0:
+        return None
+    below = tuple((level, u) for level, u in cfg.loads if level != case.level)
+    return unit_cases(cfg, case.unit, len(_base(cfg, case.unit).requests), best_rps, below, measured=True)
 
 
 @functools.lru_cache(maxsize=4)

@@ -102,7 +102,7 @@ def test_suite_smoke_prints_cases_and_minimums(tmp_path: Path, capsys) -> None:
     assert report["flaps"] == sum(c["evolving"]["flaps"] for c in cases)
     assert report["same_workload"] == {"agents/converted/chat.jsonl": "agents/chat"} and report["convergence"] == []
     row = cases[0]
-    assert set(row["static_throughput"]) == {"1", "2"} and row["static_best"]["split"][0] in (1, 2)
+    assert set(row["static_served"]) == {"1", "2"} and row["static_best"]["split"][0] in (1, 2)
     assert row["evolving"]["arrived"] >= row["evolving"]["completed"] > 0
     assert 0.5 < row["placebo_vs_static_best"] < 1.5 and "below_target_beyond_placebo" in report
 
