@@ -122,7 +122,7 @@ class EvolvingPlanner:
         if view.requests_arrived is not None:
             self.arrivals.add(view.now, view.requests_arrived + (view.requests_rejected or 0))
         nodes = view.nodes
-        self.queues.add(view.now, *_queue_per_node(nodes))
+        self.queues.add(view.now, *_waiting(nodes))
         p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
         tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
         lo, hi = rule.reachable(nodes, p_cur, tick.protected)
@@ -193,16 +193,18 @@ class EvolvingPlanner:
         sat, est, w = self.config.saturation, tick.est, tick.workload
         if sat is None or est is None or w is None:
             return
-        phase = self.queues.saturated(tick.view.now, sat, tick.view.last_switch_t)
-        if phase is None:
+        found = self.queues.saturated(tick.view.now, sat, tick.view.last_switch_t, self.config.workload.window_s)
+        if found is None:
             return
+        phase, held_s = found
         p_cur, n_nodes = tick.current[0], len(tick.view.nodes)
         i_cur = est.index(p_cur)
         model = est.prefill_capacity_rps[i_cur] if phase is Phase.PREFILL else est.decode_capacity_rps[i_cur]
-        # Finished per second over the part of the window the history covers (early on, less than all of it).
-        first = self.workload.first_t if self.workload.first_t is not None else tick.view.now
-        covered = min(w.window_s, tick.view.now - self.config.workload.lag_s - first)
-        measured = w.n / covered if covered > 0 else 0.0
+        # Finished per second over the time the saturation has held (and the history covers).
+        end = tick.view.now - self.config.workload.lag_s
+        first = self.workload.first_t if self.workload.first_t is not None else end
+        covered = min(held_s, end - first)
+        measured = self.workload.estimate(tick.view.now, held_s).n / covered if covered > 0 else 0.0
         tick.inputs.update(saturated_prefill=float(phase is Phase.PREFILL), measured_rps=measured)
         tick.inputs["model_capacity_saturated_rps"] = float(model)
 
@@ -447,10 +449,10 @@ class EvolvingPlanner:
         return self.last_decision
 
 
-def _queue_per_node(nodes: tuple[NodeState, ...]) -> tuple[float, float]:
-    """Mean waiting requests per serving node of each phase (prefill, decode); 0 for a phase with none."""
+def _waiting(nodes: tuple[NodeState, ...]) -> tuple[tuple[float, int], tuple[float, int]]:
+    """(waiting requests, serving nodes) of each phase: prefill, decode."""
     out = []
     for phase in (Phase.PREFILL, Phase.DECODE):
         q = [n.queue for n in nodes if n.phase == phase and not n.draining]
-        out.append(float(np.mean(q)) if q else 0.0)
+        out.append((float(sum(q)), len(q)))
     return out[0], out[1]

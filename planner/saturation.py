@@ -12,15 +12,19 @@ moved to 1P.
 
 A queue cannot be biased that way. While every node of one phase keeps
 requests waiting (``queue_per_node`` or more per node at every tick of
-``span_s``, not shrinking) and the nodes of the other phase have room (fewer
-than ``idle_per_node`` each), the saturated phase is the bottleneck, and the
-rate at which requests finish is that phase's capacity at the current split.
-When the model's capacity of that phase at the current split is above the
-measured rate by more than ``margin``, the phase's work per request is scaled
-(``scaled``) by the factor that makes the model serve exactly the measured
-rate there (``correction``); every split is then predicted with the corrected
-mix. Decode work is scaled through the output length (its KV and batch
-context follow), prefill work through the uncached prompt and its attention.
+``span_s``) and the other phase holds few of all waiting requests (under
+``idle_per_node`` per node, or under ``other_share`` of the saturated
+phase's), the saturated phase is busy all the time and is the bottleneck,
+so the rate at which requests finish over the span is that phase's
+capacity at the current split. (A queue that shrinks is still served at
+capacity: the backlog left by a split that starved the phase drains at
+exactly that rate.) When the model's capacity of that phase at the
+current split is above the measured rate by more than ``margin``, the
+phase's work per request is scaled (``scaled``) by the factor that makes
+the model serve exactly the measured rate there (``correction``); every
+split is then predicted with the corrected mix. Decode work is scaled
+through the output length (its KV and batch context follow), prefill work
+through the uncached prompt and its attention.
 
 Pure: numbers in, numbers out; the planner (``planner.evolving``) feeds the
 queues per tick and applies the factor.
@@ -42,11 +46,15 @@ from planner.workload import WorkloadEstimate
 class SaturationConfig:
     """queue_per_node: waiting requests per node of a phase, at every tick of
         the span, that make it saturated (> 0).
-    idle_per_node: the other phase's waiting requests per node stay below
-        this at every tick (> 0): it has room, so the saturated phase is the
-        bottleneck and the finish rate is its capacity.
-    span_s: how long the saturation must have held (> 0); no switch may
-        have happened within it (a draining node serves less).
+    idle_per_node / other_share: at every tick the other phase holds fewer
+        than ``idle_per_node`` waiting requests per node, or fewer than
+        ``other_share`` of the saturated phase's waiting requests (> 0 /
+        (0, 1)): the saturated phase is the bottleneck, so the finish rate
+        is its capacity. (A single prefill node in front of a backlog of
+        hundreds of decodes has a few prompts waiting at times.)
+    span_s: how long the saturation must have held (> 0), and the window
+        over which the finish rate is measured; no switch may have happened
+        within it (a draining node serves less).
     margin: correct only when the model's capacity at the current split is
         above the measured rate by more than this fraction (≥ 0).
     max_factor: the largest correction (> 1).
@@ -54,6 +62,7 @@ class SaturationConfig:
 
     queue_per_node: float = 2.0
     idle_per_node: float = 1.0
+    other_share: float = 0.1
     span_s: float = 20.0
     margin: float = 0.1
     max_factor: float = 20.0
@@ -61,35 +70,55 @@ class SaturationConfig:
     def __post_init__(self) -> None:
         if self.queue_per_node <= 0 or self.idle_per_node <= 0 or self.span_s <= 0:
             raise ValueError("queue_per_node, idle_per_node and span_s must be > 0")
+        if not 0 < self.other_share < 1:
+            raise ValueError("other_share must be in (0, 1)")
         if self.margin < 0 or self.max_factor <= 1:
             raise ValueError("margin must be >= 0 and max_factor > 1")
 
 
 class QueueHistory:
-    """Mean waiting requests per node of each phase, one entry per tick."""
+    """Waiting requests and serving nodes of each phase, one entry per tick."""
 
     def __init__(self, retention_s: float) -> None:
         self.retention_s = retention_s
-        self._ticks: deque[tuple[float, float, float]] = deque()  # t, prefill, decode
+        # t, (prefill waiting, prefill nodes), (decode waiting, decode nodes)
+        self._ticks: deque[tuple[float, tuple[float, int], tuple[float, int]]] = deque()
 
-    def add(self, t: float, prefill_per_node: float, decode_per_node: float) -> None:
-        self._ticks.append((t, prefill_per_node, decode_per_node))
+    def add(self, t: float, prefill: tuple[float, int], decode: tuple[float, int]) -> None:
+        """One tick: (waiting requests, serving nodes) of each phase."""
+        self._ticks.append((t, prefill, decode))
         while self._ticks and self._ticks[0][0] < t - self.retention_s:
             self._ticks.popleft()
 
-    def saturated(self, now: float, cfg: SaturationConfig, last_switch_t: float | None) -> Phase | None:
-        """The phase saturated over the last ``span_s`` (module doc), or None."""
+    def saturated(
+        self, now: float, cfg: SaturationConfig, last_switch_t: float | None, longest_s: float
+    ) -> tuple[Phase, float] | None:
+        """The phase saturated over at least the last ``span_s`` (module doc)
+        and for how long it has been, up to ``longest_s``: the window to
+        measure its finish rate over (the longer, the steadier). None if no
+        phase is."""
         if last_switch_t is not None and last_switch_t > now - cfg.span_s:
             return None
-        ticks = [x for x in self._ticks if x[0] >= now - cfg.span_s]
+        ticks = [x for x in self._ticks if x[0] >= now - max(cfg.span_s, longest_s)]
         if not self._ticks or self._ticks[0][0] > now - cfg.span_s or len(ticks) < 2:
             return None  # a history shorter than the span proves nothing
         for phase, mine, other in ((Phase.PREFILL, 1, 2), (Phase.DECODE, 2, 1)):
-            busy = all(x[mine] >= cfg.queue_per_node for x in ticks)
-            room = all(x[other] < cfg.idle_per_node for x in ticks)
-            if busy and room and ticks[-1][mine] >= ticks[0][mine]:
-                return phase
+            start = now
+            for x in reversed(ticks):  # back from now while the phase stayed busy
+                if not _busy(x[mine], x[other], cfg):
+                    break
+                start = x[0]
+            if start <= now - cfg.span_s:
+                floor = max(now - longest_s, self._ticks[0][0], last_switch_t if last_switch_t is not None else -1e18)
+                return phase, now - max(start, floor)
         return None
+
+
+def _busy(mine: tuple[float, int], other: tuple[float, int], cfg: SaturationConfig) -> bool:
+    (waiting, nodes), (other_waiting, other_nodes) = mine, other
+    if nodes <= 0 or waiting < cfg.queue_per_node * nodes:
+        return False
+    return other_waiting < max(cfg.idle_per_node * other_nodes, cfg.other_share * waiting)
 
 
 def scaled(w: WorkloadEstimate, phase: Phase, factor: float) -> WorkloadEstimate:

@@ -13,13 +13,14 @@ from planner.workload import WorkloadEstimate
 from testing.planner_records import synthetic_samples
 from tests.unit.planner.test_evolving import LAX, _apply, _planner, _view
 
-CFG = SaturationConfig(queue_per_node=2.0, idle_per_node=1.0, span_s=30.0, margin=0.1, max_factor=20.0)
+CFG = SaturationConfig(queue_per_node=2.0, idle_per_node=1.0, other_share=0.1, span_s=30.0, margin=0.1, max_factor=20.0)
 
 
-def _history(rows: list[tuple[float, float, float]]) -> QueueHistory:
+def _history(rows: list[tuple[float, float, float]], prefill_nodes: int = 2, decode_nodes: int = 4) -> QueueHistory:
+    """Rows of (t, waiting per prefill node, waiting per decode node)."""
     h = QueueHistory(retention_s=600.0)
     for t, pre, dec in rows:
-        h.add(t, pre, dec)
+        h.add(t, (pre * prefill_nodes, prefill_nodes), (dec * decode_nodes, decode_nodes))
     return h
 
 
@@ -29,14 +30,15 @@ def _history(rows: list[tuple[float, float, float]]) -> QueueHistory:
         # decode queues grow at every tick of the last 30 s, prefill idle: decode is the bottleneck
         ([(0, 0.0, 0.5), (10, 0.0, 3.0), (20, 0.2, 6.0), (30, 0.0, 9.0), (40, 0.0, 12.0)], None, Phase.DECODE),
         ([(0, 0.0, 0.5), (10, 3.0, 0.0), (20, 4.0, 0.5), (30, 4.0, 0.0), (40, 5.0, 0.9)], None, Phase.PREFILL),
-        # a stable queue still means the phase never ran dry
+        # a stable queue, or a backlog draining, still means the phase never ran dry
         ([(0, 0.0, 0.0), (10, 0.0, 4.0), (20, 0.0, 4.0), (30, 0.0, 4.0), (40, 0.0, 4.0)], None, Phase.DECODE),
+        ([(0, 0.0, 90.0), (10, 0.0, 60.0), (20, 0.0, 40.0), (30, 0.0, 20.0), (40, 0.0, 10.0)], None, Phase.DECODE),
         # one tick below the threshold inside the span: not saturated
         ([(0, 0.0, 0.5), (10, 0.0, 3.0), (20, 0.0, 1.5), (30, 0.0, 9.0), (40, 0.0, 12.0)], None, None),
-        # draining: the queue shrinks over the span
-        ([(0, 0.0, 9.0), (10, 0.0, 12.0), (20, 0.0, 8.0), (30, 0.0, 5.0), (40, 0.0, 3.0)], None, None),
-        # both phases queue: neither is the only bottleneck
+        # both phases queue alike: neither is the only bottleneck
         ([(0, 2.0, 3.0), (10, 2.0, 3.0), (20, 2.0, 6.0), (30, 2.0, 9.0), (40, 2.0, 12.0)], None, None),
+        # 3 per prefill node (6) beside 40 per decode node (160): under 10 % of the waiting, decode is it
+        ([(0, 3.0, 40.0), (10, 3.0, 40.0), (20, 3.0, 40.0), (30, 3.0, 40.0), (40, 3.0, 40.0)], None, Phase.DECODE),
         # a switch within the span: a draining node served less
         ([(0, 0.0, 0.5), (10, 0.0, 3.0), (20, 0.0, 6.0), (30, 0.0, 9.0), (40, 0.0, 12.0)], 15.0, None),
         # history shorter than the span proves nothing
@@ -44,7 +46,18 @@ def _history(rows: list[tuple[float, float, float]]) -> QueueHistory:
     ],
 )
 def test_saturated_phase(rows: list[tuple[float, float, float]], last_switch_t: float | None, expected: Phase | None):
-    assert _history(rows).saturated(40.0, CFG, last_switch_t) is expected
+    found = _history(rows).saturated(40.0, CFG, last_switch_t, longest_s=60.0)
+    assert (found and found[0]) is expected
+
+
+def test_the_finish_rate_is_measured_over_as_long_as_the_phase_stayed_saturated() -> None:
+    rows = [(t, 0.0, 0.0 if t < 30 else 5.0) for t in range(0, 130, 10)]  # busy from t=30
+    h = _history(rows)
+    assert h.saturated(50.0, CFG, None, longest_s=60.0) is None  # 20 s busy < the 30 s span
+    assert h.saturated(60.0, CFG, None, longest_s=60.0) == (Phase.DECODE, 30.0)
+    assert h.saturated(80.0, CFG, None, longest_s=60.0) == (Phase.DECODE, 50.0)
+    assert h.saturated(120.0, CFG, None, longest_s=60.0) == (Phase.DECODE, 60.0)  # at most the window
+    assert h.saturated(120.0, CFG, 85.0, longest_s=60.0) == (Phase.DECODE, 35.0)  # not back past a switch
 
 
 def _w(**kw: float) -> WorkloadEstimate:
@@ -107,6 +120,8 @@ def test_config_is_validated() -> None:
         SaturationConfig(margin=-0.1)
     with pytest.raises(ValueError, match="span_s"):
         SaturationConfig(span_s=0.0)
+    with pytest.raises(ValueError, match="other_share"):
+        SaturationConfig(other_share=1.0)
 
 
 def _run(queue_per_decode_node, saturation: bool) -> list[Decision]:
@@ -137,7 +152,7 @@ def test_growing_decode_queues_move_nodes_to_decode_before_the_finished_mix_woul
     growing = lambda t: max(0, (t - 40) // 5)  # noqa: E731  # 2 waiting per decode node from t=50, growing
     first = next(d for d in _run(growing, saturation=True) if d.acted)
     assert first.t == 70.0 and first.reason.startswith("early throughput") and first.chosen_split == (1, 7)
-    assert first.inputs["saturation_factor"] == pytest.approx(3.53, abs=0.01)
+    assert first.inputs["saturation_factor"] == pytest.approx(3.41, abs=0.01)
     # The corrected model serves at the current split what finished there.
     at_5p = next(p for p in first.predictions if p.prefill_nodes == 5)
     assert at_5p.capacity_rps == pytest.approx(first.inputs["measured_rps"], rel=0.03)
