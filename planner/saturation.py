@@ -102,12 +102,13 @@ class QueueHistory:
         ticks = [x for x in self._ticks if x[0] >= now - max(cfg.span_s, longest_s)]
         if not self._ticks or self._ticks[0][0] > now - cfg.span_s or len(ticks) < 2:
             return None  # a history shorter than the span proves nothing
-        for phase, mine, other in ((Phase.PREFILL, 1, 2), (Phase.DECODE, 2, 1)):
+        for phase in (Phase.PREFILL, Phase.DECODE):
             start = now
-            for x in reversed(ticks):  # back from now while the phase stayed busy
-                if not _busy(x[mine], x[other], cfg):
+            for t, pre, dec in reversed(ticks):  # back from now while the phase stayed busy
+                mine, other = (pre, dec) if phase is Phase.PREFILL else (dec, pre)
+                if not _busy(mine, other, cfg):
                     break
-                start = x[0]
+                start = t
             if start <= now - cfg.span_s:
                 floor = max(now - longest_s, self._ticks[0][0], last_switch_t if last_switch_t is not None else -1e18)
                 return phase, now - max(start, floor)

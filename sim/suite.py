@@ -67,19 +67,19 @@ Task = tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]
 METRIC = "served"  # what the suite compares planners by (sim.metrics: the horizon's straddlers left out)
 
 
-def _probe(cfg: SuiteConfig, cases: list[TraceCase], run: Any) -> tuple[list[TraceCase], dict[int, dict[str, Any]]]:
+def _probe(
+    cfg: SuiteConfig, cases: list[TraceCase], *, profile: str, jobs: int, extra: dict[str, Any]
+) -> tuple[list[TraceCase], dict[int, dict[int, dict[str, Any]]]]:
     """Run every static split of each unit's overload case first and place
     the unit's lighter levels on the capacity they measured
     (`suite_cases.remeasured`). Returns the cases to run and the results
     already in hand, {id(case): {prefill nodes: result}}."""
     probes = [c for c in cases if c.level == "overload"]
     tasks: list[Task] = [
-        (cfg, ("trace", c, None), "static", p, run["profile"], run["extra"])
-        for c in probes
-        for p in range(1, cfg.nodes)
+        (cfg, ("trace", c, None), "static", p, profile, extra) for c in probes for p in range(1, cfg.nodes)
     ]
-    outs = iter(run_all(_task, tasks, run["jobs"]))
-    done: dict[int, dict[str, Any]] = {}
+    outs = iter(run_all(_task, tasks, jobs))
+    done: dict[int, dict[int, dict[str, Any]]] = {}
     replan: dict[str, list[TraceCase]] = {}
     for c in probes:
         statics = {p: next(outs) for p in range(1, cfg.nodes)}
@@ -101,7 +101,7 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     t0 = time.perf_counter()
     gpu = GpuProfile.from_json(profile)
     planned, same = plan_trace_cases(cfg, gpu)
-    trace_cases, probed = _probe(cfg, planned, {"profile": profile, "jobs": jobs, "extra": extra})
+    trace_cases, probed = _probe(cfg, planned, profile=profile, jobs=jobs, extra=extra)
     groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
     for name, load in cfg.synthetic:
         sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
