@@ -249,7 +249,9 @@ class EventSink:
             return self._settle(job, batch, usage)
 
     async def flush_all(self) -> bool:
-        """Flush until the buffer is empty or a write fails."""
+        """Flush until the buffer is empty or a write fails (tests, shutdown:
+        under steady traffic this may not return; the writer uses
+        `flush_backlog`)."""
         while True:
             if not await self.flush():
                 return False
@@ -257,13 +259,24 @@ class EventSink:
                 if not self._events and not self._usage:
                     return True
 
+    async def flush_backlog(self) -> bool:
+        """Write what was buffered when called (in batches of `max_batch`),
+        not what arrives meanwhile: under steady traffic the buffer is never
+        empty, and waiting for that wrote one transaction per request."""
+        with self._lock:
+            batches = max(1, -(-len(self._events) // self.config.max_batch))
+        for _ in range(batches):
+            if not await self.flush():
+                return False
+        return True
+
     async def _run(self) -> None:
         delay = self.config.flush_interval_s
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()
-            if await self.flush_all():
+            if await self.flush_backlog():
                 delay = self.config.flush_interval_s
             else:
                 delay = min(self.config.retry_max_s, max(delay * 2, self.config.retry_initial_s))

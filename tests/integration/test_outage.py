@@ -10,6 +10,7 @@ handling of rows the database rejects.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -158,3 +159,32 @@ async def test_stop_flushes_what_is_buffered(sqlite_db: Database) -> None:
     with sqlite_db.session() as s:
         assert repository.list_switch_events(s)[1] == 1
         assert repository.get_overrides(s).planner_mode == "manual"
+
+
+async def test_writer_writes_once_per_interval_under_steady_traffic(sqlite_db: Database) -> None:
+    """Usage recorded every millisecond: the writer takes what is buffered
+    each interval and waits, instead of chasing an empty buffer (which wrote
+    one transaction per request and cost the hot path its CPU)."""
+    sink = EventSink(sqlite_db, config=SinkConfig(flush_interval_s=0.2))
+    writes = 0
+    real_write = sink._write
+
+    def counting_write(batch, usage):  # type: ignore[no-untyped-def]
+        nonlocal writes
+        writes += 1
+        return real_write(batch, usage)
+
+    sink._write = counting_write  # type: ignore[method-assign]
+    sink.start()
+    start = time.monotonic()
+    sent = 0
+    while time.monotonic() - start < 1.2:
+        sink.record_usage(UsageRecord("a", "m", 10, 0, 1))
+        sink.record_decision(decision(float(sent)), "auto")
+        sent += 1
+        await asyncio.sleep(0.001)
+    await sink.stop()
+    assert 3 <= writes <= 9, writes  # ~6 intervals plus the final flush
+    with sqlite_db.session() as s:
+        assert sum(r.requests for r in repository.list_usage(s, tenant_id="a")) == sent
+        assert repository.list_decisions(s)[1] == sent
