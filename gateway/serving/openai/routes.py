@@ -127,12 +127,17 @@ class EventStreamResponse(Response):
         watch = asyncio.ensure_future(receive())
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            ended = False  # the body's last event ends the response in the same write
             async for chunk in self._body:
+                if ended:
+                    continue  # nothing follows [DONE]; the body runs to its end (its cleanup)
                 if watch.done():  # http.disconnect: nobody is reading any more
                     break
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                ended = chunk.endswith(sse.DONE)
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
             else:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if not ended:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watch.cancel()
             await self._body.aclose()  # type: ignore[attr-defined]
@@ -248,6 +253,7 @@ async def _sse(
 ) -> AsyncIterator[bytes]:
     enc = (sse.ChatChunkEncoder if chat else sse.CompletionChunkEncoder)(p.request_id, p.created, service.model_name)
     status = 200
+    finished = False
     try:
         if chat:
             yield enc.role()  # type: ignore[union-attr]
@@ -255,10 +261,12 @@ async def _sse(
             if isinstance(ev, str):
                 yield enc.content(ev)
             else:
-                yield enc.finish(ev.finish_reason)
-                if p.include_usage:
-                    yield enc.usage(service.usage_dict(ev))
-        yield sse.DONE
+                # The end of the stream in one write: finish, usage, [DONE].
+                usage = enc.usage(service.usage_dict(ev)) if p.include_usage else b""
+                finished = True
+                yield enc.finish(ev.finish_reason) + usage + sse.DONE
+        if not finished:
+            yield sse.DONE
     except GatewayError as exc:
         status = exc.status
         log.warning("stream %s failed: %s", p.request_id, exc.message)
