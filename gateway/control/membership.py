@@ -7,6 +7,14 @@ branch caps while Redis is unreachable: limit ÷ replicas each), so the last
 count seen is kept while Redis is down; before the first one,
 `EVOLVING_GATEWAY_REPLICAS` (the deployment's own number). A replica that
 stops cleanly removes itself.
+
+The count never drops because Redis forgot someone: a replica counts every
+member it saw in the last `ttl_s` of heartbeats that reached Redis, and
+after heartbeats failed (Redis down or restarted empty) everyone seen
+before is kept for one more `ttl_s`, the time each needs to register again.
+Counting one replica too few would give this one too large a share (a
+Redis restarted empty once read "1 replica" for a beat, and a replica
+whose limiter had fallen back to its share admitted the whole limit).
 """
 
 from __future__ import annotations
@@ -44,11 +52,27 @@ class Membership:
         self._clock = clock
         self.members: list[str] = []
         self.known = False  # at least one count read from Redis
+        self._seen: dict[str, float] = {}  # member -> when a heartbeat last saw it (or kept it)
+        self._lost = False  # a heartbeat failed since the last one that reached Redis
         self._task: asyncio.Task[None] | None = None
 
     def count(self) -> int:
-        """Live replicas: the last count seen in Redis, else the expected number."""
-        return max(1, len(self.members)) if self.known else self.expected
+        """Live replicas: those seen in Redis over the last `ttl_s`, else the expected number."""
+        return max(1, len(self._seen)) if self.known else self.expected
+
+    def saw(self, members: list[str], now: float) -> None:
+        """One heartbeat's answer: `members` are live now."""
+        if self._lost:  # back after failures: those seen before have had no chance to register again
+            self._seen = dict.fromkeys(self._seen, now)
+            self._lost = False
+        for m in members:
+            self._seen[m] = now
+        self._seen = {m: t for m, t in self._seen.items() if now - t <= self.ttl_s}
+        self.members, self.known = sorted(members), True
+
+    def lost(self) -> None:
+        """A heartbeat did not reach Redis."""
+        self._lost = True
 
     async def beat(self) -> None:
         now = self._clock()
@@ -57,19 +81,22 @@ class Membership:
         pipe.zremrangebyscore(self._key, "-inf", now)
         pipe.zrangebyscore(self._key, now, "+inf")
         _, _, members = await pipe.execute()
-        self.members, self.known = sorted(members), True
+        self.saw([m.decode() if isinstance(m, bytes) else str(m) for m in members], now)
 
     async def _loop(self) -> None:
         while True:
             try:
                 await self.beat()
             except (RedisError, OSError) as exc:
+                self.lost()
                 log.debug("membership heartbeat failed: %s", exc)
             await asyncio.sleep(self.interval_s)
 
     async def start(self) -> None:
-        with contextlib.suppress(RedisError, OSError):
+        try:
             await self.beat()
+        except (RedisError, OSError):
+            self.lost()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="membership")
 

@@ -15,9 +15,9 @@ requests/min, tokens/min, concurrency and (through the directory) active
 branches each divided by the number of live replicas, rounded up. The share
 is checked against *everything this replica admitted* in the last minute
 (every admission is also counted in a local window, in both modes), so
-traffic from before the outage counts too. `replicas()` is the last count
-of live replicas seen in Redis (`gateway.control.membership`), else
-`EVOLVING_GATEWAY_REPLICAS`.
+traffic from before the outage counts too. `replicas()` is the count of
+live replicas seen in Redis (`gateway.control.membership`; a Redis that
+restarted empty does not shrink it), else `EVOLVING_GATEWAY_REPLICAS`.
 
 What that guarantees: in the minutes after Redis went away the cluster
 admits at most the limit (plus one request per replica from rounding up);
