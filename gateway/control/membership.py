@@ -50,7 +50,6 @@ class Membership:
         self.interval_s = interval_s
         self.ttl_s = ttl_s
         self._clock = clock
-        self.members: list[str] = []
         self.known = False  # at least one count read from Redis
         self._seen: dict[str, float] = {}  # member -> when a heartbeat last saw it (or kept it)
         self._lost = False  # a heartbeat failed since the last one that reached Redis
@@ -68,7 +67,7 @@ class Membership:
         for m in members:
             self._seen[m] = now
         self._seen = {m: t for m, t in self._seen.items() if now - t <= self.ttl_s}
-        self.members, self.known = sorted(members), True
+        self.known = True
 
     def lost(self) -> None:
         """A heartbeat did not reach Redis."""
