@@ -46,6 +46,9 @@ class EvolvingConfig:
         that starves one phase shows it in its queues within seconds, long
         before the estimate of the slow requests is complete; this bounds
         convergence from a bad start without trusting an early mix alone.
+        History runs from the first finished request's arrival, a moment
+        after the traffic began, so 15 s lets the tick at 20 s act (at 20 s,
+        a run whose first request came 0.3 s in waited for the tick at 30 s).
     key_by_report: re-key each finished request's sample to the later of its
         arrival and the previous tick, i.e. to (within one tick) the time it
         finished. Keyed by arrival, a window holds only the requests that
@@ -81,7 +84,7 @@ class EvolvingConfig:
     max_nodes_per_decision: int | None = None
     slo_margin: float = 0.8
     min_history_s: float = 120.0
-    early_s: float | None = 20.0
+    early_s: float | None = 15.0
     early_gain_frac: float = 0.1
     early_queue: float = 2.0
     key_by_report: bool = True

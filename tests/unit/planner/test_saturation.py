@@ -60,6 +60,16 @@ def test_the_finish_rate_is_measured_over_as_long_as_the_phase_stayed_saturated(
     assert h.saturated(120.0, CFG, 85.0, longest_s=60.0) == (Phase.DECODE, 35.0)  # not back past a switch
 
 
+def test_a_shorter_span_asked_for_reads_the_last_ticks_only() -> None:
+    # Decode queues from t=30 only: 10 s of them proves saturation at a 10 s span, not at the config's 30 s.
+    h = _history([(0, 0.0, 0.0), (10, 0.0, 0.0), (20, 0.0, 1.0), (30, 0.0, 3.0), (40, 0.0, 5.0)])
+    assert h.saturated(40.0, CFG, None, longest_s=60.0) is None
+    assert h.saturated(40.0, CFG, None, longest_s=60.0, span_s=10.0) == (Phase.DECODE, 10.0)
+    # one tick of queues is not a span, and a switch inside the shorter span still voids it
+    assert h.saturated(30.0, CFG, None, longest_s=60.0, span_s=10.0) is None
+    assert h.saturated(40.0, CFG, 35.0, longest_s=60.0, span_s=10.0) is None
+
+
 def _w(**kw: float) -> WorkloadEstimate:
     base = dict(
         window_s=60.0,
@@ -122,13 +132,19 @@ def test_config_is_validated() -> None:
         SaturationConfig(span_s=0.0)
     with pytest.raises(ValueError, match="other_share"):
         SaturationConfig(other_share=1.0)
+    with pytest.raises(ValueError, match="early_span_s"):
+        SaturationConfig(span_s=20.0, early_span_s=30.0)
+    with pytest.raises(ValueError, match="early_span_s"):
+        SaturationConfig(early_span_s=0.0)
 
 
-def _run(queue_per_decode_node, saturation: bool) -> list[Decision]:
+def _run(
+    queue_per_decode_node, saturation: bool, config: SaturationConfig | None = None, phase: Phase = Phase.DECODE
+) -> list[Decision]:
     """5P3D, reasoning turns that finish at ~2 req/s while 4 req/s arrive; each
-    decode node reports `queue_per_decode_node(t)` waiting."""
+    node of `phase` (decode unless said) reports `queue_per_decode_node(t)` waiting."""
     samples = sorted(synthetic_samples(0, 400, 2.0, seed=4, uncached=1000, cached=2000, output=300), key=lambda s: s.t)
-    planner = _planner() if saturation else _planner(saturation=None)
+    planner = _planner(saturation=config or SaturationConfig()) if saturation else _planner(saturation=None)
     view: ClusterView = _view(5, 8, slo=LAX)
     i, out = 0, []
     for t in range(5, 300, 5):
@@ -138,7 +154,7 @@ def _run(queue_per_decode_node, saturation: bool) -> list[Decision]:
         planner.observe_requests(samples[i:j])
         i = j
         nodes = tuple(
-            dataclasses.replace(n, queue=queue_per_decode_node(t) if n.phase == Phase.DECODE else 0) for n in view.nodes
+            dataclasses.replace(n, queue=queue_per_decode_node(t) if n.phase == phase else 0) for n in view.nodes
         )
         view = dataclasses.replace(view, now=float(t), nodes=nodes, requests_arrived=4 * t)
         d = planner.decide(view)
@@ -151,13 +167,27 @@ def _run(queue_per_decode_node, saturation: bool) -> list[Decision]:
 def test_growing_decode_queues_move_nodes_to_decode_before_the_finished_mix_would() -> None:
     growing = lambda t: max(0, (t - 40) // 5)  # noqa: E731  # 2 waiting per decode node from t=50, growing
     first = next(d for d in _run(growing, saturation=True) if d.acted)
-    assert first.t == 70.0 and first.reason.startswith("early throughput") and first.chosen_split == (1, 7)
-    assert first.inputs["saturation_factor"] == pytest.approx(3.41, abs=0.01)
+    # Before min_history_s the queues of 10 s (t=50, 55, 60: early_span_s) suffice.
+    assert first.t == 60.0 and first.reason.startswith("early throughput") and first.chosen_split == (1, 7)
+    assert first.inputs["saturation_factor"] == pytest.approx(3.29, abs=0.01)
     # The corrected model serves at the current split what finished there.
     at_5p = next(p for p in first.predictions if p.prefill_nodes == 5)
     assert at_5p.capacity_rps == pytest.approx(first.inputs["measured_rps"], rel=0.03)
+    # Holding the early rule to the full 20 s span: the move waits one more tick pair.
+    full = next(d for d in _run(growing, saturation=True, config=SaturationConfig(early_span_s=None)) if d.acted)
+    assert full.t == 70.0 and full.chosen_split == (1, 7)
+    assert full.inputs["saturation_factor"] == pytest.approx(3.41, abs=0.01)
     # The same finished requests without the queues: the model sees room everywhere and waits.
     blind = next(d for d in _run(growing, saturation=False) if d.acted)
     assert blind.t == 125.0 and "saturation_factor" not in blind.inputs
     quiet = next(d for d in _run(lambda t: 0, saturation=True) if d.acted)
     assert quiet.t == blind.t and "saturation_factor" not in quiet.inputs
+
+
+def test_early_prefill_queues_need_the_full_span() -> None:
+    # A prefill finishes only after its decode, so early on the finish rate trails the prefills
+    # done: 10 s of prefill queues (t=50..60) correct nothing; the full 20 s (t=70) does.
+    growing = lambda t: max(0, (t - 40) // 5)  # noqa: E731
+    by_t = {d.t: d for d in _run(growing, saturation=True, phase=Phase.PREFILL) if d.t <= 70}
+    assert "saturation_factor" not in by_t[60.0].inputs and "saturation_factor" not in by_t[65.0].inputs
+    assert by_t[70.0].inputs["saturated_prefill"] == 1.0 and by_t[70.0].inputs["saturation_factor"] > 1.0
