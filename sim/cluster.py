@@ -260,8 +260,24 @@ class Cluster:
         if sr.req.output_tokens <= 1:
             self._finish(sr, sr.first_token)
             return
+        self._bind_decode(sr)
         missing = sr.req.prompt_tokens - sr.decode_cached
         self.to_decode(sr, now + ncfg.handoff_s + ncfg.engine_in_s + ncfg.pool_s(missing))
+
+    def _bind_decode(self, sr: SimRequest) -> None:
+        """Pick the decode node now that the prefill is done, on the loads of
+        now, as the gateway does (it routes each segment as the segment
+        starts, `gateway.serving.orchestrator`). Picked at arrival, behind a
+        prefill queue of minutes, the choice was that stale: after a switch
+        the backlog all went to the decode nodes of the old split (Mooncake
+        conversation overload: 1,400 waiting on one decode node while the
+        one added beside it stayed empty)."""
+        req = sr.req
+        hits = self.directory.lookup(req.block_hashes)[1] if req.block_hashes else None
+        cap = max(0, req.prompt_tokens - 1)
+        d, tokens = self._route(req.prompt_tokens, cap, hits, cap)
+        sr.decode_node = d.decode_node
+        sr.decode_cached = tokens.get(d.decode_node, 0)
 
     def _first_token(self, sr: SimRequest, t: float) -> None:
         if sr.first_token is None:

@@ -155,3 +155,29 @@ def test_a_queued_prompt_finds_at_scheduling_the_prefix_computed_on_its_node_mea
     cluster._finish = record  # type: ignore[method-assign]
     cluster.run()
     assert sorted(seen) == [(0, 0), (1, 14 * bt)]
+
+
+def test_the_decode_node_is_picked_when_the_prefill_is_done_on_the_loads_then() -> None:
+    # 1P2D, twelve 4,096-token prompts at once. At arrival both decode nodes are empty
+    # (every request is still queued for prefill), so a pick then sends all twelve to
+    # one of them; the gateway picks when the prefill ends, seeing the decodes already
+    # running, and spreads them.
+    from sim.workloads import Request, Workload
+
+    bt = 512
+    reqs = tuple(
+        Request(i, f"s{i}", f"b{i}", 0.001 * i, 8 * bt, 200, tuple(1000 * (i + 1) + k for k in range(8)))
+        for i in range(12)
+    )
+    w = Workload("t", reqs, duration_s=120.0, block_tokens=bt, closed_loop=False)
+    cluster = Cluster(w, GpuProfile.from_json(), None, SimConfig(nodes=3, prefill_nodes=1, seed=0, directory="local"))
+    on: dict[str, int] = {}
+    done = cluster._finish
+
+    def record(sr, now):
+        on[sr.decode_node] = on.get(sr.decode_node, 0) + 1
+        done(sr, now)
+
+    cluster._finish = record  # type: ignore[method-assign]
+    cluster.run()
+    assert sorted(on.values()) == [6, 6]
