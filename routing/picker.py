@@ -81,6 +81,15 @@ def _best(nodes: list[NodeLoad], scores: list[float]) -> NodeLoad:
     return best
 
 
+def pick_decode(req: RouteRequest, decoders: list[NodeLoad], config: RouterConfig = RouterConfig()) -> NodeLoad:
+    """The decode node among `decoders` (non-empty): locality, load and free KV."""
+    wl, wq, wk = config.decode_weights
+    scale = config.load_scale
+    return _best(
+        decoders, [wl * prefix_locality(req, n) + wq * queue_load(n, scale) + wk * free_kv(n) for n in decoders]
+    )
+
+
 def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = RouterConfig()) -> RouteDecision:
     prefillers, decoders = _eligible(nodes)
     if not decoders:
@@ -92,11 +101,8 @@ def route(req: RouteRequest, nodes: list[NodeLoad], config: RouterConfig = Route
     if not decoders:
         raise NoNodeAvailable("no healthy worker")
 
-    wl, wq, wk = config.decode_weights
+    decode = pick_decode(req, decoders, config)
     scale = config.load_scale
-    decode = _best(
-        decoders, [wl * prefix_locality(req, n) + wq * queue_load(n, scale) + wk * free_kv(n) for n in decoders]
-    )
     cached = max(req.pool_cached_tokens, req.cached_by_node.get(decode.node_id, 0))
     uncached = max(0, req.prompt_tokens - cached)
     if uncached <= config.local_prefill_max_tokens or not prefillers:

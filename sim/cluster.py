@@ -22,7 +22,7 @@ import numpy as np
 
 from core import Phase
 from planner.types import SLO, ClusterView, IterationRecord, NodeState, Planner, RequestSample
-from routing import NodeLoad, RouterConfig, RouteRequest, route
+from routing import NodeLoad, RouterConfig, RouteRequest, pick_decode, route
 from sim.directory import Directory, PrefixHits, make_directory
 from sim.events import EventLoop
 from sim.metrics import RunLog
@@ -159,10 +159,10 @@ class Cluster:
     def _serving_changed(self) -> None:
         self._serving = None
 
-    def _candidates(self, hits: PrefixHits | None) -> list[NodeLoad]:
+    def _candidates(self, hits: PrefixHits | None, decode_only: bool = False) -> list[NodeLoad]:
         """Every serving node, or above `sample_above` a random sample of
         `sample_per_phase` nodes of each phase plus the 4 with the longest
-        cached prefix."""
+        cached prefix; with `decode_only`, of the decode nodes only."""
         if self._serving is None:
             self._serving = [n for n in self.nodes.values() if n.accepting]
             self._by_phase = (
@@ -170,23 +170,32 @@ class Cluster:
                 [n for n in self._serving if n.phase is Phase.DECODE],
             )
         serving = self._serving
+        groups = self._by_phase[1:] if decode_only else self._by_phase
         if len(serving) > self.cfg.sample_above:
             k, rnd = self.cfg.sample_per_phase, self._pick.random
             # k draws with replacement (duplicates collapse): random.sample's checks cost more than the draws
             chosen = {
                 n.node_id: n
-                for group in self._by_phase
+                for group in groups
                 for n in (group if len(group) <= k else [group[int(rnd() * len(group))] for _ in range(k)])
             }
             for nid in hits.top(4) if hits is not None else ():
-                if self.nodes[nid].accepting:
-                    chosen[nid] = self.nodes[nid]
+                node = self.nodes[nid]
+                if node.accepting and (not decode_only or node.phase is Phase.DECODE):
+                    chosen[nid] = node
             serving = list(chosen.values())
+        elif decode_only:
+            serving = groups[0]
         return [n.load() for n in serving]
 
     def _route(self, prompt: int, pool_cached: int, hits: PrefixHits | None, cap: int):
         """Route over the candidates; also returns their cached tokens {node: tokens} (≤ cap)."""
         loads = self._candidates(hits)
+        tokens = self._cached_tokens(loads, hits, cap)
+        return route(RouteRequest(prompt, tokens, pool_cached), loads, self.cfg.router), tokens
+
+    def _cached_tokens(self, loads: list[NodeLoad], hits: PrefixHits | None, cap: int) -> dict[str, int]:
+        """{node: prefix tokens it holds (≤ cap)} over `loads`; nodes holding none are absent."""
         bt = self.wl.block_tokens
         tokens = {}
         if hits is not None and cap > 0:
@@ -194,7 +203,7 @@ class Cluster:
                 b = hits.get(load.node_id)
                 if b:
                     tokens[load.node_id] = min(cap, b * bt)
-        return route(RouteRequest(prompt, tokens, pool_cached), loads, self.cfg.router), tokens
+        return tokens
 
     def _arrive(self, req: Request) -> None:
         now = self.loop.now
@@ -274,10 +283,14 @@ class Cluster:
         one added beside it stayed empty)."""
         req = sr.req
         hits = self.directory.lookup(req.block_hashes)[1] if req.block_hashes else None
+        loads = self._candidates(hits, decode_only=True)
+        if not loads:
+            return  # no decode node now: `to_decode` routes it once the prefill's KV is handed over
         cap = max(0, req.prompt_tokens - 1)
-        d, tokens = self._route(req.prompt_tokens, cap, hits, cap)
-        sr.decode_node = d.decode_node
-        sr.decode_cached = tokens.get(d.decode_node, 0)
+        tokens = self._cached_tokens(loads, hits, cap)
+        node = pick_decode(RouteRequest(req.prompt_tokens, tokens, cap), loads, self.cfg.router).node_id
+        sr.decode_node = node
+        sr.decode_cached = tokens.get(node, 0)
 
     def _first_token(self, sr: SimRequest, t: float) -> None:
         if sr.first_token is None:
