@@ -193,15 +193,9 @@ class EvolvingPlanner:
         sat, est, w = self.config.saturation, tick.est, tick.workload
         if sat is None or est is None or w is None:
             return
-        found = self.queues.saturated(tick.view.now, sat, tick.view.last_switch_t, self.config.workload.window_s)
-        if found is None and tick.early and sat.early_span_s is not None:
-            # Early, 10 s of decode queues suffice (SaturationConfig.early_span_s); prefill's need
-            # the full span: a prefill finishes only after its decode, so early on the finish rate
-            # trails the prefills done.
-            found = self.queues.saturated(
-                tick.view.now, sat, tick.view.last_switch_t, self.config.workload.window_s, sat.early_span_s
-            )
-            found = found if found is not None and found[0] is Phase.DECODE else None
+        found = self.queues.saturated(
+            tick.view.now, sat, tick.view.last_switch_t, self.config.workload.window_s, early=tick.early
+        )
         if found is None:
             return
         phase, held_s = found

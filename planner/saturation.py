@@ -112,19 +112,22 @@ class QueueHistory:
         cfg: SaturationConfig,
         last_switch_t: float | None,
         longest_s: float,
-        span_s: float | None = None,
+        early: bool = False,
     ) -> tuple[Phase, float] | None:
-        """The phase saturated over at least the last ``span_s`` (default
-        ``cfg.span_s``; module doc) and for how long it has been, up to
+        """The phase saturated over at least the last ``span_s`` (module
+        doc; decode's ``early_span_s`` when ``early``, i.e. before the
+        planner's ``min_history_s``) and for how long it has been, up to
         ``longest_s``: the window to measure its finish rate over (the
         longer, the steadier). None if no phase is."""
-        span = cfg.span_s if span_s is None else span_s
-        if last_switch_t is not None and last_switch_t > now - span:
+        ticks = [x for x in self._ticks if x[0] >= now - max(cfg.span_s, longest_s)]
+        if len(ticks) < 2:
             return None
-        ticks = [x for x in self._ticks if x[0] >= now - max(span, longest_s)]
-        if not self._ticks or self._ticks[0][0] > now - span or len(ticks) < 2:
-            return None  # a history shorter than the span proves nothing
         for phase in (Phase.PREFILL, Phase.DECODE):
+            span = cfg.early_span_s if early and phase is Phase.DECODE and cfg.early_span_s is not None else cfg.span_s
+            if last_switch_t is not None and last_switch_t > now - span:
+                continue  # a draining node served less
+            if self._ticks[0][0] > now - span:
+                continue  # a history shorter than the span proves nothing
             start = now
             for t, pre, dec in reversed(ticks):  # back from now while the phase stayed busy
                 mine, other = (pre, dec) if phase is Phase.PREFILL else (dec, pre)

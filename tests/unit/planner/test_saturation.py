@@ -60,14 +60,18 @@ def test_the_finish_rate_is_measured_over_as_long_as_the_phase_stayed_saturated(
     assert h.saturated(120.0, CFG, 85.0, longest_s=60.0) == (Phase.DECODE, 35.0)  # not back past a switch
 
 
-def test_a_shorter_span_asked_for_reads_the_last_ticks_only() -> None:
-    # Decode queues from t=30 only: 10 s of them proves saturation at a 10 s span, not at the config's 30 s.
+def test_early_decode_queues_need_the_shorter_span_only() -> None:
+    # Decode queues from t=30 only: early, 10 s of them proves saturation, not the config's 30 s span.
+    cfg = dataclasses.replace(CFG, early_span_s=10.0)
     h = _history([(0, 0.0, 0.0), (10, 0.0, 0.0), (20, 0.0, 1.0), (30, 0.0, 3.0), (40, 0.0, 5.0)])
-    assert h.saturated(40.0, CFG, None, longest_s=60.0) is None
-    assert h.saturated(40.0, CFG, None, longest_s=60.0, span_s=10.0) == (Phase.DECODE, 10.0)
+    assert h.saturated(40.0, cfg, None, longest_s=60.0) is None
+    assert h.saturated(40.0, cfg, None, longest_s=60.0, early=True) == (Phase.DECODE, 10.0)
     # one tick of queues is not a span, and a switch inside the shorter span still voids it
-    assert h.saturated(30.0, CFG, None, longest_s=60.0, span_s=10.0) is None
-    assert h.saturated(40.0, CFG, 35.0, longest_s=60.0, span_s=10.0) is None
+    assert h.saturated(30.0, cfg, None, longest_s=60.0, early=True) is None
+    assert h.saturated(40.0, cfg, 35.0, longest_s=60.0, early=True) is None
+    # prefill queues keep the full span, early or not
+    p = _history([(0, 0.0, 0.0), (10, 0.0, 0.0), (20, 1.0, 0.0), (30, 3.0, 0.0), (40, 5.0, 0.0)])
+    assert p.saturated(40.0, cfg, None, longest_s=60.0, early=True) is None
 
 
 def _w(**kw: float) -> WorkloadEstimate:
