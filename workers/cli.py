@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from core import Phase
@@ -17,7 +18,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--phase", choices=[x.value for x in Phase], default="decode")
     p.add_argument("--node-id", default=None, help="defaults to w<port>")
     p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument(
+        "--max-model-len", type=int, default=None, help="context length (default: the model's own, from config.json)"
+    )
+    p.add_argument(
+        "--hf-overrides",
+        type=json.loads,
+        default=None,
+        help='vLLM\'s hf_overrides as JSON, e.g. \'{"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}\' '
+        "with --max-model-len to serve past the model's own context",
+    )
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--kvcache-gib", type=int, default=1, help="device KV cache (VLLM_CPU_KVCACHE_SPACE)")
     p.add_argument("--kv-store-gib", type=float, default=0.25, help="host block store shared via the KV pool")
@@ -71,6 +81,7 @@ def run(argv: list[str] | None = None) -> int:
             node_id=args.node_id or f"w{args.port}",
             block_size=args.block_size,
             max_model_len=args.max_model_len,
+            hf_overrides=args.hf_overrides,
             max_num_seqs=args.max_num_seqs,
             kvcache_gib=args.kvcache_gib,
             kv_store_gib=args.kv_store_gib,
