@@ -29,6 +29,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "with --max-model-len to serve past the model's own context",
     )
     p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float32", "float16"],
+        default="auto",
+        help="weights and activations (auto: bfloat16 where the CPU computes it natively, else float32)",
+    )
     p.add_argument("--kvcache-gib", type=int, default=1, help="device KV cache (VLLM_CPU_KVCACHE_SPACE)")
     p.add_argument("--kv-store-gib", type=float, default=0.25, help="host block store shared via the KV pool")
     p.add_argument("--no-kv-pool", action="store_true", help="run without the KV pool connector")
@@ -82,6 +88,7 @@ def run(argv: list[str] | None = None) -> int:
             block_size=args.block_size,
             max_model_len=args.max_model_len,
             hf_overrides=args.hf_overrides,
+            dtype=args.dtype,
             max_num_seqs=args.max_num_seqs,
             kvcache_gib=args.kvcache_gib,
             kv_store_gib=args.kv_store_gib,

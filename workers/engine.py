@@ -21,6 +21,7 @@ from typing import Any
 from core import FinishReason, Role
 from kvpool.events import StepTimed
 from workers import affinity
+from workers.cpu_isa import resolve_dtype
 from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
 from workers.kv_events import KVEventChannel
 from workers.protocol import (
@@ -45,6 +46,8 @@ class EngineConfig:
     max_model_len: int | None = None
     # vLLM's `hf_overrides` (config.json fields), e.g. rope scaling to serve past the model's context.
     hf_overrides: dict[str, Any] | None = None
+    # "auto": bfloat16 where the CPU has native bf16 (AVX512-BF16, AMX), else float32 (workers.cpu_isa).
+    dtype: str = "auto"
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048  # chunked-prefill token budget per step
     kvcache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE: device (paged) KV cache
@@ -161,7 +164,7 @@ class WorkerEngine:
             }
         args = AsyncEngineArgs(
             model=cfg.model,
-            dtype="bfloat16",
+            dtype=resolve_dtype(cfg.dtype),
             block_size=cfg.block_size,
             max_model_len=cfg.max_model_len,
             hf_overrides=dict(cfg.hf_overrides or {}),
