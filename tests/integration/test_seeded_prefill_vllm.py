@@ -35,7 +35,7 @@ def gateway(vllm_cluster, demo_model):
 def _long_messages(seed: int) -> list[dict[str, str]]:
     # Fresh words each time, so no prefix cache shortens the prefill: > 2048 tokens.
     rng = random.Random(seed)
-    words = " ".join(f"{rng.choice(['alpha', 'beta', 'gamma', 'delta'])}{rng.randrange(10_000)}" for _ in range(1400))
+    words = " ".join(f"{rng.choice(['alpha', 'beta', 'gamma', 'delta'])}{rng.randrange(10_000)}" for _ in range(520))
     return [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": words}]
 
 
