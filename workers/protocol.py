@@ -371,6 +371,7 @@ class WorkerStats(_Model):
     refused_orders: int = 0
     engine: EngineState = EngineState.ALIVE
     engine_error: str = ""  # why the engine died (empty while alive)
+    started_at: float = 0.0  # when the worker process started (unix s; 0: not reported): a new value is a restart
 
 
 class KVAgentInfo(_Model):

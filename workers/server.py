@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import hmac
 import pathlib
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -53,6 +54,7 @@ def _error(status: int, type_: str, message: str, retryable: bool = False) -> JS
 def create_app(
     config: EngineConfig, initial_phase: Phase, *, cluster_token: str | None = None, engine: WorkerEngine | None = None
 ) -> FastAPI:
+    started_at = time.time()  # reported in stats: the gateway counts a new value as a restart
     holder: dict[str, WorkerState] = {}
     eng = engine or WorkerEngine(config, phase_of=lambda: holder["w"].phase)
     holder["w"] = ws = WorkerState(eng, initial_phase)
@@ -195,6 +197,7 @@ def create_app(
             refused_orders=ws.fence.refused,
             engine=eng.state,
             engine_error=eng.dead_reason,
+            started_at=started_at,
         )
 
     @app.get("/internal/requests", response_model=list[RequestTimingWire])

@@ -83,6 +83,8 @@ class WorkerNode:
     engine: str = EngineState.ALIVE.value  # the engine state the worker last reported
     engine_error: str = ""  # why the engine died, as the worker says
     unhealthy_since: float | None = None  # clock time it left routing (None: healthy)
+    started_at: float = 0.0  # the worker process's start time it reports
+    restarts: int = 0  # times this gateway saw it come back as a new process
 
     @property
     def draining(self) -> bool:
@@ -268,6 +270,10 @@ class WorkerRegistry:
         was_healthy = node.healthy
         node.failures, node.last_seen = 0, self._clock()
         node.engine, node.engine_error = stats.engine.value, stats.engine_error
+        if stats.started_at and node.started_at and stats.started_at != node.started_at:
+            node.restarts += 1
+            log.warning("worker %s restarted (a new process)", node.node_id)
+        node.started_at = stats.started_at or node.started_at
         alive = stats.engine is EngineState.ALIVE
         self._set_health(node, assess(node.health, answered=True, engine_alive=alive, failures=0, max_failures=1))
         if not alive:
