@@ -48,7 +48,8 @@ def test_down_cause(code, status, kind, want):
 
 
 def test_with_phase_rewrites_or_adds():
-    assert with_phase(["w", "--phase", "decode", "--port", "1"], "prefill") == ["w", "--phase", "prefill", "--port", "1"]
+    argv = ["w", "--phase", "decode", "--port", "1"]
+    assert with_phase(argv, "prefill") == ["w", "--phase", "prefill", "--port", "1"]
     assert with_phase(["w"], "decode") == ["w", "--phase", "decode"]
 
 
