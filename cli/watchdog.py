@@ -16,14 +16,15 @@ choice for it, or a pin's), read from /internal/phase while it was healthy.
 from __future__ import annotations
 
 import logging
+import pathlib
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
-
-from cli.supervisor import Children
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +77,20 @@ class RestartBook:
         return Verdict(restart=True, delay_s=self.policy.delay(attempt), attempt=attempt)
 
 
+class ProcessGroup(Protocol):
+    """The processes the watchdog looks after, by name (`cli.supervisor.Children`)."""
+
+    def get(self, name: str) -> subprocess.Popen[bytes] | None: ...
+    def stop(self, grace_s: float = 10.0, names: Sequence[str] | None = None) -> None: ...
+    def start(self, name: str, argv: list[str], log: pathlib.Path, env: dict[str, str] | None = None) -> None: ...
+
+
 @dataclass
 class WorkerSpec:
     name: str  # the child's name in `Children`, also its node id
     url: str
     argv: list[str]  # its command line; "--phase" is rewritten to the phase it last had
-    log: object  # pathlib.Path of its log
+    log: pathlib.Path
     env: dict[str, str] | None = None
     phase: str = "decode"
 
@@ -111,7 +120,7 @@ def down_cause(exit_code: int | None, healthz_status: int | None, healthz_type: 
 class WorkerWatchdog(threading.Thread):
     def __init__(
         self,
-        children: Children,
+        children: ProcessGroup,
         specs: list[WorkerSpec],
         *,
         policy: RestartPolicy = RestartPolicy(),
@@ -167,7 +176,7 @@ class WorkerWatchdog(threading.Thread):
         self.children.stop(grace_s=5.0, names=[spec.name])
         if self.halt.wait(verdict.delay_s):
             return
-        self.children.start(spec.name, with_phase(spec.argv, spec.phase), spec.log, spec.env)  # type: ignore[arg-type]
+        self.children.start(spec.name, with_phase(spec.argv, spec.phase), spec.log, spec.env)
         self.on_event(RestartEvent(spec.name, cause, spec.phase, verdict.attempt, verdict.delay_s))
 
     def stop(self) -> None:
@@ -186,6 +195,7 @@ def with_phase(argv: list[str], phase: str) -> list[str]:
 
 
 __all__ = [
+    "ProcessGroup",
     "RestartEvent",
     "RestartPolicy",
     "RestartBook",
