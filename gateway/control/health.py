@@ -14,7 +14,7 @@ heartbeat outcome:
 A request that was running on an engine when it died is a suspect; one that
 was running on `max_engine_deaths` (2) engines that died is a **poison
 request**: `Quarantine` remembers its fingerprint (prompt tokens and
-sampling), so neither its continuation nor a client's retry of it reaches a
+sampling, less the seed the gateway may have drawn), so neither its continuation nor a client's retry of it reaches a
 third engine; the gateway answers it with `RequestQuarantined`.
 """
 

@@ -146,7 +146,9 @@ class Orchestrator:
             max_migrations=self._cfg.max_migrations,
             replay=not job.sampling.resumable,
         )
-        fingerprint = request_fingerprint(job.prompt_token_ids, job.sampling.model_dump_json())
+        # Without the seed: the gateway draws one for a sampled request with a
+        # grammar, so a client's retry of a poison request has another.
+        fingerprint = request_fingerprint(job.prompt_token_ids, job.sampling.model_dump_json(exclude={"seed"}))
         self._refuse_poison(job, fingerprint)
         while not progress.budget_spent():
             # decide

@@ -4,12 +4,15 @@ request that kills a second engine is quarantined (fake workers)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from core import Phase
 from gateway.control.health import NodeHealth, request_fingerprint
 from gateway.errors import RequestQuarantined
 from tests.unit.gateway.serving.test_orchestrator import PROMPT, Cluster, collect, expected, job
+from workers.protocol import SamplingOptions
 
 
 async def test_engine_death_mid_stream_continues_elsewhere():
@@ -28,7 +31,8 @@ async def test_engine_death_mid_stream_continues_elsewhere():
     node = c.registry.get(dead[0])
     assert not node.healthy and node.health is NodeHealth.ENGINE_DEAD  # without waiting for a heartbeat
     j = job(PROMPT, 20)
-    assert c.orch.quarantine.deaths(request_fingerprint(j.prompt_token_ids, j.sampling.model_dump_json())) == 1
+    fp = request_fingerprint(j.prompt_token_ids, j.sampling.model_dump_json(exclude={"seed"}))
+    assert c.orch.quarantine.deaths(fp) == 1
     assert not c.orch.quarantine.quarantined  # one death is not poison
 
 
@@ -57,8 +61,9 @@ async def test_poison_request_kills_two_engines_then_is_refused():
     assert "quarantined" in err.value.message
     assert sum(w.engine_dead for w in c.workers.values()) == 2  # never a third engine
     sent = sum(len(w.requests) for w in c.workers.values())
-    with pytest.raises(RequestQuarantined):  # a client's retry reaches no engine
-        await collect(c.orch, job(poison_prompt, 10, rid="poison-retry"))
+    retry = dataclasses.replace(job(poison_prompt, 10, rid="retry"), sampling=SamplingOptions(max_tokens=10, seed=5))
+    with pytest.raises(RequestQuarantined):  # a client's retry (another drawn seed) reaches no engine
+        await collect(c.orch, retry)
     assert sum(len(w.requests) for w in c.workers.values()) == sent
     # other requests still run on the engine left
     tokens, done = await collect(c.orch, job(PROMPT, 5, rid="fine"))
