@@ -241,6 +241,7 @@ class WorkerRegistry:
         return sum(done)
 
     async def _poll(self, node: WorkerNode) -> None:
+        asked = self._clock()
         try:
             stats = await self._client.stats(node.url, since=node.next_iteration)
         except WorkerError as exc:
@@ -254,6 +255,13 @@ class WorkerRegistry:
                 log.warning("worker %s missed %d heartbeats: %s", node.node_id, node.failures, exc)
                 await self._directory.drop_node(node.node_id)
             return
+        if (
+            node.health is NodeHealth.ENGINE_DEAD
+            and stats.engine is EngineState.ALIVE
+            and node.unhealthy_since is not None
+            and asked < node.unhealthy_since
+        ):
+            return  # asked before a request saw the engine die: stale, not a revival
         await self._apply(node, stats)
         term = self.term_source()
         if term is not None and stats.fence_term < term:

@@ -4,6 +4,7 @@ request that kills a second engine is quarantined (fake workers)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -78,3 +79,22 @@ async def test_dead_prefill_engine_is_routed_around():
     assert tokens == expected(PROMPT, 6)
     assert done.nodes[-1] == "w2"
     assert c.registry.healthy_count() == 1
+
+
+async def test_a_heartbeat_asked_before_the_death_does_not_revive_the_node():
+    c = await Cluster([Phase.DECODE, Phase.DECODE]).start()
+    gate = asyncio.Event()
+    real_stats = c.client.stats
+
+    async def slow_stats(url: str, since: int = 0):
+        answer = await real_stats(url, since)  # the worker answers "alive" now...
+        await gate.wait()  # ...and the answer arrives late
+        return answer
+
+    c.client.stats = slow_stats  # type: ignore[method-assign]
+    poll = asyncio.create_task(c.registry.poll_once())
+    await asyncio.sleep(0.01)
+    c.registry.report_engine_dead("w1", "the engine core has stopped")
+    gate.set()
+    await poll
+    assert c.registry.get("w1").health is NodeHealth.ENGINE_DEAD
