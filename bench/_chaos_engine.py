@@ -11,8 +11,11 @@ end runs against fixed workers.
 Each fault runs under the agent load (a subset of the agents, the same
 prompts as the reference run) with the phase switcher running, and reports
 `sent, completed, failed, lost, duplicated_tokens` for the window's
-requests, `detect_s` (fault -> the gateway routes around it) and
-`back_in_service_s` (fault -> the node, or the gateway, serves again):
+requests, `detect_s` (the longest a dead engine stayed in routing: from its
+worker's first `engine_dead` answer on /healthz, polled every 50 ms, to the
+gateway taking the node out) and `back_in_service_s` (from the first
+engine death to every node serving again; for the gateway restart, from
+its stop to its serving again):
 
 - `poison`: the issue's request (seeded long prompt + json_object) through
   the gateway: it kills an engine, then the one it is retried on, then is
@@ -239,6 +242,48 @@ FAULTS: dict[str, Fault] = {
 }
 
 
+class DeathWatch:
+    """Polls every worker's /healthz and the gateway's cluster view every 50 ms:
+    when each worker first said its engine was dead (or stopped answering),
+    and when the gateway first took it out of routing. `detect_s` of a
+    window is the longest gap between the two over the workers that died:
+    how long a dead engine stayed in routing."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.dead_at: dict[str, float] = {}
+        self.out_at: dict[str, float] = {}
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        async with httpx.AsyncClient(timeout=1.0) as c:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                for name, w in self.ctx.workers.items():
+                    if name in self.dead_at:
+                        continue
+                    try:
+                        down = (await c.get(w.url + "/healthz")).status_code == 503
+                    except httpx.HTTPError:
+                        down = True
+                    if down:
+                        self.dead_at[name] = now
+                for node_id, n in (await self.ctx.nodes()).items():
+                    if not n["healthy"] and node_id not in self.out_at:
+                        self.out_at[node_id] = time.monotonic()
+                await asyncio.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def detect_s(self) -> float | None:
+        gaps = [max(0.0, self.out_at[n] - t) for n, t in self.dead_at.items() if n in self.out_at]
+        return max(gaps) if gaps else None
+
+    def first_death(self) -> float | None:
+        return min(self.dead_at.values()) if self.dead_at else None
+
+
 async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     """One fault under the agent load with switches; the window's record."""
     log, stop, extra = ChaosLog(), asyncio.Event(), {}
@@ -248,7 +293,17 @@ async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     retries = 4 if name == "gateway_restart" else 0
     load = asyncio.create_task(ctx.run_agents(ctx.client(retries), ctx.cfg, ctx.plan, ctx.reference))
     await asyncio.sleep(ctx.cfg.fault_at_s)
+    watch = DeathWatch(ctx)
+    watching = asyncio.create_task(watch.run())
+    t_fault = time.monotonic()
     detect, back = await fault(ctx, extra)
+    watch.stop()
+    await watching
+    if name != "gateway_restart":  # measured from the engine's death, not from the fault's start
+        died = watch.first_death()
+        detect = watch.detect_s()
+        if died is not None and back is not None:
+            back -= died - t_fault
     results = await load
     stop.set()
     await sw
