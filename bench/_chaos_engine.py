@@ -11,9 +11,10 @@ end runs against fixed workers.
 Each fault runs under the agent load (a subset of the agents, the same
 prompts as the reference run) with the phase switcher running, and reports
 `sent, completed, failed, lost, duplicated_tokens` for the window's
-requests, `detect_s` (the longest a dead engine stayed in routing: from its
-worker's first `engine_dead` answer on /healthz, polled every 50 ms, to the
-gateway taking the node out) and `back_in_service_s` (from the first
+requests, `detect_s` (an upper bound on the longest a dead engine stayed in
+routing: from its worker's last alive answer on /healthz before its first
+`engine_dead`, polled in a loop with the gateway's view, to the gateway
+taking the node out) and `back_in_service_s` (from the first
 engine death to every node serving again; for the gateway restart, from
 its stop to its serving again):
 
@@ -243,31 +244,36 @@ FAULTS: dict[str, Fault] = {
 
 
 class DeathWatch:
-    """Polls every worker's /healthz and the gateway's cluster view every 50 ms:
-    when each worker first said its engine was dead (or stopped answering),
-    and when the gateway first took it out of routing. `detect_s` of a
-    window is the longest gap between the two over the workers that died:
-    how long a dead engine stayed in routing."""
+    """Polls every worker's /healthz and the gateway's cluster view in a loop
+    (every 50 ms plus the calls): when each worker last answered alive
+    before it first said its engine was dead (or stopped answering), and
+    when the gateway first took it out of routing. `detect_s` of a window is
+    the longest gap between the two over the workers that died: an upper
+    bound on how long a dead engine stayed in routing (the death came after
+    the last alive answer; the loop's own period is included)."""
 
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
-        self.dead_at: dict[str, float] = {}
+        self.dead_at: dict[str, float] = {}  # the last alive answer before the first dead one
+        self.alive_at: dict[str, float] = {}
         self.out_at: dict[str, float] = {}
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
         async with httpx.AsyncClient(timeout=1.0) as c:
             while not self._stop.is_set():
-                now = time.monotonic()
                 for name, w in self.ctx.workers.items():
                     if name in self.dead_at:
                         continue
+                    asked = time.monotonic()
                     try:
                         down = (await c.get(w.url + "/healthz")).status_code == 503
                     except httpx.HTTPError:
                         down = True
                     if down:
-                        self.dead_at[name] = now
+                        self.dead_at[name] = self.alive_at.get(name, asked)
+                    else:
+                        self.alive_at[name] = asked
                 for node_id, n in (await self.ctx.nodes()).items():
                     if not n["healthy"] and node_id not in self.out_at:
                         self.out_at[node_id] = time.monotonic()
