@@ -44,9 +44,10 @@ def node_tile(node: dict[str, Any]) -> str:
         )
     if not healthy:
         border = f"4px solid {UNHEALTHY_COLOUR}"
+        # engine_dead: the process answers but its engine core is gone (restarting)
+        label = "engine dead" if node.get("health") == "engine_dead" else "unhealthy"
         badges.append(
-            f'<span style="background:{UNHEALTHY_COLOUR};color:white;padding:1px 6px;'
-            f'border-radius:8px;">unhealthy</span>'
+            f'<span style="background:{UNHEALTHY_COLOUR};color:white;padding:1px 6px;border-radius:8px;">{label}</span>'
         )
     if node.get("pinned_phase"):
         badges.append(

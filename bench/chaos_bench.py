@@ -23,14 +23,25 @@ no outage window, see `--db`).
    as duplicated, deleted as missing, replaced as mismatched). Usage rows
    must reach the database once it is back.
 
+4. Engine faults (`_chaos_engine`, issue 31; `--no-engine-faults` skips
+   them, `--engine-faults-only` skips step 2): a poison request, an engine
+   death inside a live worker, an OOM-style kill of an engine process and a
+   gateway restart mid-stream, each under agent load with switches, with a
+   watchdog restarting workers as `up` does; then harness-shaped fuzzing
+   (`_chaos_fuzz`) and the number of engines dead at the end. Keys:
+   `faults: {name: {sent, completed, failed, lost, duplicated_tokens,
+   detect_s, back_in_service_s, ...}}`, `fuzz_cases`, `fuzz_5xx`,
+   `engines_dead_after`.
+
 Prints one JSON object (`--json`) or a short table. Exit status 0 when
-lost == 0 and duplicated_tokens == 0.
+lost == 0 and duplicated_tokens == 0 (in every fault window too).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import difflib
 import json
 import os
@@ -74,12 +85,17 @@ class ChaosConfig:
     request_timeout_s: float = 240.0
     local_prefill_max_tokens: int = 32  # small, so turns really go prefill -> decode
     log_dir: str = "test-output/chaos"
+    classic: bool = True  # step 2: switches, a worker crash, a DB outage
+    engine_faults: bool = True  # step 4 (see the module docstring)
+    fault_agents: int = 6  # agents of the plan loading each engine-fault window
+    fault_at_s: float = 3.0  # into each window
+    fuzz_cases: int = 40
 
     def __post_init__(self) -> None:
         if self.workers < 3:
             raise ValueError("the chaos bench needs >= 3 workers (one is killed, two keep serving)")
-        if not (8420 <= self.first_port and self.first_port + self.workers - 1 < self.gateway_port <= 8439):
-            raise ValueError("worker and gateway ports must stay in 8420-8439")
+        if not (1024 <= self.first_port and self.first_port + self.workers - 1 < self.gateway_port <= 65535):
+            raise ValueError("worker ports (first_port..) must lie below the gateway port, within 1024-65535")
         if self.sessions < 1 or self.turns < 2 or self.max_tokens < 1:
             raise ValueError("sessions >= 1, turns >= 2, max_tokens >= 1")
         if self.db not in ("auto", "postgres", "sqlite"):
@@ -205,8 +221,8 @@ def compare(tokenizer: Any, ref: str, got: str) -> tuple[int, int, int]:
 class GatewayThread:
     """uvicorn serving `app` on its own event loop in a thread."""
 
-    def __init__(self, app: Any, port: int) -> None:
-        self.app, self.port = app, port
+    def __init__(self, app: Any, port: int, graceful_s: float = 3.0) -> None:
+        self.app, self.port, self.graceful_s = app, port, graceful_s
         self.url = f"http://127.0.0.1:{port}"
         self._server: Any = None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="gateway", daemon=True)
@@ -228,7 +244,7 @@ class GatewayThread:
                     port=self.port,
                     log_level="warning",
                     access_log=False,
-                    timeout_graceful_shutdown=3,
+                    timeout_graceful_shutdown=self.graceful_s,
                 )
             )
             await self._server.serve()
@@ -276,7 +292,8 @@ def start_workers(cfg: ChaosConfig, run_dir: str, log_dir: pathlib.Path) -> dict
                 "--max-num-seqs",
                 "32",
                 "--max-model-len",
-                "2048",
+                "4096",  # room for a prompt over the chunked-prefill budget (the poison request)
+                *(["--stock-cpu-sampler"] if cfg.engine_faults else []),
             ],
         )
     return workers
@@ -306,7 +323,7 @@ async def drive(
     pg_name: str | None,
     tokenizer: Any,
     served_model: str,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[tuple[str, int], Outcome]]:
     import openai
 
     def client(key: str) -> Any:
@@ -322,6 +339,8 @@ async def drive(
     if bad_ref:
         raise RuntimeError(f"the reference run (no chaos) did not complete {len(bad_ref)} requests: {bad_ref[:5]}")
 
+    if not cfg.classic:
+        return {"reference_s": round(ref_s, 1)}, reference
     log = ChaosLog()
     stop = asyncio.Event()
     admin = httpx.AsyncClient(base_url=gw.url, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=30)
@@ -354,7 +373,7 @@ async def drive(
         chaos_load_s=round(load_s, 1),
         chaos_events=log.events,
     )
-    return report
+    return report, reference
 
 
 def score(
@@ -475,22 +494,38 @@ def run(cfg: ChaosConfig) -> dict[str, Any]:
                 app = control_plane_app(settings, db, sink, gate, tokenizer=tokenizer)
                 gw = GatewayThread(app, cfg.gateway_port)
                 gw.start()
-                report = asyncio.run(drive(cfg, gw, keys, workers, pg_name, tokenizer, settings.served_model))
-                stored = usage_in_store(db, sink, "chaos")
-                report.update(leftovers(gw, workers))
-                report.update(
-                    db="postgresql" if pg_name else "sqlite (no outage window)",
-                    usage_recorded_requests=stored["requests"],
-                    usage_expected_requests=report["completed"],
-                    usage_recorded_completion_tokens=stored["completion_tokens"],
-                    usage_ok=(
-                        stored["requests"] == report["completed"]
-                        and stored["completion_tokens"] == report["completion_tokens"]
-                    ),
-                    sink_dropped=sink.stats.dropped,
-                    startup_s=round(startup_s, 1),
-                    duration_s=round(time.monotonic() - t0, 1),
+                report, reference = asyncio.run(
+                    drive(cfg, gw, keys, workers, pg_name, tokenizer, settings.served_model)
                 )
+                report.update(startup_s=round(startup_s, 1))
+                if cfg.classic:
+                    stored = usage_in_store(db, sink, "chaos")
+                    report.update(leftovers(gw, workers))
+                    report.update(
+                        db="postgresql" if pg_name else "sqlite (no outage window)",
+                        usage_recorded_requests=stored["requests"],
+                        usage_expected_requests=report["completed"],
+                        usage_recorded_completion_tokens=stored["completion_tokens"],
+                        usage_ok=(
+                            stored["requests"] == report["completed"]
+                            and stored["completion_tokens"] == report["completion_tokens"]
+                        ),
+                        sink_dropped=sink.stats.dropped,
+                    )
+                if cfg.engine_faults:
+
+                    def fresh_gateway() -> GatewayThread:
+                        sink2 = EventSink(db, config=SinkConfig(flush_interval_s=0.5, retry_max_s=2.0))
+                        gate2 = StoreTenantGate(db, sink2, config=GateConfig(refresh_interval_s=2.0))
+                        app2 = control_plane_app(settings, db, sink2, gate2, tokenizer=tokenizer)
+                        return GatewayThread(app2, cfg.gateway_port, graceful_s=60.0)
+
+                    holder = {"gw": gw}
+                    report.update(
+                        engine_stage(cfg, holder, fresh_gateway, keys, workers, tokenizer, reference, settings)
+                    )
+                    gw = holder["gw"]
+                report["duration_s"] = round(time.monotonic() - t0, 1)
             finally:
                 if gw is not None:
                     gw.stop()
@@ -499,6 +534,73 @@ def run(cfg: ChaosConfig) -> dict[str, Any]:
         for w in workers.values():
             w.stop()
     return report
+
+
+def engine_stage(
+    cfg: ChaosConfig,
+    holder: dict[str, GatewayThread],
+    fresh_gateway: Any,
+    keys: dict[str, str],
+    workers: dict[str, Any],
+    tokenizer: Any,
+    reference: dict[tuple[str, int], Outcome],
+    settings: Any,
+) -> dict[str, Any]:
+    """Step 4: the engine faults, the fuzz, the engines dead at the end."""
+    import openai
+
+    from bench import _chaos_engine as ce
+    from bench._chaos_fuzz import fuzz
+
+    def client(retries: int) -> Any:
+        c = openai.AsyncOpenAI(
+            base_url=f"{holder['gw'].url}/v1", api_key=keys["chaos"], max_retries=retries, timeout=cfg.request_timeout_s
+        )
+        c.served_model = settings.served_model  # type: ignore[attr-defined]
+        return c
+
+    async def restart_gateway() -> None:
+        old = holder["gw"]
+        old.graceful_s = 60.0  # streams in flight finish before it exits
+        await asyncio.to_thread(old.stop)
+        new = fresh_gateway()
+        await asyncio.to_thread(new.start)
+        holder["gw"] = new
+
+    events: list[Any] = []
+    ctx = ce.Ctx(
+        cfg=cfg,
+        gateway_url=lambda: holder["gw"].url,
+        admin_token=keys["admin"],
+        client=client,
+        run_agents=run_agents,
+        score=score,
+        tokenizer=tokenizer,
+        plan=agents(cfg)[: cfg.fault_agents],
+        reference=reference,
+        workers=workers,
+        procs=ce.WorkerProcesses(workers),
+        restart_gateway=restart_gateway,
+        served_model=settings.served_model,
+        api_key=keys["chaos"],
+        events=events,
+    )
+    dog = ce.watchdog(workers, events)
+    dog.start()
+    try:
+        faults = asyncio.run(ce.run_faults(ctx))
+        dead_before_fuzz = asyncio.run(ce.engines_dead(ctx))
+        fuzzed = fuzz(holder["gw"].url, keys["chaos"], settings.served_model, cfg.fuzz_cases)
+        dead_after = asyncio.run(ce.engines_dead(ctx))
+    finally:
+        dog.stop()
+    return {
+        "faults": faults,
+        **fuzzed,
+        "engines_dead_before_fuzz": dead_before_fuzz,
+        "engines_dead_after": dead_after,
+        "worker_restarts_by_watchdog": [dataclasses.asdict(e) for e in events],
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -517,6 +619,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-outage-at", type=float, default=d.db_outage_at_s)
     p.add_argument("--db-outage", type=float, default=d.db_outage_s, help="seconds the database refuses connections")
     p.add_argument("--log-dir", default=d.log_dir)
+    p.add_argument("--first-port", type=int, default=d.first_port, help="first worker port (then +1 per worker)")
+    p.add_argument("--gateway-port", type=int, default=d.gateway_port)
+    p.add_argument("--no-engine-faults", action="store_true", help="skip step 4 (engine faults, fuzz)")
+    p.add_argument("--engine-faults-only", action="store_true", help="skip step 2 (switches, crash, DB outage)")
+    p.add_argument("--fault-agents", type=int, default=d.fault_agents, help="agents loading each fault window")
+    p.add_argument("--fuzz-cases", type=int, default=d.fuzz_cases)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -537,6 +645,12 @@ def main(argv: list[str] | None = None) -> int:
         db_outage_at_s=a.db_outage_at,
         db_outage_s=a.db_outage,
         log_dir=a.log_dir,
+        first_port=a.first_port,
+        gateway_port=a.gateway_port,
+        classic=not a.engine_faults_only,
+        engine_faults=not a.no_engine_faults,
+        fault_agents=a.fault_agents,
+        fuzz_cases=a.fuzz_cases,
     )
     report = run(cfg)
     if a.json:
@@ -544,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for k, v in report.items():
             print(f"{k:36s} {v}")
-    return 0 if report["lost"] == 0 and report["duplicated_tokens"] == 0 else 1
+    windows = [report, *report.get("faults", {}).values()]
+    return 0 if all(w.get("lost", 0) == 0 and w.get("duplicated_tokens", 0) == 0 for w in windows) else 1
 
 
 if __name__ == "__main__":

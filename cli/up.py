@@ -7,6 +7,9 @@ it, then serves the gateway in this process with SQLite under the data
 folder; with `--load` it also runs `evolving-infra load` against itself.
 Ctrl-C or SIGTERM stops the gateway, then every child's whole process group
 (`cli.supervisor`): SIGTERM, a grace period, SIGKILL for stragglers.
+Meanwhile a watchdog (`cli.watchdog`) restarts a worker whose process exited
+or whose engine died, with backoff and a retry limit (`--max-restarts`);
+each restart is a switch-history entry and an audit-log entry.
 
 `gateway.compose.compose_app(settings)` builds the product as one: the control plane
 (store, tenant gate, admin API, event sink,
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from cli.supervisor import Children, PortClaim, PortInUse, check_ports, tail
+from cli.watchdog import RestartEvent, RestartPolicy, WorkerSpec, WorkerWatchdog
 from gateway.settings import PLANNER_MODES, GatewaySettings
 
 if TYPE_CHECKING:
@@ -84,6 +88,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load", action="store_true", help="also run the built-in agent load (`evolving-infra load`)")
     p.add_argument("--load-phase-s", type=float, default=180.0, help="seconds per phase of the built-in load")
     p.add_argument("--traces", default="../shared/traces", help="traces folder for the built-in load")
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=5,
+        help="restarts of one worker (process exited or engine died) within 10 minutes before `up` "
+        "leaves it down; 0: never restart",
+    )
 
 
 def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -> GatewaySettings:
@@ -247,6 +258,8 @@ def run_up(args: argparse.Namespace) -> int:
     control_plane = ControlPlane.build(settings)
     key = demo_key(control_plane, data)
     children = Children()
+    specs: list[WorkerSpec] = []
+    watchdog: WorkerWatchdog | None = None
     status = 0
     # uvicorn re-raises SIGTERM after its shutdown; the default action would
     # end this process before `finally` stops the workers and the console.
@@ -258,40 +271,46 @@ def run_up(args: argparse.Namespace) -> int:
             cores = (
                 f"{(i * cpus) // args.workers}-{max((i * cpus) // args.workers, ((i + 1) * cpus) // args.workers - 1)}"
             )
-            children.start(
+            argv = [
+                *exe,
+                "worker",
+                "--model",
+                args.model,
+                "--port",
+                str(port),
+                "--phase",
+                phase,
+                "--node-id",
                 f"w{i}",
-                [
-                    *exe,
-                    "worker",
-                    "--model",
-                    args.model,
-                    "--port",
-                    str(port),
-                    "--phase",
-                    phase,
-                    "--node-id",
-                    f"w{i}",
-                    "--block-size",
-                    str(args.block_size),
-                    "--kvcache-gib",
-                    str(args.kvcache_gib),
-                    "--kv-store-gib",
-                    str(args.kv_store_gib),
-                    "--threads-bind",
-                    cores,
-                    "--run-dir",
-                    str(data / "run"),
-                    # compact constrained JSON: still JSON for any model, and the random demo
-                    # model cannot pad a response_format / tool-call value with whitespace forever
-                    "--json-no-whitespace",
-                    *(["--max-model-len", str(args.max_model_len)] if args.max_model_len else []),
-                    *(["--hf-overrides", args.hf_overrides] if args.hf_overrides else []),
-                ],
-                data / "logs" / f"worker-w{i}.log",
-                env,
-            )
+                "--block-size",
+                str(args.block_size),
+                "--kvcache-gib",
+                str(args.kvcache_gib),
+                "--kv-store-gib",
+                str(args.kv_store_gib),
+                "--threads-bind",
+                cores,
+                "--run-dir",
+                str(data / "run"),
+                # compact constrained JSON: still JSON for any model, and the random demo
+                # model cannot pad a response_format / tool-call value with whitespace forever
+                "--json-no-whitespace",
+                *(["--max-model-len", str(args.max_model_len)] if args.max_model_len else []),
+                *(["--hf-overrides", args.hf_overrides] if args.hf_overrides else []),
+            ]
+            log_path = data / "logs" / f"worker-w{i}.log"
+            children.start(f"w{i}", argv, log_path, env)
+            specs.append(WorkerSpec(f"w{i}", urls[i], argv, log_path, env, phase))
         print(f"starting {args.workers} workers ({n_prefill} prefill); logs in {data / 'logs'}", flush=True)
         wait_ready(urls, children, args.ready_timeout)
+        if args.max_restarts > 0:
+            watchdog = WorkerWatchdog(
+                children,
+                specs,
+                policy=RestartPolicy(max_restarts=args.max_restarts),
+                on_event=lambda e: record_restart(control_plane, e),
+            )
+            watchdog.start()
         gateway_url = f"http://{args.host}:{args.port}"
         console_problem = None if args.no_console else start_console(children, args, gateway_url, data)
         load_text = None
@@ -331,5 +350,30 @@ def run_up(args: argparse.Namespace) -> int:
         status = 1
     finally:
         print("stopping...", flush=True)
+        if watchdog is not None:
+            watchdog.stop()  # before the children: it must not restart what is being stopped
         children.stop()
     return status
+
+
+def record_restart(control_plane: ControlPlane, event: RestartEvent) -> None:
+    """A restart (or giving up) in the switch history and the audit log."""
+    from gateway.store.records import SwitchOutcome
+
+    outcome = "failed" if event.gave_up else "restarted"
+    detail = f"{event.cause}; " + (
+        f"gave up after {event.attempt} restarts" if event.gave_up else f"restart {event.attempt}"
+    )
+    control_plane.sink.record_switch(
+        SwitchOutcome(event.node_id, event.phase, event.phase, 0.0, 0.0, event.delay_s, outcome, detail),
+        reason=f"worker {outcome}: {event.cause}",
+        who="supervisor",
+    )
+    control_plane.sink.record_audit(
+        actor="system",
+        actor_id="system",
+        action="worker.restart" if not event.gave_up else "worker.restart_given_up",
+        target=event.node_id,
+        before={"cause": event.cause},
+        after={"phase": event.phase, "attempt": event.attempt, "delay_s": event.delay_s},
+    )

@@ -48,6 +48,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
 from gateway.asgi import BodySizeLimit, GatewayApp
+from gateway.control.health import NodeHealth
 from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
 from gateway.control.ports import Leadership
 from gateway.control.registry import WorkerRegistry
@@ -261,7 +262,9 @@ def create_app(
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         healthy = registry.healthy_count()
-        body = {"status": "ready" if healthy else "no healthy worker", "workers": healthy}
+        # Workers whose process answers but whose engine core died do not count.
+        dead = sum(1 for n in registry.nodes() if n.health is NodeHealth.ENGINE_DEAD)
+        body = {"status": "ready" if healthy else "no healthy worker", "workers": healthy, "engines_dead": dead}
         return JSONResponse(body, status_code=200 if healthy else 503)
 
     @app.get("/metrics")

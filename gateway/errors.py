@@ -76,6 +76,13 @@ class Unavailable(GatewayError):
     code = "service_unavailable"
 
 
+class RequestQuarantined(GatewayError):
+    """A poison request: engines died with it on them (gateway.control.health)."""
+
+    status = 500
+    code = "request_quarantined"
+
+
 class UpstreamFailed(GatewayError):
     status = 502
     type = "server_error"

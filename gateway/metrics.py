@@ -120,6 +120,12 @@ class GatewayMetrics:
         self.running = Gauge("evolving_node_running", "Running requests per worker", ["node"], registry=r)
         self.phase = Gauge("evolving_node_phase", "Worker phase (1 = current)", ["node", "phase"], registry=r)
         self.healthy = Gauge("evolving_node_healthy", "Worker health", ["node"], registry=r)
+        self.engine_dead = Gauge(
+            "evolving_node_engine_dead", "1: the worker's process lives, its engine died", ["node"], registry=r
+        )
+        self.restarts = Gauge(
+            "evolving_node_restarts", "Worker process restarts this gateway saw (new start time)", ["node"], registry=r
+        )
         self.switches = Counter("evolving_switches", "Phase switches", ["to_phase", "outcome"], registry=r)
         self.switch_seconds = Histogram(
             "evolving_switch_duration_seconds", "Phase switch durations", ["stage"], buckets=_SWITCH_BUCKETS, registry=r
@@ -183,6 +189,8 @@ class GatewayMetrics:
             self.queue.labels(node.node_id).set(node.num_waiting)
             self.running.labels(node.node_id).set(max(node.num_running, node.inflight))
             self.healthy.labels(node.node_id).set(1 if node.healthy else 0)
+            self.engine_dead.labels(node.node_id).set(1 if node.engine == "dead" else 0)
+            self.restarts.labels(node.node_id).set(node.restarts)
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
         self._kv_peers.nodes = [(node.node_id, node.kv_peers) for node in registry.nodes()]

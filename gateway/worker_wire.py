@@ -84,6 +84,7 @@ def coalesce(chunks: list[GenerateChunk]) -> list[GenerateChunk]:
                 "finish_reason": last.finish_reason,
                 "saved_blocks": last.saved_blocks,
                 "error": last.error,
+                "error_type": last.error_type,
                 "cached_tokens": max(c.cached_tokens for c in run),
                 "external_cached_tokens": max(c.external_cached_tokens for c in run),
                 # one entry per token, in order, when the request asked for them

@@ -13,6 +13,11 @@ Behaviour, all deterministic:
   in-flight decode with finish_reason "migrated" and the blocks of
   prompt + generated tokens, then flips.
 - `kill()` makes the node dead: open streams break, every call fails.
+- `kill_engine()` kills only the engine (the process lives, as when vLLM's
+  EngineCore dies): open streams end with an "error" chunk of type
+  "engine_died", new requests get 503 "engine_dead", stats report it, and
+  the host store is gone. `poison` names requests that kill the engine
+  when they run (a poison request); `restart_engine()` brings it back.
 - Fencing as the real worker (`workers.fence.TermFence`): a phase change or
   migrate order of an older term than the newest seen raises
   `WorkerRejected` 409 "stale_term"; `switch_delay_s` makes every phase
@@ -35,8 +40,11 @@ from gateway.directory import BlockHasher, default_block_hasher
 from gateway.worker_client import WorkerRejected, WorkerUnreachable
 from workers.fence import StaleTerm, TermFence
 from workers.protocol import (
+    ENGINE_DEAD,
+    ENGINE_DIED,
     AbortResponse,
     BlockLocation,
+    EngineState,
     FenceStatus,
     GenerateChunk,
     GenerateRequest,
@@ -79,6 +87,8 @@ class FakeWorker:
     max_model_len: int = 0  # reported in stats (0: not reported, the gateway then knows no limit)
     hasher: BlockHasher = field(default_factory=default_block_hasher)
     dead: bool = False
+    engine_dead: bool = False
+    poison: Callable[[GenerateRequest], bool] | None = None  # requests that kill the engine when they run
     draining_to: Phase | None = None
     switch_delay_s: float = 0.0
     fence: TermFence = field(default_factory=TermFence)
@@ -99,6 +109,13 @@ class FakeWorker:
     def _check_alive(self) -> None:
         if self.dead:
             raise WorkerUnreachable(f"{self.node_id}: connection refused")
+
+    def kill_engine(self) -> None:
+        self.engine_dead = True
+        self._store.clear()  # the host store lived in the engine's process
+
+    def restart_engine(self) -> None:
+        self.engine_dead = False
 
     # -- generation ---------------------------------------------------------
     def _save_blocks(self, token_ids: Sequence[int], salt: str) -> list[BlockLocation]:
@@ -123,6 +140,14 @@ class FakeWorker:
 
     def _admit(self, req: GenerateRequest) -> None:
         self._check_alive()
+        if self.engine_dead:
+            raise WorkerRejected(
+                f"worker HTTP 503: {self.node_id} engine dead",
+                status=503,
+                retryable=True,
+                detail="the engine core has stopped",
+                error_type=ENGINE_DEAD,
+            )
         if self.draining_to is not None:
             raise WorkerRejected(f"{self.node_id} is draining", status=503, retryable=True)
         if req.request_id in self._running:
@@ -144,6 +169,13 @@ class FakeWorker:
                 else:
                     await asyncio.sleep(0)
                 self._check_alive()
+                if self.poison is not None and self.poison(req):
+                    self.kill_engine()
+                if self.engine_dead:
+                    yield GenerateChunk(
+                        **base, finish_reason="error", error="the engine core has stopped", error_type=ENGINE_DIED
+                    )
+                    return
                 if state.abort:
                     yield GenerateChunk(**base, finish_reason="abort")
                     return
@@ -196,6 +228,10 @@ class FakeWorker:
             tokens.extend(chunk.token_ids)
             last = chunk
         assert last is not None
+        if last.error_type == ENGINE_DIED:  # the real worker answers a non-streamed call with 503
+            raise WorkerRejected(
+                f"worker HTTP 503: {last.error}", status=503, retryable=True, detail=last.error, error_type=ENGINE_DIED
+            )
         return last.model_copy(update={"token_ids": tokens})
 
     # -- control ------------------------------------------------------------
@@ -297,6 +333,8 @@ class FakeWorker:
             saved_blocks=saved,
             fence_term=self.fence.newest,
             refused_orders=self.fence.refused,
+            engine=EngineState.DEAD if self.engine_dead else EngineState.ALIVE,
+            engine_error="the engine core has stopped" if self.engine_dead else "",
         )
 
 

@@ -6,7 +6,8 @@ answers `POST /v1/chat/completions` (SSE) with `max_tokens` chunks at the
 same cadence — the "direct" and LiteLLM upstream of `bench gateway`, so all
 paths measured there share one upstream implementation. `GET
 /testing/switches` lists the phase changes it carried out with their terms
-(what the fencing tests check).
+(what the fencing tests check); `POST /testing/kill_engine` kills its engine
+only (the process lives, /healthz answers 503 engine_dead).
 
 As a process (tests and `bench replicas`):
 
@@ -108,9 +109,16 @@ def create_fake_worker_app(worker: FakeWorker, *, openai_model: str | None = Non
     async def switches() -> list[dict[str, object]]:
         return [{"term": term, "from": frm.value, "to": to.value, "t": t} for term, frm, to, t in worker.switches]
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.post("/testing/kill_engine")
+    async def kill_engine() -> dict[str, str]:
+        worker.kill_engine()
+        return {"engine": "dead"}
+
+    @app.get("/healthz", response_model=None)
+    async def healthz() -> dict[str, str] | JSONResponse:
+        if worker.engine_dead:  # as the real worker: the liveness probe fails
+            return JSONResponse({"error": {"type": "engine_dead", "message": "engine dead", "retryable": True}}, 503)
+        return {"status": "ok", "engine": "alive"}
 
     @app.get("/readyz")
     async def readyz() -> dict[str, str]:

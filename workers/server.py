@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import hmac
 import pathlib
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,8 +24,10 @@ from workers import phase as ph
 from workers.engine import EngineConfig, EngineError, WorkerEngine
 from workers.fence import StaleTerm
 from workers.protocol import (
+    ENGINE_DEAD,
     AbortRequest,
     AbortResponse,
+    EngineState,
     ErrorBody,
     ErrorResponse,
     FenceRequest,
@@ -51,6 +54,7 @@ def _error(status: int, type_: str, message: str, retryable: bool = False) -> JS
 def create_app(
     config: EngineConfig, initial_phase: Phase, *, cluster_token: str | None = None, engine: WorkerEngine | None = None
 ) -> FastAPI:
+    started_at = time.time()  # reported in stats: the gateway counts a new value as a restart
     holder: dict[str, WorkerState] = {}
     eng = engine or WorkerEngine(config, phase_of=lambda: holder["w"].phase)
     holder["w"] = ws = WorkerState(eng, initial_phase)
@@ -87,12 +91,16 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz():
-        if getattr(eng, "started", False) and not eng.ready:
-            return _error(503, "engine_dead", "the engine core has stopped", retryable=True)
-        return {"status": "ok"}
+        # The liveness probe: a process whose engine core died is not alive
+        # (Kubernetes and `up` restart it); a starting one is.
+        if eng.state is EngineState.DEAD:
+            return _error(503, ENGINE_DEAD, eng.dead_reason, retryable=True)
+        return {"status": "ok", "engine": eng.state.value}
 
     @app.get("/readyz")
     async def readyz():
+        if eng.state is EngineState.DEAD:
+            return _error(503, ENGINE_DEAD, eng.dead_reason, retryable=True)
         if not eng.ready:
             return _error(503, "not_ready", "engine starting", retryable=True)
         return {"status": "ready", "phase": ws.phase.value}
@@ -187,6 +195,9 @@ def create_app(
             kv_peers=eng.kv_events.peer_stats() if eng.kv_events else [],
             fence_term=ws.fence.newest,
             refused_orders=ws.fence.refused,
+            engine=eng.state,
+            engine_error=eng.dead_reason,
+            started_at=started_at,
         )
 
     @app.get("/internal/requests", response_model=list[RequestTimingWire])
@@ -228,8 +239,8 @@ async def _ndjson(first: GenerateChunk, agen):
     except EngineError as exc:
         yield (
             GenerateChunk(
-                request_id=first.request_id, finish_reason=FinishReason.ERROR, error=str(exc)
-            ).model_dump_json()
+                request_id=first.request_id, finish_reason=FinishReason.ERROR, error=str(exc), error_type=exc.kind
+            ).model_dump_json(exclude_none=True)
             + "\n"
         )
 

@@ -41,6 +41,8 @@ class NodeOut(BaseModel):
     running: int
     kv_usage: float
     tokens_per_s: float
+    health: str = Field("healthy", description="healthy | engine_dead | unreachable")
+    engine: str = Field("alive", description="the worker's engine core: alive | dead | starting")
 
 
 class ClusterOut(BaseModel):

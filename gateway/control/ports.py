@@ -26,6 +26,10 @@ class NodeSnapshot:
     running: int
     kv_usage: float
     tokens_per_s: float
+    # gateway.control.health: "healthy" | "engine_dead" | "unreachable", and the
+    # engine state the worker last reported ("alive" | "dead" | "starting").
+    health: str = "healthy"
+    engine: str = "alive"
 
 
 @dataclass(frozen=True)

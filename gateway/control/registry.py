@@ -11,6 +11,15 @@ consecutive heartbeats, or that the orchestrator saw die (`report_failure`),
 is unhealthy; its host-store blocks leave the directory (lost cache hits,
 never wrong KV). A later successful heartbeat makes it healthy again.
 
+Engine health (`gateway.control.health`): a heartbeat that reports the
+worker's engine core dead (`WorkerStats.engine`), or a request the worker
+refused or cut with `engine_dead` / `engine_died` (`report_engine_dead`),
+takes the node out of routing and out of the planner's count at once. Its
+blocks leave the directory too: the host store lives in the engine core's
+process (the KV connector's worker half), so it died with the engine. A
+heartbeat with the engine alive again (the supervisor restarted it) brings
+the node back.
+
 Draining is set by the switch orchestrator (`mark_draining`) before it asks
 the worker to change phase, so the router stops sending at once.
 
@@ -35,12 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import Phase
+from gateway.control.health import NodeHealth, assess
 from gateway.directory import Directory
 from gateway.errors import NotFound
 from gateway.worker_client import WorkerAPI, WorkerError
 from planner.types import IterationRecord
 from routing import NodeLoad
-from workers.protocol import KVPeerStats, WorkerStats
+from workers.protocol import EngineState, KVPeerStats, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +79,12 @@ class WorkerNode:
     kv_peers: tuple[KVPeerStats, ...] = ()  # the node's pulls from its peers (last heartbeat)
     fence_term: int = 0  # newest leadership term the worker reported (workers.fence)
     refused_orders: int = 0  # orders it refused as stale
+    health: NodeHealth = NodeHealth.UNREACHABLE  # `healthy` is health is HEALTHY
+    engine: str = EngineState.ALIVE.value  # the engine state the worker last reported
+    engine_error: str = ""  # why the engine died, as the worker says
+    unhealthy_since: float | None = None  # clock time it left routing (None: healthy)
+    started_at: float = 0.0  # the worker process's start time it reports
+    restarts: int = 0  # times this gateway saw it come back as a new process
 
     @property
     def draining(self) -> bool:
@@ -166,9 +182,29 @@ class WorkerRegistry:
             if node.failures < self._max_failures:
                 return
         log.warning("worker %s marked unhealthy: %s", node_id, why)
-        node.healthy = False
         node.failures = max(node.failures, self._max_failures)
+        self._set_health(node, NodeHealth.UNREACHABLE)
         self._spawn(self._directory.drop_node(node_id))
+
+    def report_engine_dead(self, node_id: str, why: str) -> None:
+        """The worker answered that its engine core is dead: out of routing now,
+        without waiting for the next heartbeat."""
+        node = self._nodes.get(node_id)
+        if node is None or node.health is NodeHealth.ENGINE_DEAD:
+            return
+        log.warning("worker %s engine dead: %s", node_id, why)
+        node.engine, node.engine_error = EngineState.DEAD.value, why
+        was_healthy = node.healthy
+        self._set_health(node, NodeHealth.ENGINE_DEAD)
+        if was_healthy:
+            self._spawn(self._directory.drop_node(node_id))
+
+    def _set_health(self, node: WorkerNode, health: NodeHealth) -> None:
+        if health is node.health:
+            return
+        node.health = health
+        node.healthy = health is NodeHealth.HEALTHY
+        node.unhealthy_since = None if node.healthy else self._clock()
 
     @contextlib.contextmanager
     def track(self, node_id: str) -> Iterator[None]:
@@ -205,15 +241,27 @@ class WorkerRegistry:
         return sum(done)
 
     async def _poll(self, node: WorkerNode) -> None:
+        asked = self._clock()
         try:
             stats = await self._client.stats(node.url, since=node.next_iteration)
         except WorkerError as exc:
             node.failures += 1
-            if node.healthy and node.failures >= self._max_failures:
+            was_healthy = node.healthy
+            health = assess(
+                node.health, answered=False, engine_alive=False, failures=node.failures, max_failures=self._max_failures
+            )
+            self._set_health(node, health)
+            if was_healthy and not node.healthy:
                 log.warning("worker %s missed %d heartbeats: %s", node.node_id, node.failures, exc)
-                node.healthy = False
                 await self._directory.drop_node(node.node_id)
             return
+        if (
+            node.health is NodeHealth.ENGINE_DEAD
+            and stats.engine is EngineState.ALIVE
+            and node.unhealthy_since is not None
+            and asked < node.unhealthy_since
+        ):
+            return  # asked before a request saw the engine die: stale, not a revival
         await self._apply(node, stats)
         term = self.term_source()
         if term is not None and stats.fence_term < term:
@@ -228,7 +276,19 @@ class WorkerRegistry:
             node.node_id = stats.node_id
             self._nodes[node.node_id] = node
         was_healthy = node.healthy
-        node.healthy, node.failures, node.last_seen = True, 0, self._clock()
+        node.failures, node.last_seen = 0, self._clock()
+        node.engine, node.engine_error = stats.engine.value, stats.engine_error
+        if stats.started_at and node.started_at and stats.started_at != node.started_at:
+            node.restarts += 1
+            log.warning("worker %s restarted (a new process)", node.node_id)
+        node.started_at = stats.started_at or node.started_at
+        alive = stats.engine is EngineState.ALIVE
+        self._set_health(node, assess(node.health, answered=True, engine_alive=alive, failures=0, max_failures=1))
+        if not alive:
+            if was_healthy:
+                log.warning("worker %s reports its engine %s: %s", node.node_id, stats.engine.value, stats.engine_error)
+                await self._directory.drop_node(node.node_id)
+            return  # nothing it reports now is about a serving engine
         if node.draining_to is None or stats.draining_to is not None:
             # While the gateway drives a switch its own mark wins.
             node.phase, node.draining_to = stats.phase, stats.draining_to

@@ -122,6 +122,8 @@ class ClusterRuntime:
                 running=n.running,
                 kv_usage=n.kv_usage,
                 tokens_per_s=n.tokens_per_s,
+                health=n.health.value,
+                engine=n.engine,
             )
             for n in self.registry.nodes()
         ]

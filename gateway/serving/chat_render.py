@@ -24,20 +24,11 @@ from gateway.errors import InvalidRequest
 
 
 @functools.lru_cache(maxsize=8)
-def _model_config(model_dir: str, hf_overrides_json: str | None) -> Any:
-    import json
-
+def model_config(model_dir: str) -> Any:
+    """vLLM's `ModelConfig` of a local model folder (cached per folder)."""
     from vllm.config import ModelConfig
 
-    overrides = json.loads(hf_overrides_json) if hf_overrides_json else {}
-    return ModelConfig(model=model_dir, tokenizer=model_dir, skip_tokenizer_init=True, hf_overrides=overrides)
-
-
-def model_config(model_dir: str, hf_overrides: dict[str, Any] | None = None) -> Any:
-    """vLLM's `ModelConfig` of a local model folder (cached per folder)."""
-    import json
-
-    return _model_config(model_dir, json.dumps(hf_overrides, sort_keys=True) if hf_overrides else None)
+    return ModelConfig(model=model_dir, tokenizer=model_dir, skip_tokenizer_init=True)
 
 
 class ChatRenderer:

@@ -18,6 +18,14 @@ The loop is "decide -> one worker call -> apply", repeated per *segment*:
   prefill -> decode hand-off: the decode node regenerates the prefill's
   token from the original prompt (whose KV it loads from the pool).
 
+Engine death (`gateway.control.health`): a worker that answers
+`engine_dead` / `engine_died`, or cuts a stream with an `engine_died` chunk,
+is taken out of routing at once and the request continues elsewhere like
+any failover. Each engine that died with the request on it counts against
+the request's fingerprint; at the second it is a poison request:
+`RequestQuarantined` (500), and a later identical request is refused before
+it reaches any engine.
+
 Failure contract: a node that cannot be reached is reported to the registry
 and skipped; after `max_node_attempts` failures, or when no node is left,
 `stream` raises a `GatewayError` (before or after tokens were yielded — the
@@ -34,14 +42,23 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from core import FinishReason, Role
+from gateway.control.health import Quarantine, request_fingerprint
 from gateway.control.registry import WorkerRegistry
 from gateway.directory import Directory
-from gateway.errors import InvalidRequest, Unavailable, UpstreamFailed
+from gateway.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
 from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
 from routing import RouterConfig, RouteRequest, route
 from routing.picker import NoNodeAvailable
-from workers.protocol import GenerateChunk, GenerateRequest, KVTransferSpec, SamplingOptions, TokenLogprobs
+from workers.protocol import (
+    ENGINE_DEAD,
+    ENGINE_DIED,
+    GenerateChunk,
+    GenerateRequest,
+    KVTransferSpec,
+    SamplingOptions,
+    TokenLogprobs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +117,7 @@ class _SegmentEnd:
     outcome: SegmentOutcome
     reason: FinishReason | None = None
     error: str = ""
+    engine_died: bool = False  # the node's engine died with this request on it
 
 
 class Orchestrator:
@@ -109,7 +127,9 @@ class Orchestrator:
         client: WorkerAPI,
         directory: Directory,
         config: OrchestratorConfig = OrchestratorConfig(),
+        quarantine: Quarantine | None = None,
     ) -> None:
+        self.quarantine = quarantine or Quarantine()
         self._registry = registry
         self._client = client
         self._directory = directory
@@ -126,6 +146,10 @@ class Orchestrator:
             max_migrations=self._cfg.max_migrations,
             replay=not job.sampling.resumable,
         )
+        # Without the seed: the gateway draws one for a sampled request with a
+        # grammar, so a client's retry of a poison request has another.
+        fingerprint = request_fingerprint(job.prompt_token_ids, job.sampling.model_dump_json(exclude={"seed"}))
+        self._refuse_poison(job, fingerprint)
         while not progress.budget_spent():
             # decide
             node_id, role, kv = await self._decide(job, progress)
@@ -153,6 +177,9 @@ class Orchestrator:
                     yield item
             assert end is not None
             # apply
+            if end.engine_died:
+                self.quarantine.record_death(fingerprint)
+                self._refuse_poison(job, fingerprint)
             if (
                 progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
                 is Next.DONE
@@ -170,6 +197,13 @@ class Orchestrator:
             resumes=progress.resumes,
             nodes=progress.nodes,
         )
+
+    def _refuse_poison(self, job: Job, fingerprint: str) -> None:
+        if self.quarantine.is_poison(fingerprint):
+            raise RequestQuarantined(
+                f"request {job.request_id} is quarantined: worker engines died with it running "
+                f"({self.quarantine.deaths(fingerprint)} so far); it is not retried on other workers",
+            )
 
     # -- decide -----------------------------------------------------------------
     async def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
@@ -214,6 +248,14 @@ class Orchestrator:
                 async for chunk in chunks:
                     if chunk.saved_blocks:
                         await self._directory.publish(node_id, chunk.saved_blocks)
+                    if chunk.finish_reason is FinishReason.ERROR and chunk.error_type in (ENGINE_DEAD, ENGINE_DIED):
+                        self._registry.report_engine_dead(node_id, chunk.error or "engine dead")
+                        yield _SegmentEnd(
+                            SegmentOutcome.NODE_FAILED,
+                            error=f"engine of {node_id} died: {chunk.error}",
+                            engine_died=chunk.error_type == ENGINE_DIED,
+                        )
+                        return
                     if chunk.finish_reason is FinishReason.ERROR:
                         raise UpstreamFailed(
                             f"worker {node_id} failed the request: {chunk.error or 'error'}", code="worker_error"
@@ -250,7 +292,9 @@ class Orchestrator:
             if not exc.retryable:
                 raise
             log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
-            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
+            if exc.error_type in (ENGINE_DEAD, ENGINE_DIED):
+                self._registry.report_engine_dead(node_id, exc.detail)
+            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc), engine_died=exc.error_type == ENGINE_DIED)
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
 

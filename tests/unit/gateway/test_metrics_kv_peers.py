@@ -23,7 +23,15 @@ def _samples(metrics: GatewayMetrics) -> dict[tuple[str, tuple[tuple[str, str], 
 def test_kv_peer_counters_and_state_of_the_last_heartbeat() -> None:
     down = KVPeerStats(peer="wA", state="down", reason="timeout", pulls={"ok": 3, "timeout": 1}, blocks=45, downs=1)
     node = SimpleNamespace(
-        node_id="wB", num_waiting=0, num_running=0, inflight=0, healthy=True, phase=Phase.DECODE, kv_peers=(down,)
+        node_id="wB",
+        num_waiting=0,
+        num_running=0,
+        inflight=0,
+        healthy=True,
+        phase=Phase.DECODE,
+        kv_peers=(down,),
+        engine="alive",
+        restarts=0,
     )
     registry = SimpleNamespace(nodes=lambda: [node])
     directory: dict[str, float] = {}
@@ -38,3 +46,23 @@ def test_kv_peer_counters_and_state_of_the_last_heartbeat() -> None:
     node.kv_peers = (down.model_copy(update={"state": "up"}),)
     metrics.refresh(registry, directory)  # type: ignore[arg-type]  # a stand-in registry
     assert _samples(metrics)[("evolving_kv_peer_up", (("node", "wB"), ("peer", "wA")))] == 1
+
+
+def test_engine_dead_and_restarts_per_node() -> None:
+    node = SimpleNamespace(
+        node_id="wB",
+        num_waiting=0,
+        num_running=0,
+        inflight=0,
+        healthy=False,
+        phase=Phase.DECODE,
+        kv_peers=(),
+        engine="dead",
+        restarts=2,
+    )
+    metrics = GatewayMetrics()
+    metrics.refresh(SimpleNamespace(nodes=lambda: [node]), {})  # type: ignore[arg-type]  # a stand-in registry
+    got = _samples(metrics)
+    assert got[("evolving_node_engine_dead", (("node", "wB"),))] == 1
+    assert got[("evolving_node_restarts", (("node", "wB"),))] == 2
+    assert got[("evolving_node_healthy", (("node", "wB"),))] == 0

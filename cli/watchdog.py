@@ -1,0 +1,207 @@
+"""`up` restarts a worker whose process exited or whose engine died.
+
+Pure part: `RestartPolicy` (exponential backoff, a retry limit within a
+window) and `RestartBook.decide`, which turns one look at a worker into
+"leave it", "restart after d seconds" or "give up". Shell: `WorkerWatchdog`,
+a thread that every `interval_s` polls each worker's process and /healthz
+(decide), stops and restarts the process group (one I/O step) and reports
+the restart through `on_event` (apply: `up` writes an entry in the switch
+history and the audit log; the gateway's registry counts it as a metric
+when the node's heartbeat shows a new process).
+
+A restarted worker comes back in the phase it last reported (the planner's
+choice for it, or a pin's), read from /internal/phase while it was healthy.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    base_delay_s: float = 1.0  # before the first restart
+    factor: float = 2.0  # each later restart within the window waits this much longer
+    max_delay_s: float = 30.0
+    max_restarts: int = 5  # within window_s; then the worker stays down (a person must look)
+    window_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.base_delay_s < 0 or self.factor < 1 or self.max_delay_s < self.base_delay_s:
+            raise ValueError("need 0 <= base_delay_s <= max_delay_s and factor >= 1")
+        if self.max_restarts < 0 or self.window_s <= 0:
+            raise ValueError("need max_restarts >= 0 and window_s > 0")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before restart number `attempt` (1-based) within the window."""
+        return min(self.max_delay_s, self.base_delay_s * self.factor ** max(0, attempt - 1))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    restart: bool
+    delay_s: float = 0.0
+    attempt: int = 0  # restarts of this worker within the window, this one included
+    gave_up: bool = False
+
+
+@dataclass
+class RestartBook:
+    """The restarts of one worker (times, unix s) and the rule over them."""
+
+    policy: RestartPolicy
+    times: list[float] = field(default_factory=list)
+    gave_up: bool = False
+
+    def decide(self, cause: str | None, now: float) -> Verdict:
+        """`cause`: why the worker is down (None: it is fine)."""
+        if cause is None or self.gave_up:
+            return Verdict(restart=False)
+        self.times = [t for t in self.times if now - t < self.policy.window_s]
+        if len(self.times) >= self.policy.max_restarts:
+            self.gave_up = True
+            return Verdict(restart=False, gave_up=True, attempt=len(self.times))
+        attempt = len(self.times) + 1
+        self.times.append(now)
+        return Verdict(restart=True, delay_s=self.policy.delay(attempt), attempt=attempt)
+
+
+class ProcessGroup(Protocol):
+    """The processes the watchdog looks after, by name (`cli.supervisor.Children`)."""
+
+    def get(self, name: str) -> subprocess.Popen[bytes] | None: ...
+    def stop(self, grace_s: float = 10.0, names: Sequence[str] | None = None) -> None: ...
+    def start(self, name: str, argv: list[str], log: pathlib.Path, env: dict[str, str] | None = None) -> None: ...
+
+
+@dataclass
+class WorkerSpec:
+    name: str  # the child's name in `Children`, also its node id
+    url: str
+    argv: list[str]  # its command line; "--phase" is rewritten to the phase it last had
+    log: pathlib.Path
+    env: dict[str, str] | None = None
+    phase: str = "decode"
+
+
+@dataclass(frozen=True)
+class RestartEvent:
+    node_id: str
+    cause: str
+    phase: str
+    attempt: int
+    delay_s: float
+    gave_up: bool = False
+
+
+def down_cause(exit_code: int | None, healthz_status: int | None, healthz_type: str) -> str | None:
+    """Why a worker needs a restart, from its process and its /healthz (None: it does not).
+
+    A /healthz that does not answer is not a cause on its own: a busy worker
+    may be slow; a gone process shows in its exit code."""
+    if exit_code is not None:
+        return f"process exited with status {exit_code}"
+    if healthz_status == 503 and healthz_type == "engine_dead":
+        return "engine core died"
+    return None
+
+
+class WorkerWatchdog(threading.Thread):
+    def __init__(
+        self,
+        children: ProcessGroup,
+        specs: list[WorkerSpec],
+        *,
+        policy: RestartPolicy = RestartPolicy(),
+        on_event: Callable[[RestartEvent], None] = lambda e: None,
+        interval_s: float = 0.5,
+    ) -> None:
+        super().__init__(name="worker-watchdog", daemon=True)
+        self.children, self.specs, self.policy = children, {s.name: s for s in specs}, policy
+        self.books = {s.name: RestartBook(policy) for s in specs}
+        self.on_event, self.interval_s = on_event, interval_s
+        self.halt = threading.Event()
+        self._http = httpx.Client(timeout=2.0)
+
+    def run(self) -> None:
+        try:
+            while not self.halt.wait(self.interval_s):
+                for spec in self.specs.values():
+                    if self.halt.is_set():
+                        return
+                    self._check(spec)
+        finally:
+            self._http.close()
+
+    def _look(self, spec: WorkerSpec) -> str | None:
+        proc = self.children.get(spec.name)
+        code = None if proc is None else proc.poll()
+        status, kind = None, ""
+        if code is None:
+            try:
+                r = self._http.get(f"{spec.url}/healthz")
+                status = r.status_code
+                if status == 503:
+                    kind = r.json().get("error", {}).get("type", "")
+                elif status == 200:
+                    ph = self._http.get(f"{spec.url}/internal/phase")
+                    if ph.status_code == 200:
+                        spec.phase = ph.json().get("draining_to") or ph.json().get("phase", spec.phase)
+            except (httpx.HTTPError, ValueError):
+                pass
+        return down_cause(code, status, kind)
+
+    def _check(self, spec: WorkerSpec) -> None:
+        cause = self._look(spec)
+        verdict = self.books[spec.name].decide(cause, time.time())
+        if verdict.gave_up:
+            log.error("worker %s down (%s): %d restarts in the window, giving up", spec.name, cause, verdict.attempt)
+            self.on_event(RestartEvent(spec.name, cause or "", spec.phase, verdict.attempt, 0.0, gave_up=True))
+            return
+        if not verdict.restart:
+            return
+        assert cause is not None
+        log.warning("worker %s down (%s): restart %d in %.1f s", spec.name, cause, verdict.attempt, verdict.delay_s)
+        self.children.stop(grace_s=5.0, names=[spec.name])
+        if self.halt.wait(verdict.delay_s):
+            return
+        self.children.start(spec.name, with_phase(spec.argv, spec.phase), spec.log, spec.env)
+        self.on_event(RestartEvent(spec.name, cause, spec.phase, verdict.attempt, verdict.delay_s))
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=10.0)
+
+
+def with_phase(argv: list[str], phase: str) -> list[str]:
+    """`argv` with its "--phase" value replaced (added when absent)."""
+    out = list(argv)
+    if "--phase" in out:
+        out[out.index("--phase") + 1] = phase
+    else:
+        out += ["--phase", phase]
+    return out
+
+
+__all__ = [
+    "ProcessGroup",
+    "RestartEvent",
+    "RestartPolicy",
+    "RestartBook",
+    "Verdict",
+    "WorkerSpec",
+    "WorkerWatchdog",
+    "down_cause",
+    "with_phase",
+]

@@ -1,0 +1,87 @@
+"""Node health and the poison-request rule (pure: no I/O, no clock).
+
+A node serves only while its process answers heartbeats **and** its vLLM
+engine core is alive: a worker process can outlive its engine (a crash in
+the engine core, an OOM kill of that child), and then every request sent
+there fails. `assess` is the one rule the registry applies to each
+heartbeat outcome:
+
+    heartbeat answered, engine alive     -> HEALTHY
+    heartbeat answered, engine not alive -> ENGINE_DEAD   (out of routing at once)
+    heartbeat failed, failures < limit   -> the state it had (a slow beat)
+    heartbeat failed, failures >= limit  -> UNREACHABLE
+
+A request that was running on an engine when it died is a suspect; one that
+was running on `max_engine_deaths` (2) engines that died is a **poison
+request**: `Quarantine` remembers its fingerprint (prompt tokens and
+sampling, less the seed the gateway may have drawn), so neither its continuation nor a client's retry of it reaches a
+third engine; the gateway answers it with `RequestQuarantined`.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import hashlib
+from collections.abc import Sequence
+
+
+class NodeHealth(enum.Enum):
+    HEALTHY = "healthy"
+    ENGINE_DEAD = "engine_dead"  # the process answers; its engine core is gone
+    UNREACHABLE = "unreachable"  # missed heartbeats, or a refused connection
+
+
+def assess(current: NodeHealth, *, answered: bool, engine_alive: bool, failures: int, max_failures: int) -> NodeHealth:
+    """The node's health after one heartbeat (see the module docstring).
+
+    `failures` counts consecutive failed heartbeats including this one
+    (0 when it answered); `max_failures` >= 1.
+    """
+    if max_failures < 1:
+        raise ValueError("max_failures must be >= 1")
+    if answered:
+        return NodeHealth.HEALTHY if engine_alive else NodeHealth.ENGINE_DEAD
+    return NodeHealth.UNREACHABLE if failures >= max_failures else current
+
+
+def request_fingerprint(prompt_token_ids: Sequence[int], sampling_json: str) -> str:
+    """Identity of a request for quarantine: the same prompt sampled the same way."""
+    h = hashlib.sha256()
+    h.update(len(prompt_token_ids).to_bytes(8, "little"))
+    for t in prompt_token_ids:
+        h.update(int(t).to_bytes(4, "little", signed=False))
+    h.update(sampling_json.encode())
+    return h.hexdigest()
+
+
+class Quarantine:
+    """Engine deaths per request fingerprint; bounded, oldest forgotten first.
+
+    `record_death(fp)` once per engine that died with the request on it;
+    `is_poison(fp)` once that happened `max_engine_deaths` times.
+    """
+
+    def __init__(self, *, max_engine_deaths: int = 2, capacity: int = 4096) -> None:
+        if max_engine_deaths < 1 or capacity < 1:
+            raise ValueError("max_engine_deaths and capacity must be >= 1")
+        self.max_engine_deaths = max_engine_deaths
+        self._capacity = capacity
+        self._deaths: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.quarantined = 0  # requests that became poison (a metric)
+
+    def record_death(self, fp: str) -> int:
+        """Count one engine death under request `fp`; returns its deaths so far."""
+        n = self._deaths.pop(fp, 0) + 1
+        self._deaths[fp] = n
+        while len(self._deaths) > self._capacity:
+            self._deaths.popitem(last=False)
+        if n == self.max_engine_deaths:
+            self.quarantined += 1
+        return n
+
+    def deaths(self, fp: str) -> int:
+        return self._deaths.get(fp, 0)
+
+    def is_poison(self, fp: str) -> bool:
+        return self.deaths(fp) >= self.max_engine_deaths

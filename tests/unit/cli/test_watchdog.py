@@ -1,0 +1,60 @@
+"""The restart rule of `up`'s watchdog (cli.watchdog): backoff, limit, causes."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli.watchdog import RestartBook, RestartPolicy, down_cause, with_phase
+
+
+def test_backoff_doubles_up_to_the_cap():
+    p = RestartPolicy(base_delay_s=1.0, factor=2.0, max_delay_s=5.0)
+    assert [p.delay(a) for a in (1, 2, 3, 4, 5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_restarts_stop_at_the_limit_within_the_window():
+    book = RestartBook(RestartPolicy(base_delay_s=1.0, max_restarts=2, window_s=100.0))
+    assert book.decide(None, 0.0).restart is False  # healthy: nothing to do
+    first = book.decide("engine core died", 10.0)
+    second = book.decide("engine core died", 20.0)
+    assert (first.restart, first.attempt, first.delay_s) == (True, 1, 1.0)
+    assert (second.restart, second.attempt, second.delay_s) == (True, 2, 2.0)
+    third = book.decide("engine core died", 30.0)
+    assert third.restart is False and third.gave_up is True
+    assert book.decide("engine core died", 500.0).restart is False  # given up stays given up
+
+
+def test_old_restarts_leave_the_window():
+    book = RestartBook(RestartPolicy(base_delay_s=1.0, max_restarts=2, window_s=100.0))
+    book.decide("x", 0.0)
+    book.decide("x", 10.0)
+    v = book.decide("x", 150.0)  # both earlier ones are older than the window
+    assert (v.restart, v.attempt, v.delay_s) == (True, 1, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "kind", "want"),
+    [
+        (None, 200, "", None),
+        (None, None, "", None),  # no answer from a live process: busy, not dead
+        (None, 503, "engine_dead", "engine core died"),
+        (None, 503, "not_ready", None),
+        (-9, None, "", "process exited with status -9"),
+        (1, 503, "engine_dead", "process exited with status 1"),
+    ],
+)
+def test_down_cause(code, status, kind, want):
+    assert down_cause(code, status, kind) == want
+
+
+def test_with_phase_rewrites_or_adds():
+    argv = ["w", "--phase", "decode", "--port", "1"]
+    assert with_phase(argv, "prefill") == ["w", "--phase", "prefill", "--port", "1"]
+    assert with_phase(["w"], "decode") == ["w", "--phase", "decode"]
+
+
+def test_policy_is_validated():
+    with pytest.raises(ValueError):
+        RestartPolicy(factor=0.5)
+    with pytest.raises(ValueError):
+        RestartPolicy(max_restarts=-1)

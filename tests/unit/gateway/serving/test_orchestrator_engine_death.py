@@ -1,0 +1,100 @@
+"""A worker whose engine dies (the process lives): out of routing at once,
+its requests continue elsewhere with no lost or duplicated token, and a
+request that kills a second engine is quarantined (fake workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from core import Phase
+from gateway.control.health import NodeHealth, request_fingerprint
+from gateway.errors import RequestQuarantined
+from tests.unit.gateway.serving.test_orchestrator import PROMPT, Cluster, collect, expected, job
+from workers.protocol import SamplingOptions
+
+
+async def test_engine_death_mid_stream_continues_elsewhere():
+    c = await Cluster([Phase.DECODE, Phase.DECODE], delay=0.001).start()
+    dead: list[str] = []
+
+    async def kill_at(n: int) -> None:
+        if n == 5 and not dead:
+            node = "w0" if c.w("w0").requests else "w1"
+            dead.append(node)
+            c.w(node).kill_engine()
+
+    tokens, done = await collect(c.orch, job(PROMPT, 20), kill_at)
+    assert tokens == expected(PROMPT, 20)  # nothing lost, nothing twice
+    assert done.resumes == 1 and done.nodes[-1] != dead[0]
+    node = c.registry.get(dead[0])
+    assert not node.healthy and node.health is NodeHealth.ENGINE_DEAD  # without waiting for a heartbeat
+    j = job(PROMPT, 20)
+    fp = request_fingerprint(j.prompt_token_ids, j.sampling.model_dump_json(exclude={"seed"}))
+    assert c.orch.quarantine.deaths(fp) == 1
+    assert not c.orch.quarantine.quarantined  # one death is not poison
+
+
+async def test_heartbeat_reports_dead_engine_and_its_return():
+    c = await Cluster([Phase.DECODE, Phase.DECODE]).start()
+    c.w("w1").kill_engine()
+    await c.registry.poll_once()
+    node = c.registry.get("w1")
+    assert (node.healthy, node.health, node.engine) == (False, NodeHealth.ENGINE_DEAD, "dead")
+    assert c.registry.healthy_count() == 1
+    _, done = await collect(c.orch, job(PROMPT, 5))
+    assert done.nodes == ["w0"]
+    c.w("w1").restart_engine()
+    await c.registry.poll_once()
+    assert c.registry.get("w1").healthy and c.registry.get("w1").engine == "alive"
+
+
+async def test_poison_request_kills_two_engines_then_is_refused():
+    c = await Cluster([Phase.DECODE, Phase.DECODE, Phase.DECODE], delay=0.001).start()
+    poison_prompt = [7] * 40
+    for w in c.workers.values():
+        w.poison = lambda req: req.prompt_token_ids[:40] == poison_prompt
+    with pytest.raises(RequestQuarantined) as err:
+        await collect(c.orch, job(poison_prompt, 10, rid="poison"))
+    assert err.value.status == 500 and err.value.code == "request_quarantined"
+    assert "quarantined" in err.value.message
+    assert sum(w.engine_dead for w in c.workers.values()) == 2  # never a third engine
+    sent = sum(len(w.requests) for w in c.workers.values())
+    retry = dataclasses.replace(job(poison_prompt, 10, rid="retry"), sampling=SamplingOptions(max_tokens=10, seed=5))
+    with pytest.raises(RequestQuarantined):  # a client's retry (another drawn seed) reaches no engine
+        await collect(c.orch, retry)
+    assert sum(len(w.requests) for w in c.workers.values()) == sent
+    # other requests still run on the engine left
+    tokens, done = await collect(c.orch, job(PROMPT, 5, rid="fine"))
+    assert tokens == expected(PROMPT, 5) and len(done.nodes) == 1
+
+
+async def test_dead_prefill_engine_is_routed_around():
+    c = await Cluster([Phase.PREFILL, Phase.PREFILL, Phase.DECODE], local_max=2).start()
+    c.w("w0").kill_engine()
+    c.w("w1").kill_engine()
+    tokens, done = await collect(c.orch, job(PROMPT, 6))
+    assert tokens == expected(PROMPT, 6)
+    assert done.nodes[-1] == "w2"
+    assert c.registry.healthy_count() == 1
+
+
+async def test_a_heartbeat_asked_before_the_death_does_not_revive_the_node():
+    c = await Cluster([Phase.DECODE, Phase.DECODE]).start()
+    gate = asyncio.Event()
+    real_stats = c.client.stats
+
+    async def slow_stats(url: str, since: int = 0):
+        answer = await real_stats(url, since)  # the worker answers "alive" now...
+        await gate.wait()  # ...and the answer arrives late
+        return answer
+
+    c.client.stats = slow_stats  # type: ignore[method-assign]
+    poll = asyncio.create_task(c.registry.poll_once())
+    await asyncio.sleep(0.01)
+    c.registry.report_engine_dead("w1", "the engine core has stopped")
+    gate.set()
+    await poll
+    assert c.registry.get("w1").health is NodeHealth.ENGINE_DEAD
