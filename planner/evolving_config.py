@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from planner.estimator_config import EstimatorConfig
 from planner.regression import RLSConfig
 from planner.saturation import SaturationConfig
+from planner.verification import VerifyConfig
 from planner.workload import WorkloadConfig
 
 
@@ -63,6 +64,9 @@ class EvolvingConfig:
     saturation: when a phase's queues show it saturated, correct its
         modelled capacity to the measured finish rate (``planner.saturation``);
         None = never.
+    verify: check every model move once it has settled (``planner.verification``):
+        revert one that did not deliver, and count the verified error against
+        later gains of its kind; None = never.
     workload / estimator / regression: the sub-components' configs. The
         workload window defaults to 60 s = persist_s, so that once a shift
         has persisted the estimate holds only post-shift traffic; its chunk
@@ -94,6 +98,7 @@ class EvolvingConfig:
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     regression: RLSConfig = field(default_factory=RLSConfig)
     saturation: SaturationConfig | None = field(default_factory=SaturationConfig)
+    verify: VerifyConfig | None = field(default_factory=VerifyConfig)
 
     def __post_init__(self) -> None:
         if self.horizon_s <= 0 or self.persist_s <= 0 or self.min_gain_frac < 0 or self.cooldown_s < 0:
