@@ -112,6 +112,8 @@ class EvolvingPlanner:
         self.last_decision: Decision | None = None
         v = self.config.verify
         retention = self.config.workload.retention_s
+        if v is not None:
+            v = v.resolved(self.config.persist_s, self.config.horizon_s)
         self.verifier = None if v is None else MoveVerifier(v, self.config.estimator.z, retention)
         self._finished = [0, 0.0, 0.0, 0]  # since the last tick: count, Σe2e, Σe2e², with e2e
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Kind = Literal["throughput", "latency"]
@@ -46,30 +46,39 @@ Kind = Literal["throughput", "latency"]
 @dataclass(frozen=True)
 class VerifyConfig:
     """settle_s: traffic measured on the new split once the switch has
-        settled, and on the old one before the move (> 0). 60 s = the
-        planner's persistence span: a move is judged on as much evidence
-        as it was made on.
+        settled, and on the old one before the move (> 0; None: the
+        planner's ``persist_s``): a move is judged on as much evidence as
+        it was made on.
     min_requests: finished requests each span needs for a verdict (≥ 1);
         with fewer the move is left unjudged (a Poisson count of 20 has a
         relative sd of 22 %, wider than any gain the planner acts on).
     max_wait_s: a move not judged this long after it was made (a switch
         that never settles, no traffic) is dropped unjudged (> settle_s).
-    error_half_life_s: half-life of a verified error (> 0; module doc).
+    error_half_life_s: half-life of a verified error (> 0; None: the
+        planner's ``horizon_s``, module doc).
     revert: revert moves that did not deliver (module doc); False = only
         record the verdict and widen the error band.
     """
 
-    settle_s: float = 60.0
+    settle_s: float | None = None
     min_requests: int = 20
     max_wait_s: float = 600.0
-    error_half_life_s: float = 600.0
+    error_half_life_s: float | None = None
     revert: bool = True
 
     def __post_init__(self) -> None:
-        if self.settle_s <= 0 or self.min_requests < 1 or self.error_half_life_s <= 0:
-            raise ValueError("settle_s, error_half_life_s must be > 0 and min_requests >= 1")
-        if self.max_wait_s <= self.settle_s:
+        if (self.settle_s is not None and self.settle_s <= 0) or self.min_requests < 1:
+            raise ValueError("settle_s must be > 0 and min_requests >= 1")
+        if self.error_half_life_s is not None and self.error_half_life_s <= 0:
+            raise ValueError("error_half_life_s must be > 0")
+        if self.settle_s is not None and self.max_wait_s <= self.settle_s:
             raise ValueError("max_wait_s must exceed settle_s")
+
+    def resolved(self, persist_s: float, horizon_s: float) -> VerifyConfig:
+        """The config with the planner's spans filled in where None."""
+        settle = persist_s if self.settle_s is None else self.settle_s
+        half = horizon_s if self.error_half_life_s is None else self.error_half_life_s
+        return replace(self, settle_s=settle, error_half_life_s=half, max_wait_s=max(self.max_wait_s, 2 * settle))
 
 
 @dataclass(frozen=True)
@@ -147,9 +156,12 @@ class MoveVerifier:
     """Tick ledger, the move awaiting its check, and the verified errors."""
 
     def __init__(self, config: VerifyConfig, z: float, retention_s: float) -> None:
+        if config.settle_s is None or config.error_half_life_s is None:
+            raise ValueError("resolve settle_s and error_half_life_s first (VerifyConfig.resolved)")
         self.config = config
+        self.settle_s, self.half_life_s = config.settle_s, config.error_half_life_s
         self.z = z
-        self.retention_s = max(retention_s, config.max_wait_s + config.settle_s)
+        self.retention_s = max(retention_s, config.max_wait_s + self.settle_s)
         self._ticks: deque[TickCounts] = deque()
         self.pending: PendingMove | None = None
         self._settled_t: float | None = None
@@ -191,7 +203,7 @@ class MoveVerifier:
     def start(self, now: float, from_p: int, to_p: int, kind: Kind, predicted: float, predicted_sd: float) -> bool:
         """Await the check of a move made at ``now``; False (nothing awaited)
         when the span before it holds too few requests to compare with."""
-        before = self.span(now - self.config.settle_s, now)
+        before = self.span(now - self.settle_s, now)
         self.pending, self._settled_t, self._drained = None, None, False
         if before.finished < self.config.min_requests or not math.isfinite(predicted):
             return False
@@ -213,9 +225,9 @@ class MoveVerifier:
         if self._settled_t is None:
             # The first tick with no node draining; a switch done before the tick after the move counts from the move.
             self._settled_t = now if self._drained else m.t
-        if now - self._settled_t < self.config.settle_s:
+        if now - self._settled_t < self.settle_s:
             return None
-        after = self.span(now - self.config.settle_s, now)
+        after = self.span(now - self.settle_s, now)
         self.pending, self._settled_t = None, None
         if after.finished < self.config.min_requests:
             return None
@@ -232,7 +244,7 @@ class MoveVerifier:
     def error(self, now: float, kind: Kind) -> float:
         """Verified error of ``kind`` moves at ``now``: the largest miss,
         each decayed by its age (module doc); 0 with none."""
-        half = self.config.error_half_life_s
+        half = self.half_life_s
         self._misses = [x for x in self._misses if now - x[0] < 10 * half]
         return max((miss * 0.5 ** ((now - t) / half) for t, k, miss in self._misses if k == kind), default=0.0)
 

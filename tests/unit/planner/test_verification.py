@@ -15,7 +15,7 @@ Z = 1.645
 
 def _verifier(rates: list[tuple[float, float, int]], **cfg: float) -> MoveVerifier:
     """Ticks every 10 s from t=10: (until t, finished per tick) pairs; waiting 0."""
-    v = MoveVerifier(VerifyConfig(**cfg), Z, retention_s=600.0)  # type: ignore[arg-type]
+    v = MoveVerifier(VerifyConfig(**cfg).resolved(60.0, 600.0), Z, retention_s=600.0)  # type: ignore[arg-type]
     t = 10.0
     for until, per_tick, e2e in rates:
         while t <= until:
@@ -95,6 +95,9 @@ def test_config_validation() -> None:
         VerifyConfig(settle_s=60.0, max_wait_s=60.0)
     with pytest.raises(ValueError, match="settle_s"):
         VerifyConfig(settle_s=0.0)
+    assert VerifyConfig().resolved(persist_s=90.0, horizon_s=900.0).settle_s == 90.0
+    with pytest.raises(ValueError, match="resolve"):
+        MoveVerifier(VerifyConfig(), Z, 600.0)
 
 
 def test_the_planner_reverts_a_move_the_finish_rate_did_not_follow() -> None:
