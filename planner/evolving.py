@@ -379,7 +379,14 @@ class EvolvingPlanner:
                 float(est.served_rps[i] - est.served_rps[i_cur]) * cfg.horizon_s - float(lost[i]),
                 float(est.served_gain_sd_rps[i]) * cfg.horizon_s,
             )
-            if frac >= g:
+            gainer = Phase.PREFILL if target > p_cur else Phase.DECODE
+            queued = self.queues.waiting_per_node(view.now, cfg.persist_s, gainer)
+            if frac >= g and cfg.throughput_queue is not None and (queued or 0.0) < cfg.throughput_queue:
+                tick.inputs["gainer_waiting_per_node"] = queued or 0.0
+                held.append(
+                    f"throughput gain of {target}P: nothing waits at {gainer.value} nodes ({queued or 0.0:.2f})"
+                )
+            elif frac >= g:
                 worst = self._persisted(tick, target, float(lost[i]), "throughput")
                 tick.inputs["persisted_throughput_gain_frac"] = worst
                 if worst >= g:

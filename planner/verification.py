@@ -12,7 +12,10 @@ length before the move. The move **delivered** when
 
 the gate the move itself passed, read from the other side: the outcome
 lies within the model's own uncertainty plus what counting finished
-requests adds (a finish count is Poisson-like: sd ≈ sqrt(n)). A move that
+requests adds: a finish count's variance is at least Poisson's (n), and
+as large as the tick-to-tick scatter says when traffic comes in bursts
+(agent sessions start together, sub-agents fan out): the count over a
+span of k ticks varies by k times the variance of one tick's count. A move that
 did not deliver and shows no gain beyond its measurement noise
 (``realized − z · measured_sd ≤ 0``) is **reverted**: it spent a switch
 for nothing measurable, and the split it left was measured to serve as
@@ -103,6 +106,7 @@ class Span:
     e2e_sd_s: float
     e2e_n: int
     queue_slope: float  # waiting requests per second, last tick minus first over the span
+    finished_var: float = 0.0  # variance of ``finished``: max(Poisson, k ticks x one tick's scatter)
 
     @property
     def rate(self) -> float:
@@ -198,7 +202,10 @@ class MoveVerifier:
         sd = math.sqrt(max(s2 / en - mean * mean, 0.0)) if en else 0.0
         dt = ticks[-1].t - ticks[0].t if ticks else 0.0
         slope = (ticks[-1].waiting - ticks[0].waiting) / dt if dt > 0 else 0.0
-        return Span(end - start, n, mean, sd, en, slope)
+        counts = [x.finished for x in ticks]
+        k = len(counts)
+        scatter = k * sum((c - n / k) ** 2 for c in counts) / (k - 1) if k > 1 else 0.0
+        return Span(end - start, n, mean, sd, en, slope, max(float(n), scatter))
 
     def start(self, now: float, from_p: int, to_p: int, kind: Kind, predicted: float, predicted_sd: float) -> bool:
         """Await the check of a move made at ``now``; False (nothing awaited)
@@ -254,7 +261,9 @@ def _realized(m: PendingMove, after: Span) -> tuple[float, float]:
     b = m.before
     if m.kind == "throughput":
         ratio = after.rate / b.rate if b.rate > 0 else 1.0
-        return ratio - 1.0, ratio * math.sqrt(1.0 / max(b.finished, 1) + 1.0 / max(after.finished, 1))
+        rel_b = max(b.finished_var, 1.0) / max(b.finished, 1) ** 2
+        rel_a = max(after.finished_var, 1.0) / max(after.finished, 1) ** 2
+        return ratio - 1.0, ratio * math.sqrt(rel_a + rel_b)
     if b.e2e_n == 0 or after.e2e_n == 0 or b.e2e_mean_s <= 0:
         return 0.0, math.inf
     ratio = after.e2e_mean_s / b.e2e_mean_s

@@ -90,6 +90,23 @@ def test_latency_moves_are_judged_on_mean_response_time() -> None:
     assert not verdict.revert  # 15 % shorter is still a gain
 
 
+def test_bursty_finishes_widen_the_measurement() -> None:
+    steady = _verifier([(100.0, 100, 1.0)])
+    bursty = MoveVerifier(VerifyConfig().resolved(60.0, 600.0), Z, 600.0)
+    for k in range(10):  # the same 1,000 finishes in 100 s, in bursts of 200 every other tick
+        bursty.add(TickCounts(10.0 * (k + 1), 200 if k % 2 else 0))
+    assert steady.span(40.0, 100.0).finished_var == 600.0  # Poisson floor: no scatter
+    burst = bursty.span(40.0, 100.0)
+    assert burst.finished == 600 and burst.finished_var == pytest.approx(6 * 12_000.0)  # 6 ticks x var(0/200)
+    for v in (steady, bursty):
+        v.start(100.0, 3, 5, "throughput", predicted=0.3, predicted_sd=0.02)
+    quiet, _ = _after(steady, 110.0, 400.0, 100)
+    loud, _ = _after(bursty, 110.0, 400.0, 100)
+    assert quiet is not None and loud is not None and quiet.realized == loud.realized == 0.0
+    assert not quiet.delivered and quiet.revert  # +30 % predicted, nothing measured, narrow noise
+    assert loud.measured_sd > 4 * quiet.measured_sd and loud.delivered  # the scatter could hide +30 %
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="max_wait_s"):
         VerifyConfig(settle_s=60.0, max_wait_s=60.0)
