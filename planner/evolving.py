@@ -323,7 +323,8 @@ class EvolvingPlanner:
         tick.inputs.update(candidate_prefill=float(target), throughput_gain_lcb_frac=frac)
         tick.inputs.update(early_queue_gainer=q_gain, early_queue_donor=q_donor)
         starved = q_gain >= cfg.early_queue and q_donor < 1.0
-        if starved and (frac >= cfg.early_gain_frac or (frac > -cfg.tie_frac and q_gain >= 4 * cfg.early_queue)):
+        tie = cfg.early_tie_queue is not None and frac > -cfg.tie_frac and q_gain >= cfg.early_tie_queue
+        if starved and (frac >= cfg.early_gain_frac or tie):
             why = f"early throughput: {frac:+.3f} served (lower bound), {q_gain:.1f} waiting per {gainer.value} node"
             return self._model_move(tick, target, why, 1.0)
         return self._finish(

@@ -50,6 +50,14 @@ class EvolvingConfig:
         History runs from the first finished request's arrival, a moment
         after the traffic began, so 15 s lets the tick at 20 s act (at 20 s,
         a run whose first request came 0.3 s in waited for the tick at 30 s).
+    early_tie_queue: an early move whose gain's lower bound is only a tie
+        (above -tie_frac) is still taken when this many requests wait per
+        node of the gaining phase (> 0; None = never): a bet on the queue
+        against an estimate known to be incomplete. A replay's first
+        turns arrive together, so such a queue also forms at a split that
+        serves the load (Mooncake conversation near, from the best split
+        7P: 8.6 per prefill node at 30 s, moved to 8P1D, 525 waiting at the
+        one decode node by 180 s).
     key_by_report: re-key each finished request's sample to the later of its
         arrival and the previous tick, i.e. to (within one tick) the time it
         finished. Keyed by arrival, a window holds only the requests that
@@ -101,6 +109,7 @@ class EvolvingConfig:
     early_s: float | None = 15.0
     early_gain_frac: float = 0.1
     early_queue: float = 2.0
+    early_tie_queue: float | None = 8.0
     key_by_report: bool = True
     offered_mix: bool = True
     offered_max_weight: float = 10.0
@@ -130,8 +139,8 @@ class EvolvingConfig:
             raise ValueError("min_history_s must be >= 0")
         if self.early_s is not None and (self.early_s < 0 or self.early_gain_frac < self.min_gain_frac):
             raise ValueError("early_s must be >= 0 and early_gain_frac >= min_gain_frac")
-        if self.early_queue <= 0:
-            raise ValueError("early_queue must be > 0")
+        if self.early_queue <= 0 or (self.early_tie_queue is not None and self.early_tie_queue <= 0):
+            raise ValueError("early_queue and early_tie_queue must be > 0")
         if self.throughput_queue is not None and self.throughput_queue <= 0:
             raise ValueError("throughput_queue must be > 0 or None")
         if self.offered_max_weight < 1:
