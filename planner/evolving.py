@@ -382,7 +382,9 @@ class EvolvingPlanner:
             )
             gainer = Phase.PREFILL if target > p_cur else Phase.DECODE
             queued = self.queues.waiting_per_node(view.now, cfg.persist_s, gainer)
-            if frac >= g and cfg.throughput_queue is not None and (queued or 0.0) < cfg.throughput_queue:
+            open_loop = tick.workload is not None and tick.workload.closed_fraction < 0.5
+            needs_queue = cfg.throughput_queue is not None and open_loop
+            if frac >= g and needs_queue and (queued or 0.0) < (cfg.throughput_queue or 0.0):
                 tick.inputs["gainer_waiting_per_node"] = queued or 0.0
                 held.append(
                     f"throughput gain of {target}P: nothing waits at {gainer.value} nodes ({queued or 0.0:.2f})"

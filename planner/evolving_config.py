@@ -72,16 +72,18 @@ class EvolvingConfig:
     saturation: when a phase's queues show it saturated, correct its
         modelled capacity to the measured finish rate (``planner.saturation``);
         None = never.
-    throughput_queue: a throughput move must feed a phase that kept at least
+    throughput_queue: on open-loop traffic (most finished requests with no
+        known gap), a throughput move must feed a phase that kept at least
         this many requests waiting per node, on average over ``persist_s``
-        (> 0; None = no such check). A split serves min(offered, capacity):
-        while nothing waits at the phase a move would give nodes to, that
-        phase already serves everything that reaches it, so the move cannot
-        raise throughput whatever the model predicts (its "gain" is model
-        error: on Mooncake conversation at a load every split serves, the
-        model predicted +16-36 % for moves whose static splits served the
-        same). One waiting request per node is the least that says the
-        phase had work it could not start.
+        (> 0; None = no such check). Open loop, a split serves min(offered,
+        capacity): while nothing waits at the phase a move would give nodes
+        to, that phase already serves everything that reaches it, so the
+        move cannot raise throughput whatever the model predicts. In a
+        closed loop faster service raises the offered rate itself (agents
+        come back sooner), so a gain needs no queue: on `shift`'s math hour
+        the decode nodes run big batches, nothing waits, and 1P serves 9 %
+        more than 3P. One waiting request per node is the least that says
+        the phase had work it could not start.
     verify: check every model move once it has settled (``planner.verification``):
         revert one that did not deliver, and count the verified error against
         later gains of its kind; None = never.

@@ -3,10 +3,13 @@
 A move is made on a prediction: the target split serves ``predicted``
 more (a fraction of the current split's throughput, or of its mean
 response time for a latency move), give or take ``predicted_sd``. Once
-the switch has settled (no node draining) and ``settle_s`` of traffic has
-finished on the new split, the same quantity is measured: the finish rate
-(or the mean response time) over that span against the span of the same
-length before the move. The move **delivered** when
+the switch has settled (no node draining), the requests that were running
+then have had one mean response time to finish (measured before the move:
+until then the finish rate is the old split's; a reasoning decode of two
+minutes on the new split shows in it only after two minutes), and
+``settle_s`` more of traffic has finished, the same quantity is measured:
+the finish rate (or the mean response time) over that last span against
+the span of the same length before the move. The move **delivered** when
 
     realized ≥ predicted − z · sqrt(predicted_sd² + measured_sd²),
 
@@ -232,7 +235,8 @@ class MoveVerifier:
         if self._settled_t is None:
             # The first tick with no node draining; a switch done before the tick after the move counts from the move.
             self._settled_t = now if self._drained else m.t
-        if now - self._settled_t < self.settle_s:
+        lag = min(m.before.e2e_mean_s, self.config.max_wait_s - self.settle_s)
+        if now - self._settled_t < self.settle_s + lag:
             return None
         after = self.span(now - self.settle_s, now)
         self.pending, self._settled_t = None, None

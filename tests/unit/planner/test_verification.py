@@ -37,7 +37,7 @@ def test_a_move_that_delivered_is_kept_and_leaves_no_error() -> None:
     v = _verifier([(100.0, 100, 1.0)])  # 10 finished/s before the move at t=100
     assert v.start(100.0, 3, 5, "throughput", predicted=0.25, predicted_sd=0.05)
     verdict, t = _after(v, 110.0, 400.0, 130)  # 13/s after
-    assert verdict is not None and t == 160.0  # settled at the move's tick, 60 s measured
+    assert verdict is not None and t == 170.0  # settled at the move's tick, + 1 s response time + 60 s measured
     assert verdict.realized == pytest.approx(0.3) and verdict.delivered and not verdict.revert
     assert v.error(t, "throughput") == 0.0 and v.pending is None
 
@@ -64,11 +64,18 @@ def test_less_than_predicted_but_a_measured_gain_is_kept_and_counted() -> None:
     assert v.error(t, "throughput") == pytest.approx(0.3)
 
 
+def test_long_responses_are_waited_for_before_the_span_is_measured() -> None:
+    v = _verifier([(100.0, 100, 120.0)])  # two-minute responses before the move
+    v.start(100.0, 3, 5, "throughput", predicted=0.2, predicted_sd=0.02)
+    verdict, t = _after(v, 110.0, 600.0, 120, e2e=120.0)
+    assert verdict is not None and t == 100.0 + 120.0 + 60.0 and verdict.delivered
+
+
 def test_a_draining_switch_delays_the_check_and_a_thin_span_is_not_judged() -> None:
     v = _verifier([(100.0, 100, 1.0)])
     v.start(100.0, 3, 5, "throughput", predicted=0.2, predicted_sd=0.02)
     verdict, t = _after(v, 110.0, 400.0, 100, draining_until=140.0)
-    assert verdict is not None and t == 150.0 + 60.0  # settled at the first tick with no node draining
+    assert verdict is not None and t == 150.0 + 70.0  # settled at the first tick with no node draining
     thin = _verifier([(100.0, 1, 1.0)])
     assert not thin.start(100.0, 3, 5, "throughput", predicted=0.2, predicted_sd=0.02)  # 6 < 20 requests before
     assert thin.pending is None and thin.check(200.0, False, 5) is None
