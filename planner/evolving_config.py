@@ -57,7 +57,10 @@ class EvolvingConfig:
         turns arrive together, so such a queue also forms at a split that
         serves the load (Mooncake conversation near, from the best split
         7P: 8.6 per prefill node at 30 s, moved to 8P1D, 525 waiting at the
-        one decode node by 180 s).
+        one decode node by 180 s). Off by default: without it that case
+        makes no early move, and Mooncake synthetic overload from 3P (seed
+        1), where early moves matter most, moves at the same ticks and
+        serves the same (41,739).
     key_by_report: re-key each finished request's sample to the later of its
         arrival and the previous tick, i.e. to (within one tick) the time it
         finished. Keyed by arrival, a window holds only the requests that
@@ -111,7 +114,7 @@ class EvolvingConfig:
     early_s: float | None = 15.0
     early_gain_frac: float = 0.1
     early_queue: float = 2.0
-    early_tie_queue: float | None = 8.0
+    early_tie_queue: float | None = None
     key_by_report: bool = True
     offered_mix: bool = True
     offered_max_weight: float = 10.0
