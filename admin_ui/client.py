@@ -221,10 +221,12 @@ class AdminClient:
         since: str | None = None,
         until: str | None = None,
         acted: bool | None = None,
+        checked: bool | None = None,
         limit: int = 500,
         offset: int = 0,
     ) -> tuple[list[JSON], int]:
-        return self._page("/decisions", _params(since=since, until=until, acted=acted, limit=limit, offset=offset))
+        params = _params(since=since, until=until, acted=acted, checked=checked, limit=limit, offset=offset)
+        return self._page("/decisions", params)
 
     def decisions_csv(self, **filters: Any) -> bytes:
         return self._csv("/decisions", _params(**filters))

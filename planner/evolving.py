@@ -18,7 +18,12 @@ Per tick (``decide``), in order; the first rule that applies wins:
    so it cannot pass).
 
 Every model-based move (5 and 6) is refused when it goes back to the split
-the last one left, within ``flap_window_s`` of it. The offered load is
+the last one left, within ``flap_window_s`` of it. Every model-based move
+is then checked once it has settled (``planner.verification``): until its
+verdict no other model move is made; one that did not deliver is reverted
+(before any rule above but the pins), and its miss is counted against
+later gains of its kind, so staying put wins unless a move clears its
+bound net of the switch cost and the verified error. The offered load is
 counted at arrival when the view carries the counts (``planner.arrivals``).
 While one phase's queues show it saturated, its modelled capacity at the
 current split is corrected to the rate requests actually finish at
@@ -62,6 +67,7 @@ from planner.types import (
     SplitPrediction,
     SwitchAction,
 )
+from planner.verification import Kind, MoveVerifier, TickCounts, Verdict
 from planner.workload import WorkloadEstimate, WorkloadEstimator
 
 __all__ = ["EvolvingConfig", "EvolvingPlanner"]
@@ -104,12 +110,24 @@ class EvolvingPlanner:
         self._last_tick_t: float | None = None  # ``now`` of the previous decide
         self._last_move: tuple[float, int, int] | None = None  # (t, from, to prefill nodes) of the last model move
         self.last_decision: Decision | None = None
+        v = self.config.verify
+        retention = self.config.workload.retention_s
+        if v is not None:
+            v = v.resolved(self.config.persist_s, self.config.horizon_s)
+        self.verifier = None if v is None else MoveVerifier(v, self.config.estimator.z, retention)
+        self._finished = [0, 0.0, 0.0, 0]  # since the last tick: count, Σe2e, Σe2e², with e2e
 
     def observe_iterations(self, records: list[IterationRecord]) -> None:
         self.profile.update(sorted(records, key=lambda r: r.t))
 
     def observe_requests(self, samples: list[RequestSample]) -> None:
         t0 = self._last_tick_t
+        e2e = [s.e2e_s for s in samples if s.e2e_s is not None]
+        f = self._finished
+        f[0] += len(samples)
+        f[1] += float(sum(e2e))
+        f[2] += float(sum(x * x for x in e2e))
+        f[3] += len(e2e)
         weights = (
             offered_weights(self.profile, samples, self.config.offered_max_weight) if self.config.offered_mix else None
         )
@@ -122,7 +140,12 @@ class EvolvingPlanner:
         if view.requests_arrived is not None:
             self.arrivals.add(view.now, view.requests_arrived + (view.requests_rejected or 0))
         nodes = view.nodes
-        self.queues.add(view.now, *_waiting(nodes))
+        waiting = _waiting(nodes)
+        self.queues.add(view.now, *waiting)
+        if self.verifier is not None:
+            f = self._finished
+            self.verifier.add(TickCounts(view.now, int(f[0]), f[1], f[2], int(f[3]), waiting[0][0] + waiting[1][0]))
+        self._finished = [0, 0.0, 0.0, 0]
         p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
         tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
         lo, hi = rule.reachable(nodes, p_cur, tick.protected)
@@ -139,6 +162,13 @@ class EvolvingPlanner:
             lo, hi = rule.reachable(nodes, p_cur, tick.protected)
             target = int(np.clip(view.pin.prefill_nodes, lo, hi))
             return self._move(tick, target, f"split pin: {view.pin.prefill_nodes} prefill nodes", 1.0)
+        verdict = None
+        if self.verifier is not None:
+            verdict = self.verifier.check(view.now, any(n.draining for n in nodes), p_cur)
+            if verdict is not None:
+                tick.inputs.update(verdict.inputs())
+                if verdict.revert:
+                    return self._revert(tick, verdict)
         if tick.est is None:
             return self._finish(tick, (), "hold: insufficient data", 0.0)
         if any(n.draining for n in nodes):
@@ -147,7 +177,25 @@ class EvolvingPlanner:
         if last is not None and view.now - last < cfg.cooldown_s:
             tick.inputs["cooldown_left_s"] = cfg.cooldown_s - (view.now - last)
             return self._finish(tick, (), "hold: cooldown", 0.0)
+        if self.verifier is not None and self.verifier.pending is not None:
+            m = self.verifier.pending
+            why = f"hold: checking the move at t={m.t:g} ({m.from_prefill}P -> {m.to_prefill}P)"
+            return self._finish(tick, (), why, 0.0)
         return self._by_model(tick)
+
+    def _revert(self, tick: _Tick, verdict: Verdict) -> Decision:
+        """Back to the split a move left when it did not deliver
+        (``planner.verification``); the failed split is then refused for
+        ``flap_window_s`` like any move back."""
+        m = verdict.move
+        why = (
+            f"revert: {m.from_prefill}P -> {m.to_prefill}P at t={m.t:g} predicted {m.predicted:+.3f}, "
+            f"realized {verdict.realized:+.3f} (sd {verdict.measured_sd:.3f})"
+        )
+        decision = self._move(tick, m.from_prefill, why, 1.0)
+        if decision.acted:
+            self._last_move = (tick.view.now, tick.current[0], decision.chosen_split[0])
+        return decision
 
     def _offered(self, w: WorkloadEstimate, start: float, end: float) -> WorkloadEstimate:
         rate = self.arrivals.rate(start, end)
@@ -275,7 +323,8 @@ class EvolvingPlanner:
         tick.inputs.update(candidate_prefill=float(target), throughput_gain_lcb_frac=frac)
         tick.inputs.update(early_queue_gainer=q_gain, early_queue_donor=q_donor)
         starved = q_gain >= cfg.early_queue and q_donor < 1.0
-        if starved and (frac >= cfg.early_gain_frac or (frac > -cfg.tie_frac and q_gain >= 4 * cfg.early_queue)):
+        tie = cfg.early_tie_queue is not None and frac > -cfg.tie_frac and q_gain >= cfg.early_tie_queue
+        if starved and (frac >= cfg.early_gain_frac or tie):
             why = f"early throughput: {frac:+.3f} served (lower bound), {q_gain:.1f} waiting per {gainer.value} node"
             return self._model_move(tick, target, why, 1.0)
         return self._finish(
@@ -289,6 +338,9 @@ class EvolvingPlanner:
         est, lost, p_cur = tick.est, tick.lost, tick.current[0]
         assert est is not None and lost is not None
         z, g = cfg.estimator.z, cfg.min_gain_frac
+        err_thr = self.verifier.error(view.now, "throughput") if self.verifier is not None else 0.0
+        err_lat = self.verifier.error(view.now, "latency") if self.verifier is not None else 0.0
+        tick.inputs.update(verified_error_throughput_frac=err_thr, verified_error_latency_frac=err_lat)
         # Upper bounds here, means in the persisted check: moving down needs
         # confidence, repairing up needs a breach that held (hysteresis).
         floor, ceiling = rule.slo_bounds(est, view.slo, cfg.slo_margin, z)
@@ -311,7 +363,9 @@ class EvolvingPlanner:
                     target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
                 if est.served_rps[est.index(target)] >= (1.0 - cfg.tie_frac) * est.served_rps[i_cur]:
                     why = "TTFT" if p_cur < p_floor else "TPOT"
-                    return self._model_move(tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0)
+                    return self._model_move(
+                        tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0, "throughput"
+                    )
                 tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
             else:
                 tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
@@ -320,23 +374,33 @@ class EvolvingPlanner:
         target = objective.throughput_target(est, candidates, p_cur, cfg.tie_frac, allowed)
         if target is not None and target != p_cur:
             i = est.index(target)
-            frac = objective.throughput_gain(est, target, p_cur, float(lost[i]), cfg.horizon_s, z)
+            frac = objective.throughput_gain(est, target, p_cur, float(lost[i]), cfg.horizon_s, z) - err_thr
             tick.inputs.update(candidate_prefill=float(target), throughput_gain_lcb_frac=frac)
             conf = rule.normal_confidence(
                 float(est.served_rps[i] - est.served_rps[i_cur]) * cfg.horizon_s - float(lost[i]),
                 float(est.served_gain_sd_rps[i]) * cfg.horizon_s,
             )
-            if frac >= g:
+            gainer = Phase.PREFILL if target > p_cur else Phase.DECODE
+            queued = self.queues.waiting_per_node(view.now, cfg.persist_s, gainer)
+            open_loop = tick.workload is not None and tick.workload.closed_fraction < 0.5
+            needs_queue = cfg.throughput_queue is not None and open_loop
+            if frac >= g and needs_queue and (queued or 0.0) < (cfg.throughput_queue or 0.0):
+                tick.inputs["gainer_waiting_per_node"] = queued or 0.0
+                held.append(
+                    f"throughput gain of {target}P: nothing waits at {gainer.value} nodes ({queued or 0.0:.2f})"
+                )
+            elif frac >= g:
                 worst = self._persisted(tick, target, float(lost[i]), "throughput")
                 tick.inputs["persisted_throughput_gain_frac"] = worst
                 if worst >= g:
-                    return self._model_move(tick, target, f"throughput: +{frac:.3f} served (lower bound)", conf)
+                    why = f"throughput: +{frac:.3f} served (lower bound)"
+                    return self._model_move(tick, target, why, conf, "throughput")
                 held.append(f"throughput gain of {target}P not persisted ({worst:.3f})")
             else:
                 held.append(f"throughput gain of {target}P below threshold ({frac:.3f})")
         fast = objective.latency_target(est, candidates, p_cur, cfg.tie_frac, allowed)
         if fast is not None and fast != p_cur and (bool(allowed[est.index(fast)]) or not bool(allowed[i_cur])):
-            frac = objective.latency_gain(est, fast, p_cur, z)
+            frac = objective.latency_gain(est, fast, p_cur, z) - err_lat
             tick.inputs.update(latency_candidate_prefill=float(fast), response_gain_ucb_frac=frac)
             j = est.index(fast)
             conf = rule.normal_confidence(float(est.response_s[i_cur] - est.response_s[j]), float(est.response_sd_s[j]))
@@ -345,7 +409,7 @@ class EvolvingPlanner:
                 tick.inputs["persisted_response_gain_frac"] = worst
                 if worst >= g:
                     why = f"latency: responses {frac:.3f} shorter at {fast}P (bound), throughput kept"
-                    return self._model_move(tick, fast, why, conf)
+                    return self._model_move(tick, fast, why, conf, "latency")
                 held.append(f"shorter responses at {fast}P not persisted ({worst:.3f})")
             else:
                 held.append(f"responses at {fast}P not clearly shorter ({frac:.3f})")
@@ -404,8 +468,10 @@ class EvolvingPlanner:
         )
 
     # -- output --------------------------------------------------------------
-    def _model_move(self, tick: _Tick, target: int, why: str, confidence: float) -> Decision:
-        """A move the model asks for; refused when it undoes the last one too soon."""
+    def _model_move(self, tick: _Tick, target: int, why: str, confidence: float, kind: Kind | None = None) -> Decision:
+        """A move the model asks for; refused when it undoes the last one too
+        soon. A move of ``kind`` is checked once it has settled
+        (``planner.verification``); early moves (None) are not."""
         p_cur, now = tick.current[0], tick.view.now
         last = self._last_move
         if last is not None and target == last[1] and now - last[0] < self.config.flap_window_s:
@@ -413,10 +479,34 @@ class EvolvingPlanner:
             return self._finish(
                 tick, (), f"hold: {why}, but {target}P is what the move at t={last[0]:g} left (flap window)", 0.0
             )
+        predicted = self._predicted(tick, target, kind) if kind is not None else None
+        if predicted is not None:
+            tick.inputs.update(move_predicted_gain_frac=predicted[0], move_predicted_gain_sd_frac=predicted[1])
         decision = self._move(tick, target, why, confidence)
         if decision.acted:
             self._last_move = (now, p_cur, decision.chosen_split[0])
+            if self.verifier is not None and predicted is not None and kind is not None:
+                self.verifier.start(now, p_cur, decision.chosen_split[0], kind, *predicted)
         return decision
+
+    @staticmethod
+    def _predicted(tick: _Tick, target: int, kind: Kind) -> tuple[float, float] | None:
+        """(gain fraction, its sd) the model predicts for a move to ``target``,
+        on means and without the switch cost: what the check measures once the
+        switch is done (throughput: X(T)/X(C) − 1; latency: 1 − R(T)/R(C))."""
+        est = tick.est
+        if est is None:
+            return None
+        i, c = est.index(target), est.index(tick.current[0])
+        if kind == "throughput":
+            x_cur = float(est.served_rps[c])
+            if x_cur <= 0:
+                return None
+            return float(est.served_rps[i]) / x_cur - 1.0, float(est.served_gain_sd_rps[i]) / x_cur
+        r_cur = float(est.response_s[c])
+        if r_cur <= 0 or not np.isfinite(r_cur):
+            return None
+        return 1.0 - float(est.response_s[i]) / r_cur, float(est.response_sd_s[i]) / r_cur
 
     def _move(self, tick: _Tick, target: int, why: str, confidence: float) -> Decision:
         actions = rule.move_actions(tick.view.nodes, tick.current[0], target, tick.protected)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from planner.estimator_config import EstimatorConfig
 from planner.regression import RLSConfig
 from planner.saturation import SaturationConfig
+from planner.verification import VerifyConfig
 from planner.workload import WorkloadConfig
 
 
@@ -49,6 +50,17 @@ class EvolvingConfig:
         History runs from the first finished request's arrival, a moment
         after the traffic began, so 15 s lets the tick at 20 s act (at 20 s,
         a run whose first request came 0.3 s in waited for the tick at 30 s).
+    early_tie_queue: an early move whose gain's lower bound is only a tie
+        (above -tie_frac) is still taken when this many requests wait per
+        node of the gaining phase (> 0; None = never): a bet on the queue
+        against an estimate known to be incomplete. A replay's first
+        turns arrive together, so such a queue also forms at a split that
+        serves the load (Mooncake conversation near, from the best split
+        7P: 8.6 per prefill node at 30 s, moved to 8P1D, 525 waiting at the
+        one decode node by 180 s). Off by default: without it that case
+        makes no early move, and Mooncake synthetic overload from 3P (seed
+        1), where early moves matter most, moves at the same ticks and
+        serves the same (41,739).
     key_by_report: re-key each finished request's sample to the later of its
         arrival and the previous tick, i.e. to (within one tick) the time it
         finished. Keyed by arrival, a window holds only the requests that
@@ -63,6 +75,21 @@ class EvolvingConfig:
     saturation: when a phase's queues show it saturated, correct its
         modelled capacity to the measured finish rate (``planner.saturation``);
         None = never.
+    throughput_queue: on open-loop traffic (most finished requests with no
+        known gap), a throughput move must feed a phase that kept at least
+        this many requests waiting per node, on average over ``persist_s``
+        (> 0; None = no such check). Open loop, a split serves min(offered,
+        capacity): while nothing waits at the phase a move would give nodes
+        to, that phase already serves everything that reaches it, so the
+        move cannot raise throughput whatever the model predicts. In a
+        closed loop faster service raises the offered rate itself (agents
+        come back sooner), so a gain needs no queue: on `shift`'s math hour
+        the decode nodes run big batches, nothing waits, and 1P serves 9 %
+        more than 3P. One waiting request per node is the least that says
+        the phase had work it could not start.
+    verify: check every model move once it has settled (``planner.verification``):
+        revert one that did not deliver, and count the verified error against
+        later gains of its kind; None = never.
     workload / estimator / regression: the sub-components' configs. The
         workload window defaults to 60 s = persist_s, so that once a shift
         has persisted the estimate holds only post-shift traffic; its chunk
@@ -87,6 +114,7 @@ class EvolvingConfig:
     early_s: float | None = 15.0
     early_gain_frac: float = 0.1
     early_queue: float = 2.0
+    early_tie_queue: float | None = None
     key_by_report: bool = True
     offered_mix: bool = True
     offered_max_weight: float = 10.0
@@ -94,6 +122,8 @@ class EvolvingConfig:
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     regression: RLSConfig = field(default_factory=RLSConfig)
     saturation: SaturationConfig | None = field(default_factory=SaturationConfig)
+    throughput_queue: float | None = 1.0
+    verify: VerifyConfig | None = field(default_factory=VerifyConfig)
 
     def __post_init__(self) -> None:
         if self.horizon_s <= 0 or self.persist_s <= 0 or self.min_gain_frac < 0 or self.cooldown_s < 0:
@@ -114,8 +144,10 @@ class EvolvingConfig:
             raise ValueError("min_history_s must be >= 0")
         if self.early_s is not None and (self.early_s < 0 or self.early_gain_frac < self.min_gain_frac):
             raise ValueError("early_s must be >= 0 and early_gain_frac >= min_gain_frac")
-        if self.early_queue <= 0:
-            raise ValueError("early_queue must be > 0")
+        if self.early_queue <= 0 or (self.early_tie_queue is not None and self.early_tie_queue <= 0):
+            raise ValueError("early_queue and early_tie_queue must be > 0")
+        if self.throughput_queue is not None and self.throughput_queue <= 0:
+            raise ValueError("throughput_queue must be > 0 or None")
         if self.offered_max_weight < 1:
             raise ValueError("offered_max_weight must be >= 1")
         if not 0 < self.slo_margin <= 1:

@@ -139,6 +139,13 @@ class QueueHistory:
                 return phase, now - max(start, floor)
         return None
 
+    def waiting_per_node(self, now: float, span_s: float, phase: Phase) -> float | None:
+        """Mean over the ticks of the last ``span_s`` of ``phase``'s waiting
+        requests per serving node (None: no tick with such nodes)."""
+        ticks = [(pre if phase is Phase.PREFILL else dec) for t, pre, dec in self._ticks if t > now - span_s]
+        per = [waiting / nodes for waiting, nodes in ticks if nodes > 0]
+        return float(np.mean(per)) if per else None
+
 
 def _busy(mine: tuple[float, int], other: tuple[float, int], cfg: SaturationConfig) -> bool:
     (waiting, nodes), (other_waiting, other_nodes) = mine, other

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sim.perturb import PERTURBATIONS
 from sim.profiles import DEFAULT_PROFILE, GpuProfile
 from sim.runs import run_all, run_one
 from sim.scenarios import SCENARIOS, TRACES, Scenario, build
@@ -191,6 +192,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--suite-window", type=float, default=1_800.0, help="--suite: seconds of each trace case")
     ap.add_argument("--suite-max-requests", type=int, default=90_000, help="--suite: requests per simulation, at most")
     ap.add_argument("--no-synthetic", action="store_true", help="--suite: trace cases only")
+    ap.add_argument(
+        "--perturb",
+        default=",".join(PERTURBATIONS),
+        help="--suite: perturbations every trace case also runs under (comma list, or none); sim.perturb",
+    )
+    ap.add_argument(
+        "--perturb-levels", default="light,near,overload", help="--suite: the levels whose cases run perturbed"
+    )
     ap.add_argument("--json", action="store_true", help="print the JSON report")
     ap.add_argument("--full", action="store_true", help="keep per-window series in the JSON")
     ap.add_argument("--plot", help="write split-over-time and throughput PNG here")
@@ -216,6 +225,8 @@ def _suite(ap: argparse.ArgumentParser, a: argparse.Namespace, extra: dict[str, 
             seed=a.seed,
             synthetic=() if a.no_synthetic else SuiteConfig().synthetic,
             traces_root=Path(a.suite_traces),
+            perturbations=() if a.perturb == "none" else tuple(x for x in a.perturb.split(",") if x),
+            perturb_levels=tuple(x for x in a.perturb_levels.split(",") if x),
         )
         return run_suite(cfg, profile=a.profile, jobs=a.jobs, extra=extra)
     except ValueError as e:

@@ -339,10 +339,23 @@ class Cluster:
         self.samples = []
         decision = self.planner.decide(self.view())
         self.log.decisions += 1
+        self._log_check(decision.inputs, now, decision.acted)
         for a in decision.actions:
             self.switcher.switch(a.node_id, a.to_phase, now)
         self._sample_split()
         self.loop.at(now + self.cfg.tick_s, self._tick)
+
+    def _log_check(self, inputs: dict[str, float], now: float, acted: bool) -> None:
+        """A move check the decision carries (`planner.verification`), and the revert it made."""
+        if "verified_move_t" not in inputs:
+            return
+        reverted = acted and inputs.get("move_reverted", 0.0) > 0
+        keys = ("verified_move_t", "verified_from_prefill", "verified_to_prefill", "predicted_gain_frac")
+        check = [round(inputs[k], 4) for k in keys]
+        check += [round(inputs["realized_gain_frac"], 4), float(reverted), inputs.get("move_delivered", 0.0)]
+        self.log.move_checks.append(check)
+        if reverted:
+            self.log.reverts.append(now)
 
     def _thin(self, recs: list[RawRecord]) -> list[IterationRecord]:
         per_node: dict[str, list[RawRecord]] = {}

@@ -23,7 +23,13 @@ Definitions (over requests *finished* before the horizon unless said):
   mean time per output token after the first <= slo.tpot_s) / horizon.
 - flaps: moves (one tick's switches, net) back to the split the move
   before them left, less than `flap_window_s` after it (`count_flaps`); an
-  overshoot corrected to a third split is not one.
+  overshoot corrected to a third split is not one, nor is a revert (the
+  planner measured that the move did not deliver, `planner.verification`:
+  `reverted_moves` counts those apart).
+- verified_moves / delivered_moves / reverted_moves: model moves the
+  planner checked once settled, those that delivered what it predicted
+  (within its uncertainty), those it reverted; `move_checks` lists each
+  (t of the move, from, to, predicted, realized gain fraction, reverted).
 - prefill_idle_fraction: 1 - (prefill compute time) / (time nodes spent
   serving in the prefill phase); layer-by-layer KV stalls count as idle.
 - switches: switches started; split_over_time: (t, prefill, decode, other)
@@ -44,12 +50,13 @@ if TYPE_CHECKING:
     from sim.switching import SwitchEvent
 
 
-def count_flaps(moves: list[tuple[float, int, int]], window_s: float) -> int:
+def count_flaps(moves: list[tuple[float, int, int]], window_s: float, reverts: Iterable[float] = ()) -> int:
     """Moves (time, prefill nodes before, after) -> how many went back to the
-    split the move before them left, less than `window_s` after it."""
-    flaps = 0
+    split the move before them left, less than `window_s` after it; moves
+    made at a time in `reverts` (verified reverts) are not counted."""
+    flaps, skip = 0, set(reverts)
     for (t0, before0, _), (t1, _, after1) in zip(moves, moves[1:], strict=False):
-        if after1 == before0 and t1 - t0 < window_s:
+        if after1 == before0 and t1 - t0 < window_s and t1 not in skip:
             flaps += 1
     return flaps
 
@@ -81,6 +88,8 @@ class RunLog:
         self.prefill_phase_s = 0.0
         self.switch_events: list[Any] = []
         self.events_processed = 0
+        self.reverts: list[float] = []  # ticks at which the planner reverted a move it checked
+        self.move_checks: list[list[float]] = []  # [move t, from, to, predicted, realized, reverted]
 
     def done(self, sr: SimRequest) -> None:
         ft = sr.first_token if sr.first_token is not None else sr.finish
@@ -153,7 +162,11 @@ class RunLog:
             "p95_ttft_s": stat(ttft, lambda x: np.percentile(x, 95)),
             "switches": len(self.switch_events),
             "moves": len(moves),
-            "flaps": count_flaps(moves, self.flap_window_s),
+            "flaps": count_flaps(moves, self.flap_window_s, self.reverts),
+            "verified_moves": len(self.move_checks),
+            "delivered_moves": sum(1 for c in self.move_checks if c[6]),
+            "reverted_moves": len(self.reverts),
+            "move_checks": [c[:6] for c in self.move_checks],
             "mean_switch_s": round(float(np.mean(total)), 2) if total else 0.0,
             "migrated_requests": int(a[:, 5].sum()) if len(a) else 0,
             "prefill_idle_fraction": round(1.0 - self.prefill_compute_s / busy, 4) if busy > 0 else None,

@@ -20,6 +20,18 @@ throughput (finished by the horizon / horizon) is in every row beside it;
 on a light load it differs between two planners that both serve everything
 by the few requests that straddle the horizon.
 
+Cross-validation (issue 33): the distinct trace units alternate, sorted,
+between a tuning half and a held-out half (`suite_cases.split_units`);
+`min_vs_static_best_tuning` / `_holdout` report each half (synthetic
+scenarios count as tuning). Every trace case also runs perturbed
+(`sim.perturb`: outputs x0.5 / x2, contexts growing, sub-agent fan-out,
+the loop flipped, 3x overload) from the first start, with every static
+split and Dynamo-like: `min_vs_static_best_perturbed`. `reverted_moves`
+sums the moves evolving reverted after checking them
+(`planner.verification`); `moves_from_best_start` the moves evolving made
+on the stationary cases (light and near) when started at their best
+static split, where staying put is right.
+
 Throughput under heavy overload depends on the path: which requests sit
 at the head of which queue when the horizon ends, which prefixes each
 node's cache holds. `placebo_vs_static_best` measures that per case: the
@@ -37,7 +49,15 @@ from typing import Any
 from sim.profiles import GpuProfile
 from sim.runs import run_all, run_one
 from sim.scenarios import Scenario, build
-from sim.suite_cases import SuiteConfig, TraceCase, plan_trace_cases, remeasured, trace_scenario
+from sim.suite_cases import (
+    SuiteConfig,
+    TraceCase,
+    perturbed_cases,
+    plan_trace_cases,
+    remeasured,
+    split_units,
+    trace_scenario,
+)
 
 NEAR_BEST = 0.98  # a split within this of the best static one counts as converged
 
@@ -58,7 +78,7 @@ def _task(args: tuple[SuiteConfig, Spec, str, int, str, dict[str, Any]]) -> dict
     sc = _scenario(cfg, spec, p)
     out = run_one((sc, planner, profile, p, cfg.seed, extra))
     # Progress on stderr (the JSON comes at the end): how far a suite that ran out of time got.
-    name = spec[1] if spec[0] == "synthetic" else f"{spec[1].unit} {spec[1].level}"
+    name = spec[1] if spec[0] == "synthetic" else f"{spec[1].unit} {spec[1].level} {spec[1].perturbation or ''}"
     print(f"suite: {name} {planner} {p}P {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     return out
 
@@ -111,6 +131,9 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     for case in trace_cases:
         info = {"nodes": cfg.nodes, "every_start": (case.unit, case.level) in every, "horizon_s": cfg.window_s}
         groups.append((("trace", case, None), list(cfg.starts), info))
+    for case in trace_cases:
+        for pc in perturbed_cases(cfg, case):
+            groups.append((("trace", pc, None), [cfg.starts[0]], {"nodes": cfg.nodes, "horizon_s": cfg.window_s}))
     tasks: list[Task] = []
     index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
     by: dict[tuple[int, str, int], dict[str, Any]] = {}
@@ -133,45 +156,90 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     by.update(zip(index, outs, strict=True))
     # Placebo: the best static split with one node away for 10 s at mid-run. How far that alone
     # moves throughput is how far the case's measurement can be trusted (queue-order chaos).
-    placebo_tasks = []
+    # Evolving started at the best static split of each stationary case: staying put is right there.
+    placebo_tasks, placebo_of, best_tasks, best_of = [], {}, [], {}
     for g, (spec, _, info) in enumerate(groups):
         best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)][METRIC])
+        if _stationary(spec) and (g, "evolving", best) not in by:
+            best_of[g] = len(best_tasks)
+            best_tasks.append((cfg, spec, "evolving", best, profile, extra))
+        if _perturbation(spec) is not None:
+            continue
         mid = round(info["horizon_s"] / 2.0)
         other = best - 1 if best > 1 else best + 1
+        placebo_of[g] = len(placebo_tasks)
         placebo_tasks.append((cfg, spec, f"schedule:0={best},{mid}={other},{mid + 10}={best}", best, profile, extra))
-    placebos = run_all(_task, placebo_tasks, jobs)
+    placebos = run_all(_task, placebo_tasks + best_tasks, jobs)
+    for g, k in best_of.items():
+        by[(g, "evolving", best_tasks[k][3])] = placebos[len(placebo_tasks) + k]
+    tuning, holdout = split_units([c.unit for c in trace_cases])
     cases = []
     for g, (spec, starts, info) in enumerate(groups):
         statics = {p: by[(g, "static", p)] for p in range(1, info["nodes"])}
+        top = max(r[METRIC] for r in statics.values())
         for start in starts:
             row = _row(spec, start, statics, by[(g, "evolving", start)], by[(g, "dynamo", start)], same)
-            top = max(r[METRIC] for r in statics.values())
-            row["placebo_vs_static_best"] = _ratio(placebos[g][METRIC], top)
+            row["placebo_vs_static_best"] = _ratio(placebos[placebo_of[g]][METRIC], top) if g in placebo_of else None
+            row["perturbation"] = _perturbation(spec)
+            row["half"] = "tuning" if spec[0] == "synthetic" or spec[1].unit in tuning else "holdout"
             cases.append(row)
+    from_best = {}
+    for g, (spec, _, info) in enumerate(groups):
+        best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)][METRIC])
+        if _stationary(spec):
+            from_best[f"{spec[1].unit} {spec[1].level} from {best}P"] = by[(g, "evolving", best)]["moves"]
     convergence = [
         _convergence(spec, {p: by[(g, "static", p)] for p in range(1, info["nodes"])}, by, g)
         for g, (spec, _, info) in enumerate(groups)
         if info.get("every_start")
     ]
-    vs_static = [c["vs_static_best"] for c in cases if c["vs_static_best"] is not None]
-    vs_dynamo = [c["vs_dynamo"] for c in cases if c["vs_dynamo"] is not None]
+    base = [c for c in cases if c["perturbation"] is None]
+    perturbed = [c for c in cases if c["perturbation"] is not None]
     settled = [c["max_settled_s"] for c in convergence]
     return {
         "cases": cases,
         "convergence": convergence,
         "max_settled_s": None if None in settled else max(settled, default=None),
-        "min_vs_static_best": min(vs_static, default=None),
-        "min_vs_dynamo": min(vs_dynamo, default=None),
+        "min_vs_static_best": _min(base, "vs_static_best"),
+        "min_vs_dynamo": _min(base, "vs_dynamo"),
+        "min_vs_static_best_tuning": _min([c for c in base if c["half"] == "tuning"], "vs_static_best"),
+        "min_vs_static_best_holdout": _min([c for c in base if c["half"] == "holdout"], "vs_static_best"),
+        "min_vs_dynamo_holdout": _min([c for c in base if c["half"] == "holdout"], "vs_dynamo"),
+        "min_vs_static_best_perturbed": _min(perturbed, "vs_static_best"),
+        "min_vs_dynamo_perturbed": _min(perturbed, "vs_dynamo"),
+        "min_vs_static_best_all": _min(cases, "vs_static_best"),
+        "tuning_units": tuning,
+        "holdout_units": holdout,
+        "perturbations": list(cfg.perturbations),
         "flaps": sum(c["evolving"]["flaps"] for c in cases),
         "switches": sum(c["evolving"]["switches"] for c in cases),
+        "verified_moves": sum(c["evolving"]["verified_moves"] or 0 for c in cases),
+        "delivered_moves": sum(c["evolving"]["delivered_moves"] or 0 for c in cases),
+        "reverted_moves": sum(c["evolving"]["reverted_moves"] or 0 for c in cases),
+        "moves_from_best_start": sum(from_best.values()),
+        "moves_from_best_start_cases": from_best,
         "below_target": [c["case"] for c in cases if (c["vs_static_best"] or 0) < 0.98 or (c["vs_dynamo"] or 0) < 1.0],
         "below_target_beyond_placebo": [c["case"] for c in cases if _beyond_noise(c)],
         "metric": METRIC,
         "same_workload": same,
-        "simulations": len(tasks) + len(placebo_tasks) + sum(len(v) for v in probed.values()),
+        "simulations": len(tasks) + len(placebo_tasks) + len(best_tasks) + sum(len(v) for v in probed.values()),
         "jobs": jobs,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
+
+
+def _min(rows: list[dict[str, Any]], key: str) -> float | None:
+    return min((r[key] for r in rows if r[key] is not None), default=None)
+
+
+def _perturbation(spec: Spec) -> str | None:
+    return spec[1].perturbation if spec[0] == "trace" else None
+
+
+def _stationary(spec: Spec) -> bool:
+    """A trace case at a steady load below capacity, unperturbed: the best
+    static split is where a planner should stay."""
+    return spec[0] == "trace" and spec[1].level in ("light", "near") and spec[1].perturbation is None
 
 
 def _beyond_noise(c: dict[str, Any]) -> bool:
@@ -216,7 +284,8 @@ def _row(
     row: dict[str, Any] = {"case": "", "start": [start, n - start]}
     if kind == "trace":
         case: TraceCase = a
-        row["case"] = f"{case.unit} {case.level} from {start}P"
+        tag = f" [{case.perturbation}]" if case.perturbation else ""
+        row["case"] = f"{case.unit} {case.level} from {start}P{tag}"
         row.update(
             trace=case.unit,
             level=case.level,
@@ -257,6 +326,10 @@ KEEP = (
     "switches",
     "moves",
     "flaps",
+    "verified_moves",
+    "delivered_moves",
+    "reverted_moves",
+    "move_checks",
     "wall_s",
 )
 

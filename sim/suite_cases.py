@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from sim import traces
+from sim.perturb import PERTURBATIONS, load_factor, perturb
 from sim.profiles import GpuProfile
 from sim.scenarios import SERVEGEN_START_S, TRACES, Scenario, load_trace
 from sim.workloads import Workload
@@ -48,7 +49,12 @@ class SuiteConfig:
     """nodes: cluster size; starts: initial prefill nodes of the adaptive
     planners (two starting splits); window_s: replay window and horizon of a
     trace case; max_requests: per simulation (cost bound); seed;
-    convergence: (unit, level) cases evolving also starts from every split."""
+    convergence: (unit, level) cases evolving also starts from every split.
+    perturbations / perturb_levels: every trace case at these levels also
+    runs under each perturbation (`sim.perturb`), from the first start only.
+    holdout_every: the distinct trace units, sorted, alternate between the
+    tuning half and the held-out half (`split_units`); the planner's
+    constants are chosen on the first and reported on the second."""
 
     nodes: int = 9
     starts: tuple[int, ...] = (3, 6)
@@ -59,8 +65,13 @@ class SuiteConfig:
     synthetic: tuple[tuple[str, float | None], ...] = SYNTHETIC
     traces_root: Path = TRACES
     convergence: tuple[tuple[str, str], ...] = CONVERGENCE
+    perturbations: tuple[str, ...] = tuple(PERTURBATIONS)
+    perturb_levels: tuple[str, ...] = tuple(LOADS)
 
     def __post_init__(self) -> None:
+        unknown = [p for p in self.perturbations if p not in PERTURBATIONS]
+        if unknown:
+            raise ValueError(f"unknown perturbation(s) {', '.join(unknown)}; known: {', '.join(PERTURBATIONS)}")
         if self.nodes < 2 or not self.starts or any(not 1 <= s < self.nodes for s in self.starts):
             raise ValueError("need nodes >= 2 and every start in [1, nodes - 1]")
         if self.window_s <= 0 or self.max_requests < 1 or any(u <= 0 for _, u in self.loads):
@@ -145,6 +156,27 @@ class TraceCase:
     offered_rps: float
     capped: bool
     measured: bool = False  # capacity_rps measured by the overload case's static splits (`remeasured`)
+    perturbation: str | None = None  # `sim.perturb` name; `load` already includes its load factor
+
+
+def perturbed_cases(cfg: SuiteConfig, case: TraceCase) -> list[TraceCase]:
+    """The case under each of the suite's perturbations that has a form for it."""
+    if case.level not in cfg.perturb_levels:
+        return []
+    out = []
+    for name in cfg.perturbations:
+        if name == "loop_flip" and perturb(_workload(cfg, case.unit, case.load), name, cfg.seed) is None:
+            continue
+        load = round(case.load * load_factor(name, LOADS.get(case.level, 1.0)), 4)
+        out.append(replace(case, perturbation=name, load=load))
+    return out
+
+
+def split_units(units: list[str]) -> tuple[list[str], list[str]]:
+    """(tuning, held-out) halves of the distinct units: sorted, alternating.
+    Fixed by the names alone, so no result can move a unit between halves."""
+    ordered = sorted(set(units))
+    return ordered[0::2], ordered[1::2]
 
 
 def plan_trace_cases(cfg: SuiteConfig, gpu: GpuProfile) -> tuple[list[TraceCase], dict[str, str]]:
@@ -220,4 +252,10 @@ def _workload(cfg: SuiteConfig, unit: str, load: float) -> Workload:
 
 def trace_scenario(cfg: SuiteConfig, case: TraceCase, start: int) -> Scenario:
     wl = _workload(cfg, case.unit, case.load)
-    return Scenario("trace", wl, cfg.nodes, start, f"{case.unit} {case.level}")
+    if case.perturbation is not None:
+        changed = perturb(wl, case.perturbation, cfg.seed)
+        if changed is None:
+            raise ValueError(f"{case.unit}: {case.perturbation} has no form for this trace")
+        wl = changed
+    name = f"{case.unit} {case.level}" + (f" [{case.perturbation}]" if case.perturbation else "")
+    return Scenario("trace", wl, cfg.nodes, start, name)

@@ -1,4 +1,4 @@
-"""Planner page: mode, the latest prediction per split, pins and manual switches.
+"""Planner page: mode, the latest prediction per split, checked moves, pins and manual switches.
 
 Every write goes through `confirmed_action`: the operator sees what will be
 done, confirms, and the call's result stays on screen.
@@ -13,6 +13,7 @@ import streamlit as st
 
 from admin_ui import charts, session
 from admin_ui.client import JSON
+from admin_ui.move_checks import move_check_rows
 from admin_ui.widgets import confirmed_action, fetch, fmt_time, leadership_line, prediction_status
 
 MODES = ["auto", "advisory", "manual"]
@@ -76,6 +77,23 @@ def predictions_section(state: JSON, split: list[int]) -> None:
             st.json(decision)
         else:
             st.write("No decision recorded yet.")
+
+
+def checks_section() -> None:
+    st.subheader("Moves checked")
+    found = fetch(session.client().decisions, checked=True, limit=50)
+    rows = move_check_rows(found[0]) if found is not None else []
+    if not rows:
+        st.info("No model move has been checked yet (a move is checked a minute after its switch settles).")
+        return
+    for row in rows:
+        row["move at"], row["checked at"] = fmt_time(row["move at"]), fmt_time(row["checked at"])
+    st.caption(
+        "Each model move, once settled, is compared with what the planner predicted for it: finish rate "
+        "(throughput moves) or mean response time (latency moves) over a minute against the minute before. "
+        "A move that fell outside the model's uncertainty and gained nothing measurable is reverted."
+    )
+    st.dataframe(rows, hide_index=True, use_container_width=True)
 
 
 def pin_section(cluster: JSON) -> None:
@@ -176,5 +194,6 @@ if state is not None and cluster is not None:
         f"as of {fmt_time(time.time())} UTC"
     )
     predictions_section(state, split)
+    checks_section()
 if cluster is not None:
     pin_section(cluster)

@@ -49,6 +49,8 @@ def _decision_out(row: PlannerDecision) -> schemas.DecisionOut:
         inputs=row.inputs,
         predictions=row.predictions,
         actions=row.actions,
+        predicted_gain=row.predicted_gain,
+        realized_gain=row.realized_gain,
     )
 
 
@@ -193,13 +195,22 @@ def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepe
         since: Since = None,
         until: Until = None,
         acted: bool | None = None,
+        checked: Annotated[
+            bool | None, Query(description="only decisions that checked a settled move (true) or the others")
+        ] = None,
         limit: Limit = 100,
         offset: Offset = 0,
         format: Format = "json",
     ) -> Any:
         rows, total = await ctx.db.run_async(
             lambda s: repository.list_decisions(
-                s, since=unix_s(since), until=unix_s(until), acted=acted, limit=limit, offset=offset
+                s,
+                since=unix_s(since),
+                until=unix_s(until),
+                acted=acted,
+                checked=checked,
+                limit=limit,
+                offset=offset,
             )
         )
         items = [_decision_out(r) for r in rows]

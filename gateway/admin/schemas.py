@@ -176,6 +176,12 @@ class DecisionOut(BaseModel):
     inputs: dict[str, Any] | None
     predictions: list[dict[str, Any]] | None
     actions: list[dict[str, Any]] | None
+    predicted_gain: float | None = Field(
+        default=None, description="A model move's predicted gain (fraction of throughput, or of response time)"
+    )
+    realized_gain: float | None = Field(
+        default=None, description="What the move delivered once settled, on the decision that checked it"
+    )
 
 
 # -- tenants -----------------------------------------------------------------

@@ -72,9 +72,20 @@ def add_decision(session: Session, *, decision: Decision, mode: str) -> PlannerD
         inputs=json_safe(decision.inputs),
         predictions=json_safe(decision.predictions),
         actions=json_safe(decision.actions),
+        predicted_gain=_gain(decision.inputs, "predicted_gain_frac", "move_predicted_gain_frac"),
+        realized_gain=_gain(decision.inputs, "realized_gain_frac"),
     )
     session.add(row)
     return row
+
+
+def _gain(inputs: dict[str, float], *keys: str) -> float | None:
+    """The first of ``keys`` the decision's inputs carry, if finite (planner.verification's keys)."""
+    for key in keys:
+        value = inputs.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            return float(value)
+    return None
 
 
 def list_decisions(
@@ -83,13 +94,18 @@ def list_decisions(
     since: float | None = None,
     until: float | None = None,
     acted: bool | None = None,
+    checked: bool | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> tuple[list[PlannerDecision], int]:
-    """Newest first."""
+    """Newest first. ``checked``: only the decisions that checked a move
+    (they carry its realized gain), or only the others."""
     stmt = _window(sa.select(PlannerDecision), PlannerDecision.t, since, until)
     if acted is not None:
         stmt = stmt.where(PlannerDecision.acted.is_(acted))
+    if checked is not None:
+        col = PlannerDecision.realized_gain
+        stmt = stmt.where(col.is_not(None) if checked else col.is_(None))
     return _page(
         session, stmt.order_by(PlannerDecision.t.desc(), PlannerDecision.id.desc()), limit=limit, offset=offset
     )

@@ -82,6 +82,10 @@ class PlannerDecision(Base):
     inputs: Mapped[dict[str, Any] | None] = mapped_column(JSONValue, nullable=True)
     predictions: Mapped[list[Any] | None] = mapped_column(JSONValue, nullable=True)
     actions: Mapped[list[Any] | None] = mapped_column(JSONValue, nullable=True)
+    # A model move's predicted gain (fraction), and on the decision that checked it once
+    # settled, also the realized one (planner.verification); null on other decisions.
+    predicted_gain: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
+    realized_gain: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
 
 
 class SwitchEvent(Base):

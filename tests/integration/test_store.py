@@ -27,7 +27,7 @@ from planner.types import Decision, SplitPrediction, SwitchAction
 from testing.stores import PG_URL, pg_database
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HEAD = "0003"  # the newest migration
+HEAD = "0004"  # the newest migration
 
 STORE_TABLES = {
     "tenants",
@@ -350,3 +350,17 @@ def test_policy_check_constraint_on_database(migrated_db: Database) -> None:
         with migrated_db.session() as s:
             row = s.get(TenantPolicy, "c")
             row.priority = 9
+
+
+def test_a_moves_predicted_and_realized_gain_are_stored_with_its_decisions(migrated_db: Database) -> None:
+    move = dataclasses.replace(_decision(1000.0, True), inputs={"move_predicted_gain_frac": 0.21})
+    check = {"verified_move_t": 1000.0, "predicted_gain_frac": 0.21, "realized_gain_frac": -0.18, "move_reverted": 1.0}
+    revert = dataclasses.replace(_decision(1070.0, True), inputs=check)
+    with migrated_db.session() as s:
+        for d in (move, revert, _decision(1080.0, False)):
+            repository.add_decision(s, decision=d, mode="auto")
+    with migrated_db.session() as s:
+        rows, total = repository.list_decisions(s, checked=True)
+        assert total == 1 and (rows[0].t, rows[0].predicted_gain, rows[0].realized_gain) == (1070.0, 0.21, -0.18)
+        rows, total = repository.list_decisions(s, checked=False)
+        assert [(r.t, r.predicted_gain, r.realized_gain) for r in rows] == [(1080.0, None, None), (1000.0, 0.21, None)]

@@ -226,3 +226,39 @@ def test_cli_main_rejects_bad_arguments_and_starts_streamlit(monkeypatch: pytest
     assert cli.main(["--admin-url", "http://gw:1234", "--port", "8502"]) == 0
     argv, env = started[0]
     assert "--server.port=8502" in argv and env["EVOLVING_ADMIN_URL"] == "http://gw:1234"
+
+
+def test_move_check_rows_show_predicted_against_realized() -> None:
+    from admin_ui.move_checks import move_check_rows
+
+    checked = {
+        "t": 800.0,
+        "predicted_gain": 0.212,
+        "realized_gain": -0.176,
+        "inputs": {
+            "verified_move_t": 700.0,
+            "verified_from_prefill": 7.0,
+            "verified_to_prefill": 6.0,
+            "move_delivered": 0.0,
+            "move_reverted": 1.0,
+        },
+    }
+    kept = {**checked, "realized_gain": 0.1, "inputs": {**checked["inputs"], "move_reverted": 0.0}}
+    fine = {
+        **checked,
+        "realized_gain": 0.25,
+        "inputs": {**checked["inputs"], "move_delivered": 1.0, "verified_latency": 1.0},
+    }
+    plain = {"t": 5.0, "predicted_gain": None, "realized_gain": None, "inputs": {}}
+    rows = move_check_rows([checked, kept, fine, plain])
+    assert [r["verdict"] for r in rows] == ["reverted", "short, kept", "delivered"]
+    assert rows[0] == {
+        "move at": 700.0,
+        "move": "7P -> 6P",
+        "kind": "throughput",
+        "predicted": "+21.2 %",
+        "realized": "-17.6 %",
+        "verdict": "reverted",
+        "checked at": 800.0,
+    }
+    assert rows[2]["kind"] == "latency"

@@ -94,12 +94,23 @@ def test_suite_smoke_prints_cases_and_minimums(tmp_path: Path, capsys) -> None:
     argv = ["--suite", "--suite-traces", str(root), "--suite-window", "120", "--suite-max-requests", "400"]
     assert cli.main([*argv, "--no-synthetic", "--nodes", "3", "--jobs", "1", "--directory", "local", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    cases = report["cases"]
+    every = report["cases"]
+    cases = [c for c in every if c["perturbation"] is None]
     assert {c["trace"] for c in cases} == {"agents/chat", "mc/a.jsonl"} and len(cases) % 2 == 0
     assert {tuple(c["start"]) for c in cases} == {(1, 2), (2, 1)}
     assert report["min_vs_static_best"] == min(c["vs_static_best"] for c in cases)
     assert report["min_vs_dynamo"] == min(c["vs_dynamo"] for c in cases)
-    assert report["flaps"] == sum(c["evolving"]["flaps"] for c in cases)
+    assert report["flaps"] == sum(c["evolving"]["flaps"] for c in every)
+    # Cross-validation: two units, one per half; every base case also runs perturbed, from the first start.
+    assert report["tuning_units"] == ["agents/chat"] and report["holdout_units"] == ["mc/a.jsonl"]
+    held = [c["vs_static_best"] for c in cases if c["trace"] == "mc/a.jsonl"]
+    assert report["min_vs_static_best_holdout"] == min(held)
+    perturbed = [c for c in every if c["perturbation"] is not None]
+    assert {c["perturbation"] for c in perturbed} >= {"output_x0.5", "output_x2", "contexts_grow", "overload_3x"}
+    assert {tuple(c["start"]) for c in perturbed} == {(1, 2)} and all(c["case"].endswith("]") for c in perturbed)
+    assert report["min_vs_static_best_perturbed"] == min(c["vs_static_best"] for c in perturbed)
+    assert report["reverted_moves"] == sum(c["evolving"]["reverted_moves"] for c in every)
+    assert isinstance(report["moves_from_best_start"], int) and report["moves_from_best_start_cases"]
     assert report["same_workload"] == {"agents/converted/chat.jsonl": "agents/chat"} and report["convergence"] == []
     row = cases[0]
     assert set(row["static_served"]) == {"1", "2"} and row["static_best"]["split"][0] in (1, 2)
