@@ -79,6 +79,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from core.tracing import TraceSettings
+
 AUTH_MODES = ("keys", "open")
 PLANNERS = ("evolving", "dynamo", "static", "none")
 PLANNER_MODES = ("auto", "advisory", "manual")

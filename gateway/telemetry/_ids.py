@@ -32,4 +32,6 @@ def parse_traceparent(value: str | None, tracestate: str | None = None) -> SpanC
     if trace_id == 0 or span_id == 0:
         return None
     state = TraceState.from_header([tracestate]) if tracestate else TraceState()
-    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(flags_hex, 16) & 1), trace_state=state)
+    return SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(flags_hex, 16) & 1), trace_state=state
+    )

@@ -249,7 +249,11 @@ class JobTrace:
             return
         self._segment = None
         self._turn.inflight.done(self._segment_id)
-        attrs = {"evolving.outcome": outcome, "evolving.generated_tokens": tokens, "evolving.cached_tokens": cached_tokens}
+        attrs = {
+            "evolving.outcome": outcome,
+            "evolving.generated_tokens": tokens,
+            "evolving.cached_tokens": cached_tokens,
+        }
         if reason:
             attrs["evolving.finish_reason"] = reason
         self._turn.end(span, attrs, error=error or None)

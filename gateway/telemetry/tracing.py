@@ -81,7 +81,9 @@ class Tracing:
             return cls.off()
         from gateway.telemetry._provider import build_provider
 
-        return cls(build_provider(settings, service_name="evolving-infra-gateway", attributes={"service.instance.id": replica}))
+        return cls(
+            build_provider(settings, service_name="evolving-infra-gateway", attributes={"service.instance.id": replica})
+        )
 
     @property
     def enabled(self) -> bool:
@@ -101,7 +103,10 @@ class Tracing:
             yield
             return
         nodes = [a.node_id for a in decision.actions]
-        links = [Link(ctx, {"evolving.link": "migrates" if decision.acted else "holds"}) for ctx in self.inflight.on_nodes(nodes)]
+        links = [
+            Link(ctx, {"evolving.link": "migrates" if decision.acted else "holds"})
+            for ctx in self.inflight.on_nodes(nodes)
+        ]
         attrs: dict[str, Any] = {
             "evolving.planner": decision.planner,
             "evolving.planner.acted": decision.acted,
