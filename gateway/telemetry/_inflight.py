@@ -49,5 +49,9 @@ class InflightSegments:
                 out.append(ctx)
         return out
 
+    def nodes(self) -> dict[str, str]:
+        """Segment id -> node of every traced call in flight."""
+        return {sid: node for sid, (node, _) in self._live.items()}
+
     def __len__(self) -> int:
         return len(self._live)
