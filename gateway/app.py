@@ -274,6 +274,7 @@ def create_app(
     @app.get("/metrics")
     async def prometheus() -> Response:
         metrics.refresh(registry, await directory.stats())
+        metrics.refresh_planner(cluster.last_decision)
         data, content_type = metrics.render()
         return Response(data, media_type=content_type)
 
