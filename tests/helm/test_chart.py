@@ -506,7 +506,7 @@ def _env(container: dict) -> dict[str, str]:
 def test_tracing_renders_the_otel_environment_of_gateway_and_workers(render) -> None:
     objs = render("many-gateways-rdma-monitoring")
     gateway = objs[("Deployment", f"{PREFIX}-gateway")]["spec"]["template"]["spec"]["containers"][0]
-    worker = objs[("StatefulSet", f"{PREFIX}-workers")]["spec"]["template"]["spec"]["containers"][0]
+    worker = objs[("StatefulSet", f"{PREFIX}-worker")]["spec"]["template"]["spec"]["containers"][0]
     for container, service in ((gateway, "gateway"), (worker, "worker")):
         env = _env(container)
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.monitoring:4318"
@@ -515,7 +515,7 @@ def test_tracing_renders_the_otel_environment_of_gateway_and_workers(render) -> 
         assert env["OTEL_SERVICE_NAME"] == f"evolving-infra-{service}"
     assert "--vllm-tracing" in worker["args"]
     default = render("default")
-    for kind, name in (("Deployment", f"{PREFIX}-gateway"), ("StatefulSet", f"{PREFIX}-workers")):
+    for kind, name in (("Deployment", f"{PREFIX}-gateway"), ("StatefulSet", f"{PREFIX}-worker")):
         container = default[(kind, name)]["spec"]["template"]["spec"]["containers"][0]
         assert not [k for k in _env(container) if k.startswith("OTEL_")], "tracing is off by default"
         assert "--vllm-tracing" not in container.get("args", [])
