@@ -115,7 +115,7 @@ class OTLPReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
                 if self.headers.get("content-encoding", "") == "gzip":
@@ -133,7 +133,7 @@ class OTLPReceiver:
                 receiver._add(spans)
                 self._answer(200, ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path != "/stats":
                     self._answer(404, b"", "text/plain")
                     return
@@ -146,7 +146,7 @@ class OTLPReceiver:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+            def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per export
                 return
 
         self._server = ThreadingHTTPServer((host, port), Handler)

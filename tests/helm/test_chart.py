@@ -70,7 +70,12 @@ SCENARIOS: dict[str, dict] = {
         },
         "console": {"enabled": False},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
-        "tracing": {"enabled": True, "endpoint": "http://otel-collector.monitoring:4318", "sampleRatio": 0.25, "vllm": True},
+        "tracing": {
+            "enabled": True,
+            "endpoint": "http://otel-collector.monitoring:4318",
+            "sampleRatio": 0.25,
+            "vllm": True,
+        },
     },
     "single-gateway-no-redis": {
         "gateway": {"replicas": 1},

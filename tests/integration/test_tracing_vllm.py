@@ -127,8 +127,10 @@ def test_migrated_decode_shows_its_migration_span(traced_gateway, vllm_cluster, 
         switch("wA", "prefill")
     app.state.tracing.flush()
     spans = otlp_receiver.wait_for(
-        lambda ss: any(s.name == "migrate" and s.trace_id == trace_id for s in ss)
-        and sum(s.name == "decode (worker)" and s.trace_id == trace_id for s in ss) >= 2,
+        lambda ss: (
+            any(s.name == "migrate" and s.trace_id == trace_id for s in ss)
+            and sum(s.name == "decode (worker)" and s.trace_id == trace_id for s in ss) >= 2
+        ),
         20,
     )
     trace = [s for s in spans if s.trace_id == trace_id]

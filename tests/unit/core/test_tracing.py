@@ -20,15 +20,38 @@ from core.tracing import TraceSettings
             1.0,
             True,
         ),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, "http://c:4318/v1/traces", 0.25, True),
         (
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"},
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER_ARG": "0.25"},
+            "http://c:4318/v1/traces",
+            0.25,
+            True,
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                "OTEL_TRACES_SAMPLER": "traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": "0.5",
+            },
             "http://c:4318/v1/traces",
             0.5,
             False,
         ),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "always_off"}, "http://c:4318/v1/traces", 0.0, False),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "parentbased_always_on", "OTEL_TRACES_SAMPLER_ARG": "0.1"}, "http://c:4318/v1/traces", 1.0, True),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "always_off"},
+            "http://c:4318/v1/traces",
+            0.0,
+            False,
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+                "OTEL_TRACES_SAMPLER_ARG": "0.1",
+            },
+            "http://c:4318/v1/traces",
+            1.0,
+            True,
+        ),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, None, 1.0, True),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, None, 1.0, True),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": ""}, None, 1.0, True),
@@ -36,7 +59,12 @@ from core.tracing import TraceSettings
 )
 def test_from_otel_env(env: dict[str, str], endpoint: str | None, ratio: float, parent_based: bool) -> None:
     s = TraceSettings.from_otel_env(env)
-    assert (s.endpoint, s.sample_ratio, s.parent_based, s.enabled) == (endpoint, ratio, parent_based, endpoint is not None)
+    assert (s.endpoint, s.sample_ratio, s.parent_based, s.enabled) == (
+        endpoint,
+        ratio,
+        parent_based,
+        endpoint is not None,
+    )
 
 
 def test_service_name() -> None:
@@ -47,10 +75,16 @@ def test_service_name() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER_ARG": "half"}, "OTEL_TRACES_SAMPLER_ARG"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER_ARG": "half"},
+            "OTEL_TRACES_SAMPLER_ARG",
+        ),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER_ARG": "1.5"}, "[0, 1]"),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "http/protobuf"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "jaeger_remote"}, "OTEL_TRACES_SAMPLER"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "jaeger_remote"},
+            "OTEL_TRACES_SAMPLER",
+        ),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4318"}, "http(s) URL"),
     ],
