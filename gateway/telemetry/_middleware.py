@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.telemetry._ids import parse_traceparent
@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
 class TracingMiddleware:
     def __init__(self, app: ASGIApp, tracing: Tracing) -> None:
-        assert tracing.tracer is not None, "TracingMiddleware needs tracing on"
+        assert tracing.sink is not None, "TracingMiddleware needs tracing on"
         self.app = app
-        self.tracer = tracing.tracer
+        self.sink = tracing.sink
         self.inflight = tracing.inflight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -41,18 +41,17 @@ class TracingMiddleware:
             elif name == b"tracestate":
                 tracestate = value.decode("latin-1")
         remote = parse_traceparent(traceparent, tracestate)
-        parent = set_span_in_context(NonRecordingSpan(remote)) if remote is not None else None
         operation = OPERATIONS.get(path, "chat")
-        span = self.tracer.start_span(
+        span = self.sink.root(
             f"POST {path}",
-            parent,
+            remote,
             SpanKind.SERVER,
             {"http.request.method": "POST", "url.path": path, "gen_ai.operation.name": operation},
         )
-        if not span.is_recording():  # sampled out: no turn, no child span, nothing sent to the workers
+        if span is None:  # sampled out: no turn, no child span, nothing sent to the workers
             await self.app(scope, receive, send)
             return
-        turn = Turn(self.tracer, span, self.inflight, operation)
+        turn = Turn(self.sink, span, self.inflight, operation)
         relay = None
         sent = 0
 

@@ -53,18 +53,20 @@ def sampler_of(settings: TraceSettings) -> Sampler:
     return ParentBased(ratio) if settings.parent_based else ratio
 
 
-def build_provider(settings: TraceSettings, *, service_name: str, attributes: dict[str, str]) -> TracerProvider:
-    """A provider whose spans go to `settings.endpoint` (which must be set)."""
+def build_provider(
+    settings: TraceSettings, *, service_name: str, attributes: dict[str, str]
+) -> tuple[TracerProvider, BatchSpanProcessor]:
+    """A provider whose spans go to `settings.endpoint` (which must be set), and its
+    batch processor (the request path's lean spans go to it directly, `_lean.py`)."""
     assert settings.endpoint is not None, "build_provider needs an endpoint"
     resource = Resource.create({"service.name": settings.service_name or service_name, **attributes})
     provider = TracerProvider(resource=resource, sampler=sampler_of(settings))
     exporter = FastOTLPSpanExporter(endpoint=settings.endpoint, timeout=10)
-    provider.add_span_processor(
-        BatchSpanProcessor(
-            exporter,
-            max_queue_size=MAX_QUEUE,
-            max_export_batch_size=EXPORT_BATCH,
-            schedule_delay_millis=SCHEDULE_DELAY_MS,
-        )
+    processor = BatchSpanProcessor(
+        exporter,
+        max_queue_size=MAX_QUEUE,
+        max_export_batch_size=EXPORT_BATCH,
+        schedule_delay_millis=SCHEDULE_DELAY_MS,
     )
-    return provider
+    provider.add_span_processor(processor)
+    return provider, processor

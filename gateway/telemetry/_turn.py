@@ -7,11 +7,12 @@ span site. With tracing off, or a request the sampler dropped, no turn is
 current and every function returns at once: the request path pays one
 context-variable read per site.
 
-Spans are started with an explicit parent (the turn's span), never made
-"current" across an `await` or a `yield`: the orchestrator is an async
-generator, and a context attached in one step and detached in another
-breaks when its consumer changes context. A span the request left open
-(the client went away mid-stream) is ended by `Turn.close` with the reason.
+Spans are `_lean.LeanSpan`s (the SDK's span objects cost ~15x the CPU),
+started with an explicit parent (the turn's span), never made "current"
+across an `await` or a `yield`: the orchestrator is an async generator,
+and a context attached in one step and detached in another breaks when its
+consumer changes context. A span the request left open (the client went
+away mid-stream) is ended by `Turn.close` with the reason.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from gateway.telemetry._ids import format_traceparent
 from gateway.telemetry._inflight import InflightSegments
+from gateway.telemetry._lean import LeanSink, LeanSpan
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
-
     from workers.protocol import KVTransferSpec
+
+Span = LeanSpan  # the span type of the request path
 
 # gen_ai.operation.name per API route (GenAI semantic conventions).
 OPERATIONS = {
@@ -44,9 +46,8 @@ class Turn:
     """The traced request: its span, the spans open under it, what its jobs reported."""
 
     __slots__ = (
-        "tracer",
+        "sink",
         "span",
-        "context",
         "inflight",
         "open",
         "output_tokens",
@@ -55,11 +56,10 @@ class Turn:
         "operation",
     )
 
-    def __init__(self, tracer: Tracer, span: Span, inflight: InflightSegments, operation: str) -> None:
-        self.tracer = tracer
+    def __init__(self, sink: LeanSink, span: Span, inflight: InflightSegments, operation: str) -> None:
+        self.sink = sink
         self.operation = operation
         self.span = span
-        self.context: Context = set_span_in_context(span)
         self.inflight = inflight
         self.open: set[Span] = set()
         self.output_tokens = 0
@@ -74,7 +74,7 @@ class Turn:
         kind: SpanKind = SpanKind.INTERNAL,
         start_time: int | None = None,
     ) -> Span:
-        span = self.tracer.start_span(name, self.context, kind, attributes, start_time=start_time)
+        span = self.sink.child(self.span, name, kind, attributes, start_time)
         self.open.add(span)
         return span
 

@@ -27,9 +27,10 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from core.tracing import TraceSettings
 from gateway.telemetry._inflight import InflightSegments
+from gateway.telemetry._lean import LeanSink
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
     from gateway.store.records import SwitchOutcome
     from planner.types import Decision
@@ -66,9 +67,13 @@ class SwitchTrace:
 
 
 class Tracing:
-    def __init__(self, provider: TracerProvider | None = None) -> None:
+    def __init__(self, provider: TracerProvider | None = None, processor: SpanProcessor | None = None) -> None:
         self._provider = provider
         self.tracer: Tracer | None = provider.get_tracer("evolving-infra.gateway") if provider is not None else None
+        # The request path's spans (`_lean.py`): same sampler, resource and processor as the tracer's.
+        self.sink: LeanSink | None = None
+        if provider is not None and processor is not None:
+            self.sink = LeanSink(processor, provider.resource, provider.sampler, "evolving-infra.gateway")
         self.inflight = InflightSegments()
 
     @classmethod
@@ -81,13 +86,14 @@ class Tracing:
             return cls.off()
         from gateway.telemetry._provider import build_provider
 
-        return cls(
-            build_provider(settings, service_name="evolving-infra-gateway", attributes={"service.instance.id": replica})
+        provider, processor = build_provider(
+            settings, service_name="evolving-infra-gateway", attributes={"service.instance.id": replica}
         )
+        return cls(provider, processor)
 
     @property
     def enabled(self) -> bool:
-        return self.tracer is not None
+        return self.sink is not None
 
     def flush(self, timeout_ms: int = 5000) -> bool:
         return self._provider.force_flush(timeout_ms) if self._provider is not None else True
