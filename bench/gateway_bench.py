@@ -25,7 +25,9 @@ Keys (streaming; `by_mode` has both modes): `overhead_p50_ms` /
 `overhead_p99_ms` = target - direct at concurrency 1; `ratio_vs_direct_c32`
 = requests/s at 32 over direct's; `p99_ms_c32`; `ratio_vs_peers_c32` =
 ours over each peer's; `peers` = the same keys per peer; `cpu_us_per_request`
-per target, the steadiest figure here.
+per target, the steadiest figure here; `tracing_overhead_cpu` = CPU per
+request with OpenTelemetry traces on at ratio 1.0 over off (`bench._tracing`:
+one extra pair of runs per round; `--skip-tracing` leaves it out).
 
 The stall case (`bench._stall`): 32 small streams and a /healthz probe while
 one 3.5 MB prompt (~660k tokens) goes through the gateway, accepted and
@@ -55,6 +57,7 @@ from typing import Any
 
 import httpx
 
+from bench import _tracing
 from bench._stall import stall_case
 from bench._wrk import POST_LUA, run_wrk, wrk_path
 
@@ -96,6 +99,7 @@ def big_prompt(nbytes: int) -> str:
 # -- the gateway process (re-entered through --serve gateway) ------------------------
 def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, max_prompt_tokens: int | None) -> None:
     from cli.demo_key import demo_key
+    from core.tracing import TraceSettings
     from gateway.compose import ControlPlane, compose_app
     from gateway.settings import GatewaySettings
 
@@ -107,6 +111,7 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
         data_dir=data_dir,
         heartbeat_interval_s=1.0,
         tokenize_process="warm",  # as the chart deploys it: the big-prompt tokenizer's process started with the app
+        tracing=TraceSettings.from_otel_env(os.environ),  # on for the tracing case (bench._tracing)
         **({"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}),
     )
     cp = ControlPlane.build(settings)
@@ -245,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--targets", default=",".join(TARGETS), help="subset of " + ",".join(TARGETS))
     p.add_argument("--skip-stall", action="store_true")
+    p.add_argument("--skip-tracing", action="store_true", help="leave out tracing_overhead_cpu")
     p.add_argument("--big-mb", type=float, default=3.5, help="size of the stall case's prompt")
     p.add_argument("--no-pin", action="store_true", help="do not pin proxy / load to cpu0 / cpu1")
     p.add_argument("--serve", choices=["gateway"], help=argparse.SUPPRESS)
@@ -289,19 +295,28 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         procs: dict[str, subprocess.Popen[bytes]] = {}
         keys: dict[str, str] = {}
 
-        def start_gateway(name: str, max_prompt_tokens: int | None = None) -> str:
+        def start_gateway(name: str, max_prompt_tokens: int | None = None, env: dict[str, str] | None = None) -> str:
             port = free_port()
             data = tmp / name
             argv = [sys.executable, "-m", "bench.gateway_bench", "--serve", "gateway", "--port", str(port)]
             argv += ["--tokenizer", tok, "--upstream", upstream, "--data-dir", str(data)]
             argv += ["--max-prompt-tokens", str(max_prompt_tokens)] if max_prompt_tokens else []
             url = f"http://127.0.0.1:{port}"
-            procs[name] = stack.enter_context(process(argv, f"{url}/readyz", tmp / f"{name}.log", cpu=proxy_cpu))
+            procs[name] = stack.enter_context(
+                process(argv, f"{url}/readyz", tmp / f"{name}.log", cpu=proxy_cpu, env=env)
+            )
             keys[name] = (data / "demo-api-key").read_text().strip()
             return url
 
+        traced_url = receiver_url = None
         if "gateway" in wanted:
             urls["gateway"] = start_gateway("gateway")
+            if not args.skip_tracing:
+                rx_port = free_port()
+                receiver_url = f"http://127.0.0.1:{rx_port}"
+                rx_argv = _tracing.receiver_argv(rx_port)
+                stack.enter_context(process(rx_argv, f"{receiver_url}/stats", tmp / "otlp.log", cpu=load_cpu))
+                traced_url = start_gateway("gateway-traced", env=_tracing.traced_env(receiver_url))
         for name in PEERS:
             if name not in wanted:
                 continue
@@ -316,6 +331,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         for name, url in urls.items():
             check_target(f"{url}/v1/chat/completions", keys.get(name, "sk-bench"), args.tokens)
         rows: list[dict[str, Any]] = []
+        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for rnd in range(args.rounds):
             for mode in modes:
                 for c in levels:
@@ -330,11 +346,39 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                         rows.append(row)
                         if not args.json:
                             print(json.dumps(row), file=sys.stderr, flush=True)
+            if traced_url is not None:  # the tracing case: untraced and traced back to back
+                pair = []
+                for name, url in (("gateway", urls["gateway"]), ("gateway-traced", traced_url)):
+                    kw = {
+                        "pids": {"upstream": up.pid, "proxy": procs[name].pid},
+                        "cpu": load_cpu,
+                        "api_key": keys[name],
+                    }
+                    target = f"{url}/v1/chat/completions"
+                    body = bodies[_tracing.MODE]
+                    if rnd == 0:
+                        run_wrk(target, body, lua, concurrency=8, duration_s=1, **kw)
+                    pair.append(run_wrk(target, body, lua, concurrency=_tracing.LEVEL, duration_s=args.duration, **kw))
+                pairs.append((pair[0], pair[1]))
+                if not args.json:
+                    print(json.dumps({"tracing_pair": pair}), file=sys.stderr, flush=True)
         summary = summarize(rows)
+        tracing: dict[str, Any] = {}
+        if pairs and receiver_url is not None:
+            tracing = {"tracing_overhead_cpu": _tracing.overhead(pairs), **_tracing.completeness(receiver_url)}
+            tracing["cpu_us_per_request"] = {
+                name: [p[i].get("cpu_us_per_request", {}).get("proxy") for p in pairs]
+                for i, name in enumerate(("off", "on"))
+            }
         stall: dict[str, Any] = {}
         if not args.skip_stall and "gateway" in urls:
             stall = run_stall(args, urls, keys, start_gateway)
-    return report(args, summary, stall, notes, levels, modes)
+    out = report(args, summary, stall, notes, levels, modes)
+    if tracing:
+        out["tracing_overhead_cpu"] = tracing.pop("tracing_overhead_cpu")
+        out["tracing_detail"] = {"level": _tracing.LEVEL, "mode": _tracing.MODE, **tracing}
+        out["targets"] = {**out["targets"], "tracing_overhead_cpu": _tracing.TARGET}
+    return out
 
 
 def run_stall(

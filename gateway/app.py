@@ -23,6 +23,9 @@ injected (tests pass fakes), the rest is built from `settings`:
     response_store stored Responses API turns (memory; Redis with settings.directory_url)
     on_startup     async hooks(runtime) run at startup (the control plane's start)
     on_shutdown    async hooks() run at shutdown, in reverse order
+    tracing        OpenTelemetry spans (`gateway.telemetry.Tracing`; built from
+                   settings.tracing: off without an OTLP endpoint, and then no
+                   middleware is installed at all)
 
 The app is a `GatewayApp` (gateway.asgi): POST /v1/chat/completions and
 /v1/completions skip FastAPI's routing layers; /admin bodies are limited to
@@ -70,6 +73,7 @@ from gateway.serving.tokenize import PromptTokenizer, model_sampling_defaults
 from gateway.serving.tokenize_process import ProcessTokenizer
 from gateway.serving.turn.parsing import OutputParsing
 from gateway.settings import GatewaySettings
+from gateway.telemetry import Tracing, TracingMiddleware
 from gateway.worker_client import WorkerAPI
 from routing import RouterConfig
 
@@ -117,7 +121,10 @@ def create_app(
     response_store: ResponseStore | None = None,
     on_startup: Sequence[StartupHook] = (),
     on_shutdown: Sequence[ShutdownHook] = (),
+    tracing: Tracing | None = None,
 ) -> FastAPI:
+    if tracing is None:
+        tracing = Tracing.build(settings.tracing, replica=settings.replica)
     process_tokenizer = None
     if tokenizer is None:
         if not settings.model_dir:
@@ -159,6 +166,7 @@ def create_app(
         sinks=[metrics.observe_switch, *(switch_sinks or [])],
         term_source=term,
         on_fenced=(lambda why: leadership.deposed(why=why)) if leadership is not None else (lambda why: None),
+        tracing=tracing,
     )
     cluster = ClusterRuntime(
         registry,
@@ -168,6 +176,7 @@ def create_app(
         planner_name=planner_name,
         leadership=leadership,
         leader_decision=leader_decision,
+        tracing=tracing,
     )
     if output_parsing is None:
         output_parsing = OutputParsing.create(
@@ -229,9 +238,13 @@ def create_app(
                     await response_store.aclose()
                 await client.aclose()
                 service.close()
+                tracing.shutdown()  # the spans still buffered go out
 
     app = GatewayApp(title="evolving-infra gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
+    app.state.tracing = tracing
+    if tracing.enabled:
+        app.wrap_outer(lambda inner: TracingMiddleware(inner, tracing))
 
     def observe_error(request: Request, status: int) -> None:
         if request.url.path.startswith("/v1/"):
@@ -270,6 +283,7 @@ def create_app(
     @app.get("/metrics")
     async def prometheus() -> Response:
         metrics.refresh(registry, await directory.stats())
+        metrics.refresh_planner(cluster.last_decision)
         data, content_type = metrics.render()
         return Response(data, media_type=content_type)
 

@@ -50,6 +50,12 @@ class GatewayApp(FastAPI):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.hot: dict[str, tuple[APIRoute, Endpoint]] = {}
+        # An ASGI middleware around everything, hot routes included (tracing); None: none.
+        self.outer: ASGIApp | None = None
+
+    def wrap_outer(self, middleware: Callable[[ASGIApp], ASGIApp]) -> None:
+        """Put `middleware(app)` in front of every request, the hot routes' too."""
+        self.outer = middleware(self._dispatch)
 
     def add_hot_route(self, route: APIRoute) -> bool:
         """Serve `route` (POST) without FastAPI's routing layers; False if it does not qualify."""
@@ -60,6 +66,12 @@ class GatewayApp(FastAPI):
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.outer is not None:
+            await self.outer(scope, receive, send)
+            return
+        await self._dispatch(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             hot = self.hot.get(scope["path"])
             if hot is not None:

@@ -25,6 +25,10 @@ Exported names (all prefixed `evolving_`):
     evolving_kv_peer_up{node,peer}                       1 while the node pulls from the peer, 0 while
                                                          it is down (loads recompute until it answers)
     evolving_kv_peer_downs_total{node,peer}              times the peer went down for the node
+    evolving_kv_pulled_bytes_total{node,peer}            bytes of the blocks pulled (blocks x the node's block bytes)
+    evolving_planner_predicted_rps{split}                the last decision's predicted requests/s served of the
+                                                         offered load; split = chosen|current (absent: no prediction)
+    evolving_planner_confidence                          the last decision's confidence
 
 Cardinality is bounded: `tenant` takes at most `max_tenants` distinct values
 and `endpoint` at most `max_endpoints` (callers pass route names, never raw
@@ -45,6 +49,7 @@ if TYPE_CHECKING:  # types only: every layer reports here, this module imports n
     from gateway.control.registry import WorkerRegistry
     from gateway.serving.orchestrator import Finished
     from gateway.store.records import SwitchOutcome
+    from planner.types import Decision
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
@@ -75,21 +80,23 @@ class _KVPeerCollector:
     last heartbeat (so they are counters that reset when a worker restarts)."""
 
     def __init__(self) -> None:
-        self.nodes: list[tuple[str, tuple]] = []  # (node_id, its KVPeerStats)
+        self.nodes: list[tuple[str, tuple, int]] = []  # (node_id, its KVPeerStats, its block bytes)
 
     def collect(self) -> Iterator[Metric]:
         pulls = CounterMetricFamily("evolving_kv_pulls", "KV pulls from peers", labels=["node", "peer", "outcome"])
         blocks = CounterMetricFamily("evolving_kv_pulled_blocks", "KV blocks pulled", labels=["node", "peer"])
         up = GaugeMetricFamily("evolving_kv_peer_up", "1 while a node pulls from a peer", labels=["node", "peer"])
         downs = CounterMetricFamily("evolving_kv_peer_downs", "Times a peer went down", labels=["node", "peer"])
-        for node, peers in self.nodes:
+        nbytes = CounterMetricFamily("evolving_kv_pulled_bytes", "KV bytes pulled", labels=["node", "peer"])
+        for node, peers, block_bytes in self.nodes:
             for p in peers:
+                nbytes.add_metric([node, p.peer], p.blocks * block_bytes)
                 for outcome, n in sorted(p.pulls.items()):
                     pulls.add_metric([node, p.peer, outcome], n)
                 blocks.add_metric([node, p.peer], p.blocks)
                 up.add_metric([node, p.peer], 1.0 if p.state == "up" else 0.0)
                 downs.add_metric([node, p.peer], p.downs)
-        yield from (pulls, blocks, up, downs)
+        yield from (pulls, blocks, up, downs, nbytes)
 
 
 class GatewayMetrics:
@@ -136,6 +143,10 @@ class GatewayMetrics:
             "evolving_directory_referenced_blocks", "Blocks referenced by active branches", registry=r
         )
         self.directory_branches = Gauge("evolving_directory_branches", "Active branches", registry=r)
+        self.planner_predicted = Gauge(
+            "evolving_planner_predicted_rps", "Planner's predicted requests/s served", ["split"], registry=r
+        )
+        self.planner_confidence = Gauge("evolving_planner_confidence", "Planner's last decision confidence", registry=r)
 
     def observe_request(self, tenant: str, endpoint: str, status: int) -> None:
         key = (tenant, endpoint, status)
@@ -193,12 +204,23 @@ class GatewayMetrics:
             self.restarts.labels(node.node_id).set(node.restarts)
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
-        self._kv_peers.nodes = [(node.node_id, node.kv_peers) for node in registry.nodes()]
+        self._kv_peers.nodes = [(node.node_id, node.kv_peers, node.block_bytes) for node in registry.nodes()]
         stats = directory_stats
         self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
         self.directory_blocks.set(stats.get("blocks", 0.0))
         self.directory_referenced.set(stats.get("referenced", 0.0))
         self.directory_branches.set(stats.get("branches", 0.0))
+
+    def refresh_planner(self, decision: Decision | None) -> None:
+        """The last decision's predicted throughput of the chosen and the current split (called per scrape)."""
+        if decision is None:
+            return
+        by_split = {(p.prefill_nodes, p.decode_nodes): p for p in decision.predictions}
+        for name, split in (("chosen", decision.chosen_split), ("current", decision.current_split)):
+            prediction = by_split.get(split)
+            if prediction is not None:
+                self.planner_predicted.labels(name).set(prediction.throughput_rps)
+        self.planner_confidence.set(decision.confidence)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -64,6 +64,10 @@ Environment variables (all optional):
     EVOLVING_PLANNER_INTERVAL_S   seconds between planner ticks (1.0)
     EVOLVING_PLANNER_MIN_PREFILL  fewest prefill nodes the evolving planner keeps (0: with none,
                                   decode nodes compute every prompt, as the router does)
+
+Traces (the standard OpenTelemetry names, `core.tracing.TraceSettings`): off unless
+OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT names a collector
+(OTLP over HTTP); OTEL_TRACES_SAMPLER_ARG is the share of requests traced (1.0).
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ import pathlib
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from core.tracing import TraceSettings
 
 AUTH_MODES = ("keys", "open")
 PLANNERS = ("evolving", "dynamo", "static", "none")
@@ -140,6 +146,8 @@ class GatewaySettings:
     planner_mode: str = "advisory"  # PLANNER_MODES
     planner_interval_s: float = 1.0
     planner_min_prefill: int = 0
+    # OpenTelemetry traces (OTEL_* environment names); off without an endpoint.
+    tracing: TraceSettings = field(default_factory=TraceSettings)
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -276,5 +284,6 @@ class GatewaySettings:
         urls = get("WORKER_URLS")
         if urls:
             values["worker_urls"] = tuple(u.strip().rstrip("/") for u in urls.split(",") if u.strip())
+        values["tracing"] = TraceSettings.from_otel_env(env)
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

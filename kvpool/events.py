@@ -80,6 +80,8 @@ class PullDone:
     outcome: str  # one of PULL_OUTCOMES
     block_count: int
     seconds: float
+    rid: str = ""  # the request the blocks were pulled for ("": not known)
+    ended_at: float = 0.0  # unix seconds when the pull ended (0: not known); its span's end
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class LoadItem:
     hashes: tuple[str, ...]
     remote: tuple[RemoteRead, ...] = ()  # reads that fill some local_slots first
     layerwise: bool = False  # load inside the forward pass, layer by layer
+    rid: str = ""  # the worker's own id of the request (its KV params' rid); "": req_id
 
 
 @dataclass(frozen=True)

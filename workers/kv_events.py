@@ -46,9 +46,15 @@ class _Protocol(asyncio.DatagramProtocol):
 
 
 class KVEventChannel:
-    def __init__(self, path: str, on_step: Callable[[StepTimed], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        on_step: Callable[[StepTimed], None] | None = None,
+        on_pull: Callable[[PullDone], None] | None = None,
+    ) -> None:
         self.path = path
         self.on_step = on_step
+        self.on_pull = on_pull  # each pull, as it ends (the request's trace gets a span)
         self._transport: asyncio.DatagramTransport | None = None
         self._saved: dict[str, BlocksSaved] = {}
         self._waiters: dict[str, asyncio.Future[BlocksSaved]] = {}
@@ -89,6 +95,8 @@ class KVEventChannel:
             if event.outcome == "ok":
                 peer.blocks += event.block_count
                 peer.pull_seconds += event.seconds
+            if self.on_pull is not None:
+                self.on_pull(event)
         elif isinstance(event, PeerChanged):
             peer = self._peer(event.peer)
             if event.state == "down" and peer.state != "down":

@@ -181,6 +181,9 @@ class GenerateRequest(_Model):
     tenant_salt: str = Field("", max_length=128)
     branch_id: str | None = Field(None, max_length=128)
     kv: KVTransferSpec | None = None
+    # W3C Trace Context of the gateway's span for this call (a `traceparent` value):
+    # the worker's spans join the request's trace. None: the request is not traced.
+    traceparent: str | None = Field(None, max_length=128)
 
     @field_validator("request_id")
     @classmethod

@@ -44,6 +44,7 @@ from workers.protocol import (
     WorkerStats,
 )
 from workers.switch import WorkerState, change_phase
+from workers.telemetry import WorkerTracing
 
 
 def _error(status: int, type_: str, message: str, retryable: bool = False) -> JSONResponse:
@@ -52,12 +53,19 @@ def _error(status: int, type_: str, message: str, retryable: bool = False) -> JS
 
 
 def create_app(
-    config: EngineConfig, initial_phase: Phase, *, cluster_token: str | None = None, engine: WorkerEngine | None = None
+    config: EngineConfig,
+    initial_phase: Phase,
+    *,
+    cluster_token: str | None = None,
+    engine: WorkerEngine | None = None,
+    tracing: WorkerTracing | None = None,
 ) -> FastAPI:
     started_at = time.time()  # reported in stats: the gateway counts a new value as a restart
     holder: dict[str, WorkerState] = {}
-    eng = engine or WorkerEngine(config, phase_of=lambda: holder["w"].phase)
+    tracing = tracing or WorkerTracing.off()
+    eng = engine or WorkerEngine(config, phase_of=lambda: holder["w"].phase, tracing=tracing)
     holder["w"] = ws = WorkerState(eng, initial_phase)
+    tracing.block_bytes = lambda: _store_stats(ws, config).block_bytes  # a pull span's bytes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -66,6 +74,7 @@ def create_app(
             yield
         finally:
             await eng.stop()
+            tracing.shutdown()
 
     app = FastAPI(title="evolving-infra worker", lifespan=lifespan)
     app.state.worker = ws

@@ -33,6 +33,7 @@ from core import Phase
 from gateway.control.registry import WorkerRegistry
 from gateway.errors import Conflict, InvalidRequest
 from gateway.store.records import SwitchOutcome
+from gateway.telemetry import SwitchTrace, Tracing
 from gateway.worker_client import WorkerAPI, WorkerError, WorkerRejected
 from workers.protocol import PhaseChangeRequest
 
@@ -53,7 +54,9 @@ class PhaseSwitcher:
         sinks: list[SwitchSink] | None = None,
         term_source: Callable[[], int | None] = lambda: None,
         on_fenced: Callable[[str], None] = lambda detail: None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing.off()  # one span per switch, linked to the decodes it migrated
         self.term_source = term_source
         self.on_fenced = on_fenced
         self.fenced = 0  # orders workers refused as stale
@@ -71,6 +74,12 @@ class PhaseSwitcher:
         return set(self._busy)
 
     async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+        with self.tracing.switch(node_id, to_phase, reason=reason, who=who) as trace:
+            outcome = await self._switch(node_id, to_phase, reason=reason, who=who, trace=trace)
+            trace.outcome(outcome)
+            return outcome
+
+    async def _switch(self, node_id: str, to_phase: str, *, reason: str, who: str, trace: SwitchTrace) -> SwitchOutcome:
         try:
             target = Phase(to_phase)
         except ValueError as exc:
@@ -120,6 +129,7 @@ class PhaseSwitcher:
         finally:
             self._busy.discard(node_id)
         self._registry.finish_switch(node_id, result.to_phase)
+        trace.migrated(result.migrated)
         outcome = SwitchOutcome(
             node_id,
             from_phase.value,

@@ -105,6 +105,10 @@ class PlannerLoop:
         if not view.nodes:
             return
         decision = self.planner.decide(view)
+        with runtime.tracing.decision(decision):  # a span; the switches ordered below are its children
+            await self._apply(runtime, decision, view)
+
+    async def _apply(self, runtime, decision: Decision, view: ClusterView) -> None:
         runtime.planner_name = self.planner.name
         runtime.record_decision(decision)
         if view.mode is not PlannerMode.MANUAL:

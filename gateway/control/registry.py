@@ -77,6 +77,7 @@ class WorkerNode:
     inflight: int = 0  # requests this gateway has open on the node
     next_iteration: int = 0
     kv_peers: tuple[KVPeerStats, ...] = ()  # the node's pulls from its peers (last heartbeat)
+    block_bytes: int = 0  # bytes of one KV block in its host store (0: not reported)
     fence_term: int = 0  # newest leadership term the worker reported (workers.fence)
     refused_orders: int = 0  # orders it refused as stale
     health: NodeHealth = NodeHealth.UNREACHABLE  # `healthy` is health is HEALTHY
@@ -299,6 +300,7 @@ class WorkerRegistry:
         node.max_num_seqs, node.max_num_batched_tokens = stats.max_num_seqs, stats.max_num_batched_tokens
         node.kv_capacity_tokens = stats.kv_capacity_tokens
         node.kv_peers = tuple(stats.kv_peers)
+        node.block_bytes = stats.host_store.block_bytes
         if stats.block_size and stats.block_size != self._directory.block_size and not was_healthy:
             # Hashes would never match: every lookup misses (correct but no cache hits).
             log.error(

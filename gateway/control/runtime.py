@@ -36,6 +36,7 @@ from gateway.control.registry import WorkerRegistry
 from gateway.directory import Directory
 from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.store.records import SwitchOutcome
+from gateway.telemetry import Tracing
 from planner.types import Decision, PlannerMode, SplitPrediction
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,9 @@ class ClusterRuntime:
         clock: Callable[[], float] = time.time,
         leadership: Leadership | None = None,
         leader_decision: DecisionSource | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing.off()  # the planner loop's decision spans
         self.registry = registry
         self.switcher = switcher
         self.directory = directory

@@ -47,6 +47,7 @@ from gateway.control.registry import WorkerRegistry
 from gateway.directory import Directory
 from gateway.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
+from gateway.telemetry import NO_JOB, JobTrace, NoJobTrace, job_trace
 from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
 from routing import RouterConfig, RouteRequest, route
 from routing.picker import NoNodeAvailable
@@ -150,9 +151,10 @@ class Orchestrator:
         # grammar, so a client's retry of a poison request has another.
         fingerprint = request_fingerprint(job.prompt_token_ids, job.sampling.model_dump_json(exclude={"seed"}))
         self._refuse_poison(job, fingerprint)
+        trace = job_trace(job.request_id)  # spans of routing, each segment, a migration (no-op untraced)
         while not progress.budget_spent():
             # decide
-            node_id, role, kv = await self._decide(job, progress)
+            node_id, role, kv = await self._decide(job, progress, trace)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
             # min_tokens counts from the request's start: what the prompt already carries counts
@@ -168,6 +170,14 @@ class Orchestrator:
                 branch_id=job.branch_id,
                 kv=kv,
             )
+            req.traceparent = trace.segment_started(
+                segment_id,
+                node_id=node_id,
+                role=role.value,
+                kv=kv,
+                context_tokens=len(req.prompt_token_ids),
+                max_tokens=max_tokens,
+            )
             # one worker call, its chunks applied as they come
             end: _SegmentEnd | None = None
             async for item in self._run_segment(node_id, req, progress, t0):
@@ -176,6 +186,13 @@ class Orchestrator:
                 else:
                     yield item
             assert end is not None
+            trace.segment_ended(
+                outcome=end.outcome.value,
+                reason=end.reason.value if end.reason is not None else None,
+                error=end.error,
+                tokens=len(progress.generated),
+                cached_tokens=progress.cached or 0,
+            )
             # apply
             if end.engine_died:
                 self.quarantine.record_death(fingerprint)
@@ -206,7 +223,10 @@ class Orchestrator:
             )
 
     # -- decide -----------------------------------------------------------------
-    async def _decide(self, job: Job, progress: RequestProgress) -> tuple[str, Role, KVTransferSpec]:
+    async def _decide(
+        self, job: Job, progress: RequestProgress, trace: JobTrace | NoJobTrace = NO_JOB
+    ) -> tuple[str, Role, KVTransferSpec]:
+        started = trace.clock()
         context, excluded = progress.context(), progress.excluded
         dead = [n.node_id for n in self._registry.nodes() if not n.healthy]
         # Only the request's first lookup counts toward the pool hit rate.
@@ -234,6 +254,15 @@ class Orchestrator:
         urls = {n.node_id: n.url for n in self._registry.nodes()}
         peers = {b.node_id: urls[b.node_id] for b in load if b.node_id != node_id and b.node_id in urls}
         kv = KVTransferSpec(load=load, peers=peers, save=True)
+        trace.routed(
+            started,
+            node_id=node_id,
+            role=role.value,
+            candidates=[n.node_id for n in loads],
+            cached_by_node=by_node,
+            pool_cached_tokens=min(hit.pool_cached_tokens, limit),
+            context_tokens=len(context),
+        )
         return node_id, role, kv
 
     # -- call -------------------------------------------------------------------

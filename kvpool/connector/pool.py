@@ -208,6 +208,7 @@ class _SchedulerSide:
             tuple(s[1] for s in sources[: len(local_slots)]),
             tuple(reads),
             layerwise=p.get("mode") == "layerwise",
+            rid=p.get("rid", ""),
         )
         for s in staging[n_staged:]:
             self.index.release(s)

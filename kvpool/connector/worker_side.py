@@ -300,7 +300,10 @@ class WorkerSide:
                     outcome = "stale"
                     break
         if self.events_socket:
-            publish(self.events_socket, PullDone(node, outcome, len(reads), time.perf_counter() - start))
+            elapsed = time.perf_counter() - start
+            publish(
+                self.events_socket, PullDone(node, outcome, len(reads), elapsed, load.rid or load.req_id, time.time())
+            )
         return outcome == "ok"
 
     def _copy_to_host(self, device_blocks: list[int], slots: list[int], hashes: list[str]) -> None:

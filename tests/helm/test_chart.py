@@ -70,6 +70,12 @@ SCENARIOS: dict[str, dict] = {
         },
         "console": {"enabled": False},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+        "tracing": {
+            "enabled": True,
+            "endpoint": "http://otel-collector.monitoring:4318",
+            "sampleRatio": 0.25,
+            "vllm": True,
+        },
     },
     "single-gateway-no-redis": {
         "gateway": {"replicas": 1},
@@ -489,10 +495,35 @@ def test_service_monitor_scrapes_the_gateway_metrics(render) -> None:
     assert ("Deployment", f"{PREFIX}-console") not in objs
 
 
-def test_dashboard_configmap_carries_the_dashboard_file(render) -> None:
+def test_dashboard_configmap_carries_the_dashboard_files(render) -> None:
     cm = render("default")[("ConfigMap", f"{PREFIX}-dashboard")]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert json.loads(cm["data"]["evolving-infra.json"]) == json.loads(DASHBOARD.read_text())
+    files = sorted(DASHBOARD.parent.glob("*.json"))
+    assert len(files) >= 2 and sorted(cm["data"]) == [f.name for f in files]
+    for f in files:
+        assert json.loads(cm["data"][f.name]) == json.loads(f.read_text())
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def test_tracing_renders_the_otel_environment_of_gateway_and_workers(render) -> None:
+    objs = render("many-gateways-rdma-monitoring")
+    gateway = objs[("Deployment", f"{PREFIX}-gateway")]["spec"]["template"]["spec"]["containers"][0]
+    worker = objs[("StatefulSet", f"{PREFIX}-worker")]["spec"]["template"]["spec"]["containers"][0]
+    for container, service in ((gateway, "gateway"), (worker, "worker")):
+        env = _env(container)
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.monitoring:4318"
+        assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+        assert env["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio" and env["OTEL_TRACES_SAMPLER_ARG"] == "0.25"
+        assert env["OTEL_SERVICE_NAME"] == f"evolving-infra-{service}"
+    assert "--vllm-tracing" in worker["args"]
+    default = render("default")
+    for kind, name in (("Deployment", f"{PREFIX}-gateway"), ("StatefulSet", f"{PREFIX}-worker")):
+        container = default[(kind, name)]["spec"]["template"]["spec"]["containers"][0]
+        assert not [k for k in _env(container) if k.startswith("OTEL_")], "tracing is off by default"
+        assert "--vllm-tracing" not in container.get("args", [])
 
 
 @pytest.mark.parametrize(
@@ -501,6 +532,8 @@ def test_dashboard_configmap_carries_the_dashboard_file(render) -> None:
         ({"postgresql": {"enabled": False}}, "externalDatabase.url"),
         ({"redis": {"enabled": False}, "gateway": {"replicas": 2}}, "gateway.replicas > 1 needs a shared KV directory"),
         ({"workers": {"replicas": 0}}, "workers.replicas must be >= 1"),
+        ({"tracing": {"enabled": True}}, "tracing.enabled needs tracing.endpoint"),
+        ({"tracing": {"enabled": True, "endpoint": "http://c:4318", "sampleRatio": 1.5}}, "tracing.sampleRatio"),
         (
             {"redis": {"enabled": False}, "gateway": {"replicas": 1, "processes": 4}},
             "gateway.processes > 1 needs Redis",

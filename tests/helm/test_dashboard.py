@@ -1,11 +1,11 @@
-"""The Grafana dashboard (and the alert examples in docs/operations.md) query
-only what the gateway exports.
+"""The Grafana dashboards (every dashboards/*.json of the chart, and the alert
+examples in docs/operations.md) query only what the gateway exports.
 
-Tools: jsonschema for the dashboard's structure (a schema of the fields
+Tools: jsonschema for each dashboard's structure (a schema of the fields
 Grafana needs) plus layout rules; prometheus_client's exposition parser for
-the metric names, read from the running gateway's /metrics text when a
-`gateway_metrics_text` fixture provides it, otherwise from
-`gateway.metrics.GatewayMetrics` (same registry, same names).
+the metric names, read from a running gateway's /metrics (`gateway_metrics_text`,
+tests/helm/conftest.py: a real gateway over fake workers after traffic, a
+phase switch and a planner decision).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 pytestmark = pytest.mark.helm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DASHBOARD = ROOT / "helm" / "evolving-infra" / "dashboards" / "evolving-infra.json"
+DASHBOARDS = sorted((ROOT / "helm" / "evolving-infra" / "dashboards").glob("*.json"))
 
 
 # -- Grafana dashboard -----------------------------------------------------------
@@ -88,8 +88,9 @@ DASHBOARD_SCHEMA = {
 }
 
 
-def dashboard() -> dict:
-    return json.loads(DASHBOARD.read_text())
+@pytest.fixture(params=DASHBOARDS, ids=[d.name for d in DASHBOARDS])
+def dashboard(request: pytest.FixtureRequest) -> dict:
+    return json.loads(request.param.read_text())
 
 
 def queries(dash: dict) -> list[str]:
@@ -99,8 +100,8 @@ def queries(dash: dict) -> list[str]:
     return exprs
 
 
-def test_dashboard_json_structure() -> None:
-    dash = dashboard()
+def test_dashboard_json_structure(dashboard: dict) -> None:
+    dash = dashboard
     jsonschema.validate(dash, DASHBOARD_SCHEMA)
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
@@ -148,43 +149,37 @@ def exported_series(exposition: str) -> set[str]:
 
 
 def gateway_label_names() -> dict[str, set[str]]:
-    """Label names per series of gateway.metrics.GatewayMetrics."""
+    """Label names per series of gateway.metrics.GatewayMetrics (its metrics and its collectors' families)."""
     from prometheus_client.metrics import MetricWrapperBase
 
     from gateway.metrics import GatewayMetrics
 
     labels: dict[str, set[str]] = {}
-    for metric in vars(GatewayMetrics()).values():
-        if isinstance(metric, MetricWrapperBase):
-            suffixes = _SERIES_SUFFIXES.get(metric._type, ("",))
-            for suffix in suffixes:
-                extra = {"le"} if suffix == "_bucket" else set()
-                labels[metric._name + suffix] = set(metric._labelnames) | extra
+    metrics = GatewayMetrics()
+    families = [(m._name, m._type, m._labelnames) for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
+    families += [(f.name, f.type, f._labelnames) for f in metrics._kv_peers.collect()]
+    for name, kind, label_names in families:
+        for suffix in _SERIES_SUFFIXES.get(kind, ("",)):
+            extra = {"le"} if suffix == "_bucket" else set()
+            labels[name + suffix] = set(label_names) | extra
     return labels
 
 
 @pytest.fixture
-def gateway_exposition(request: pytest.FixtureRequest) -> str:
-    """The gateway's /metrics text: from a running gateway when a conftest
-    provides `gateway_metrics_text`, otherwise from its metrics object."""
-    try:
-        return request.getfixturevalue("gateway_metrics_text")
-    except pytest.FixtureLookupError:
-        from gateway.metrics import GatewayMetrics
-
-        body, _ = GatewayMetrics().render()
-        return body.decode()
+def gateway_exposition(gateway_metrics_text: str) -> str:
+    """A running gateway's /metrics text (tests/helm/conftest.py)."""
+    return gateway_metrics_text
 
 
-def test_every_dashboard_metric_is_exported_by_the_gateway(gateway_exposition: str) -> None:
+def test_every_dashboard_metric_is_exported_by_the_gateway(dashboard: dict, gateway_exposition: str) -> None:
     exported = exported_series(gateway_exposition)
     assert exported, "the gateway exports no metrics"
-    used = {m for expr in queries(dashboard()) for m in re.findall(r"\b(evolving_[A-Za-z0-9_:]+)", expr)}
+    used = {m for expr in queries(dashboard) for m in re.findall(r"\b(evolving_[A-Za-z0-9_:]+)", expr)}
     assert used, "the dashboard queries no evolving_ metric"
     missing = sorted(used - exported)
     assert not missing, f"dashboard queries metrics the gateway does not export: {missing}"
     # No foreign metric names either: every selector in the dashboard is an evolving_ one.
-    for expr in queries(dashboard()):
+    for expr in queries(dashboard):
         for name in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{|\[)", expr):
             assert name.startswith("evolving_"), f"{name} in {expr}"
 
@@ -204,9 +199,9 @@ def test_alert_rules_in_the_operations_guide_use_exported_metrics(gateway_exposi
     assert used and not used - exported, sorted(used - exported)
 
 
-def test_dashboard_labels_exist_on_the_metrics_they_filter() -> None:
+def test_dashboard_labels_exist_on_the_metrics_they_filter(dashboard: dict) -> None:
     labels = gateway_label_names()
-    for expr in queries(dashboard()):
+    for expr in queries(dashboard):
         metrics = re.findall(r"\b(evolving_[A-Za-z0-9_:]+)", expr)
         known = set().union(*(labels.get(m, set()) for m in metrics))
         for selector_metric, selector in re.findall(r"\b(evolving_[A-Za-z0-9_:]+)\{([^}]*)\}", expr):

@@ -50,6 +50,7 @@ from gateway.serving.turn.spec import (
     with_defaults,
 )
 from gateway.store.records import UsageRecord
+from gateway.telemetry import end_span, start_span, turn_finished, turn_started
 from planner.types import RequestSample
 from workers.protocol import SamplingOptions
 
@@ -283,6 +284,7 @@ class OpenAIService:
         """Tokenize once, fix the output budget and constraint, make one job per choice."""
         salt = cache_salt(tenant.cache_salt, self.model_name)
         chars = _prompt_chars(spec)
+        span = start_span("tokenize", **{"evolving.prompt_chars": chars})  # template + tokens + block hashes
         if chars < self.offload_chars:
             tokens = self._tokens(spec)
             hashes = self.directory.block_hashes(tokens, salt)
@@ -293,6 +295,7 @@ class OpenAIService:
                 tokens, hashes = await self._tokens_in_thread(spec, salt)
         else:
             tokens, hashes = await self._tokens_in_thread(spec, salt)
+        end_span(span, **{"gen_ai.usage.input_tokens": len(tokens), "evolving.prompt_blocks": len(hashes)})
         max_tokens = resolve_max_tokens(
             len(tokens),
             spec.max_tokens,
@@ -348,6 +351,15 @@ class OpenAIService:
             )
             for i, seed in enumerate(seeds)
         ]
+        turn_started(
+            model=self.model_name,
+            request_id=request_id,
+            tenant=tenant.tenant_id,
+            branch=branch.branch_id,
+            session=branch.session_id,
+            max_tokens=max_tokens,
+            choices=len(jobs),
+        )
         return Prepared(
             request_id,
             int(time.time()),
@@ -471,6 +483,7 @@ class OpenAIService:
         # budget, and again, atomically across replicas, when the directory
         # opens it (concurrent openers cannot overshoot the cap).
         async with contextlib.AsyncExitStack() as held:
+            span = start_span("admission", **{"evolving.tenant": p.tenant.tenant_id})  # limits, queueing, branch
             try:
                 await self._check_new_branch(p)
                 await held.enter_async_context(
@@ -492,9 +505,11 @@ class OpenAIService:
                 )
                 if not opened:
                     self.gate.check_branch_limit(p.tenant, cap or 0)  # raises RateLimited
-            except RateLimited:
+            except RateLimited as exc:
                 self.workload.count_rejection()  # offered load the planner must see, though refused
+                end_span(span, error=exc.message)
                 raise
+            end_span(span)
             self.workload.count_arrival()
             try:
                 yield
@@ -556,6 +571,16 @@ class OpenAIService:
             last_in_branch=p.branch.finish_at_end,
         )
         self.metrics.observe_finished(p.tenant.tenant_id, done)
+        turn_finished(
+            prompt_tokens=done.prompt_tokens,
+            cached_tokens=done.cached_tokens,
+            completion_tokens=done.completion_tokens,
+            finish_reason=done.finish_reason.value,
+            first_phase=done.first_phase,
+            nodes=done.nodes,
+            resumes=done.resumes,
+            ttft_s=done.ttft_s,
+        )
         self.gate.record_usage(
             UsageRecord(
                 tenant_id=p.tenant.tenant_id,

@@ -141,6 +141,27 @@ Call with (dict "root" $ "key" "adminToken" "length" 40).
 {{- end -}}
 
 {{/* Checks that fail the render with a clear message instead of a broken deploy. */}}
+{{/* OpenTelemetry environment of the gateway and the workers (values: tracing); `service` names the process. */}}
+{{- define "ei.tracingEnv" -}}
+{{- $t := .root.Values.tracing -}}
+{{- if $t.enabled }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $t.endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: "http/protobuf"
+- name: OTEL_TRACES_SAMPLER
+  value: "parentbased_traceidratio"
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $t.sampleRatio | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "evolving-infra-%s" .service | quote }}
+{{- range $name, $value := $t.extraEnv }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "ei.validate" -}}
 {{- if and (not .Values.postgresql.enabled) (not .Values.externalDatabase.url) (not .Values.externalDatabase.existingSecret) -}}
 {{- fail "postgresql.enabled=false needs externalDatabase.url or externalDatabase.existingSecret" -}}
@@ -163,6 +184,12 @@ Call with (dict "root" $ "key" "adminToken" "length" 40).
 {{- $blockSize := int .Values.gateway.settings.blockSize -}}
 {{- if or (lt $blockSize 1) (ne (mod $blockSize 32) 0) -}}
 {{- fail "gateway.settings.blockSize must be a positive multiple of 32 (workers/engine.py)" -}}
+{{- end -}}
+{{- if and .Values.tracing.enabled (not .Values.tracing.endpoint) -}}
+{{- fail "tracing.enabled needs tracing.endpoint (the collector's OTLP/HTTP URL)" -}}
+{{- end -}}
+{{- if or (lt (float64 .Values.tracing.sampleRatio) 0.0) (gt (float64 .Values.tracing.sampleRatio) 1.0) -}}
+{{- fail "tracing.sampleRatio must be in [0, 1]" -}}
 {{- end -}}
 {{- if lt (int .Values.workers.gpus) 1 -}}
 {{- fail "workers.gpus must be >= 1" -}}

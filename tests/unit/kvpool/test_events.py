@@ -35,11 +35,22 @@ STEP = StepTimed(
     attention_pairs=10000,
 )
 
-PULL = PullDone(peer="wA", outcome="timeout", block_count=15, seconds=3.001)
+PULL = PullDone(peer="wA", outcome="timeout", block_count=15, seconds=3.001, rid="chatcmpl-1-0", ended_at=1700000003.5)
 PEER = PeerChanged(peer="wA", state="down", reason="timeout")
 
 WIRE = [
-    (PULL, {"type": "pull", "peer": "wA", "outcome": "timeout", "block_count": 15, "seconds": 3.001}),
+    (
+        PULL,
+        {
+            "type": "pull",
+            "peer": "wA",
+            "outcome": "timeout",
+            "block_count": 15,
+            "seconds": 3.001,
+            "rid": "chatcmpl-1-0",
+            "ended_at": 1700000003.5,
+        },
+    ),
     (PEER, {"type": "peer", "peer": "wA", "state": "down", "reason": "timeout"}),
     (SAVED, {"type": "saved", "rid": "r.1", "blocks": [["h0", 3], ["h1", 4]], "external_tokens": 32}),
     (DROPPED, {"type": "dropped", "blocks": [["h0", 3]]}),
@@ -126,3 +137,9 @@ def test_publish_delivers_one_datagram(tmp_path: pathlib.Path) -> None:
         listener.settimeout(2.0)
         publish(path, SAVED)
         assert decode(listener.recv(65536)) == SAVED
+
+
+def test_a_pull_event_without_its_request_still_decodes() -> None:
+    # what a connector from before the request id was sent writes
+    wire = b'{"type": "pull", "peer": "wA", "outcome": "ok", "block_count": 2, "seconds": 0.01}'
+    assert decode(wire) == PullDone(peer="wA", outcome="ok", block_count=2, seconds=0.01)

@@ -1,0 +1,175 @@
+"""`Tracing`: the gateway process's tracer, built once in `create_app`.
+
+    tracing = Tracing.build(settings.tracing, replica=settings.replica)   # off: Tracing.off()
+
+Request spans come from the middleware and the span sites (`_turn.py`);
+this object also makes the control plane's spans, each a root of its own
+trace and linked to the requests it touched:
+
+- `decision(decision)`: one planner tick's decision (chosen split, the
+  predicted gain, acted or not), linked to the traced calls in flight on the
+  nodes its actions name (the requests it moves, or holds where it is when
+  it does not act). The switches it orders run inside it, as its children.
+- `switch(node, ...)`: one phase switch; `SwitchTrace.migrated(ids)` links
+  it to the decodes the worker migrated.
+
+Off (no endpoint): no provider, `enabled` False, every method a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+
+from core.tracing import TraceSettings
+from gateway.telemetry._inflight import InflightSegments
+from gateway.telemetry._lean import LeanSink
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+    from gateway.store.records import SwitchOutcome
+    from planner.types import Decision
+
+
+class SwitchTrace:
+    """The span of one phase switch while it runs (None span: not traced)."""
+
+    def __init__(self, span: Span | None, inflight: InflightSegments) -> None:
+        self.span = span
+        self._inflight = inflight
+
+    def migrated(self, segment_ids: list[str]) -> None:
+        if self.span is None:
+            return
+        for ctx in self._inflight.context_of(segment_ids):
+            self.span.add_link(ctx, {"evolving.link": "migrated"})
+        self.span.set_attribute("evolving.switch.migrated", len(segment_ids))
+
+    def outcome(self, outcome: SwitchOutcome) -> None:
+        if self.span is None:
+            return
+        self.span.set_attributes(
+            {
+                "evolving.switch.from_phase": outcome.from_phase,
+                "evolving.switch.outcome": outcome.outcome,
+                "evolving.switch.detail": outcome.detail,
+                "evolving.switch.drain_s": outcome.drain_s,
+                "evolving.switch.migrate_s": outcome.migrate_s,
+            }
+        )
+        if outcome.outcome not in ("ok", "noop"):
+            self.span.set_status(Status(StatusCode.ERROR, outcome.detail))
+
+
+class Tracing:
+    def __init__(self, provider: TracerProvider | None = None, processor: SpanProcessor | None = None) -> None:
+        self._provider = provider
+        self.tracer: Tracer | None = provider.get_tracer("evolving-infra.gateway") if provider is not None else None
+        # The request path's spans (`_lean.py`): same sampler, resource and processor as the tracer's.
+        self.sink: LeanSink | None = None
+        if provider is not None and processor is not None:
+            self.sink = LeanSink(processor, provider.resource, provider.sampler, "evolving-infra.gateway")
+        self.inflight = InflightSegments()
+
+    @classmethod
+    def off(cls) -> Tracing:
+        return cls(None)
+
+    @classmethod
+    def build(cls, settings: TraceSettings, *, replica: str) -> Tracing:
+        if not settings.enabled:
+            return cls.off()
+        from gateway.telemetry._provider import build_provider
+
+        provider, processor = build_provider(
+            settings, service_name="evolving-infra-gateway", attributes={"service.instance.id": replica}
+        )
+        return cls(provider, processor)
+
+    @property
+    def enabled(self) -> bool:
+        return self.sink is not None
+
+    def flush(self, timeout_ms: int = 5000) -> bool:
+        return self._provider.force_flush(timeout_ms) if self._provider is not None else True
+
+    def shutdown(self) -> None:
+        if self._provider is not None:
+            self._provider.shutdown()
+
+    @contextlib.contextmanager
+    def decision(self, decision: Decision) -> Iterator[None]:
+        """The span of one planner decision; the switches ordered inside are its children."""
+        if self.tracer is None:
+            yield
+            return
+        nodes = [a.node_id for a in decision.actions]
+        links = [
+            Link(ctx, {"evolving.link": "migrates" if decision.acted else "holds"})
+            for ctx in self.inflight.on_nodes(nodes)
+        ]
+        attrs: dict[str, Any] = {
+            "evolving.planner": decision.planner,
+            "evolving.planner.acted": decision.acted,
+            "evolving.planner.reason": decision.reason,
+            "evolving.planner.confidence": decision.confidence,
+            "evolving.planner.current_split": f"{decision.current_split[0]}P{decision.current_split[1]}D",
+            "evolving.planner.chosen_split": f"{decision.chosen_split[0]}P{decision.chosen_split[1]}D",
+            "evolving.planner.actions": tuple(f"{a.node_id}->{a.to_phase.value}" for a in decision.actions),
+        }
+        attrs.update(_gain(decision))
+        span = self.tracer.start_span("planner.decision", kind=SpanKind.INTERNAL, attributes=attrs, links=links)
+        token = otel_context.attach(set_span_in_context(span))
+        try:
+            yield
+        finally:
+            otel_context.detach(token)
+            span.end()
+
+    @contextlib.contextmanager
+    def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> Iterator[SwitchTrace]:
+        """The span of one phase switch (a child of the planner decision that ordered it, if any)."""
+        if self.tracer is None:
+            yield SwitchTrace(None, self.inflight)
+            return
+        span = self.tracer.start_span(
+            "phase.switch",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "evolving.node": node_id,
+                "evolving.switch.to_phase": to_phase,
+                "evolving.switch.reason": reason,
+                "evolving.switch.who": who,
+            },
+            links=[Link(ctx, {"evolving.link": "in_flight"}) for ctx in self.inflight.on_nodes([node_id])],
+        )
+        try:
+            yield SwitchTrace(span, self.inflight)
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            span.end()
+
+
+def _gain(decision: Decision) -> dict[str, float]:
+    """The predicted gain of the chosen split over the current one (requests/s
+    served of the offered load, and its lower confidence bound), from the
+    decision's predictions; absent when the planner predicted nothing."""
+    by_split = {(p.prefill_nodes, p.decode_nodes): p for p in decision.predictions}
+    chosen, current = by_split.get(decision.chosen_split), by_split.get(decision.current_split)
+    if chosen is None or current is None:
+        return {}
+    return {
+        "evolving.planner.predicted_rps": chosen.throughput_rps,
+        "evolving.planner.current_rps": current.throughput_rps,
+        "evolving.planner.predicted_gain_rps": chosen.throughput_rps - current.throughput_rps,
+        "evolving.planner.predicted_gain_lo_rps": chosen.throughput_lo_rps - current.throughput_rps,
+        "evolving.planner.switch_cost_s": chosen.switch_cost_s,
+    }

@@ -1,0 +1,69 @@
+"""gateway.telemetry._encode writes what the SDK's own OTLP encoder writes:
+both outputs decoded with the OpenTelemetry proto package compare equal."""
+
+from __future__ import annotations
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode, set_span_in_context
+
+from gateway.telemetry._encode import encode_spans
+from gateway.telemetry._ids import parse_traceparent
+
+
+def _spans():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "gw", "service.instance.id": "r1"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("evolving-infra.gateway", "1.0")
+    remote = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "k=v")
+    from opentelemetry.trace import NonRecordingSpan
+
+    root = tracer.start_span("chat m", set_span_in_context(NonRecordingSpan(remote)), SpanKind.SERVER, {"a": 1})
+    root.set_attributes(
+        {
+            "s": "text",
+            "neg": -5,
+            "big": 2**40,
+            "f": 0.25,
+            "b": True,
+            "no": False,
+            "arr": ("x", "y"),
+            "ints": (1, 2, 3),
+            "empty": "",
+        }
+    )
+    child = tracer.start_span("decode", set_span_in_context(root), SpanKind.CLIENT, {"evolving.node": "w1"})
+    child.add_event("migrated", {"tokens": 7})
+    child.set_status(Status(StatusCode.ERROR, "node failed"))
+    child.end()
+    linked = tracer.start_span("phase.switch", links=[Link(child.get_span_context(), {"evolving.link": "migrated"})])
+    linked.set_status(Status(StatusCode.OK))
+    linked.end()
+    root.end()
+    other = TracerProvider(resource=Resource.create({"service.name": "other"})).get_tracer("x")
+    lone = other.start_span("lone", kind=SpanKind.INTERNAL)
+    lone.end()
+    return [*exporter.get_finished_spans(), lone]
+
+
+def _decoded(data: bytes) -> ExportTraceServiceRequest:
+    req = ExportTraceServiceRequest()
+    req.ParseFromString(data)
+    return req
+
+
+def test_same_message_as_the_sdk_encoder() -> None:
+    spans = _spans()
+    ours = _decoded(encode_spans(spans))
+    theirs = _decoded(sdk_encode_spans(spans).SerializeToString())
+    assert len(ours.resource_spans) == 2
+    assert ours == theirs
+
+
+def test_no_span_is_an_empty_request() -> None:
+    assert encode_spans([]) == b""
