@@ -3,11 +3,19 @@
 # runs `evolving-infra gateway`, `evolving-infra db upgrade` and
 # `evolving-infra console` from it (values.yaml: image.repository).
 #
-#   docker build -t <registry>/evolving-infra/evolving-infra:0.1.0 .
+#   podman build --build-arg BASE_IMAGE=python:3.11-slim -t <registry>/evolving-infra/evolving-infra:0.1.0 .
+#   make images     (here: builds the base from debootstrap when no registry is reachable)
 #
-# Not built or tested by CI here (no Docker engine on the project's machines).
-FROM python:3.11-slim
+# BASE_IMAGE is any Debian-like image with Python 3.11 and `python3 -m venv`:
+# python:3.11-slim, or the Debian 12 base `images/base.sh` builds. Product code
+# only: bench/ and testing/ stay out (.dockerignore). tests/containers runs this
+# image with the commands, user and read-only root the chart renders.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
+# pip checks TLS against the system CA bundle, not its own copy, so a proxy's CA
+# that `images/build.sh` mounts over it (CA_BUNDLE) is trusted during the build.
+ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -24,10 +32,13 @@ COPY workers ./workers
 COPY gateway ./gateway
 COPY admin_ui ./admin_ui
 COPY cli ./cli
-COPY bench ./bench
-COPY testing ./testing
 COPY migrations ./migrations
-RUN pip install . && rm -rf /src
+# A venv, not the system site-packages: Debian's Python refuses `pip install`
+# there (PEP 668), python:3.11-slim does not; the venv behaves the same on both.
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install . \
+ && rm -rf /src
+ENV PATH=/opt/venv/bin:$PATH
 
 # The chart runs as 10001 with a read-only root filesystem and /tmp as an
 # emptyDir; HOME points there so caches (Hugging Face, Streamlit) are writable.
