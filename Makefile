@@ -12,7 +12,7 @@ TORCH_PIN   := torch==2.13.0
 DEMO_MODEL  := data/demo-model
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint browser-deps clean
+.PHONY: setup demo test test-fast lint browser-deps clean images test-containers
 
 setup: $(STAMP) $(DEMO_MODEL)/config.json
 
@@ -68,6 +68,22 @@ test: setup browser-deps
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
+
+# Container images (podman; root): the product image and the CPU worker image.
+# No registry base here: images/base.sh builds one with debootstrap (cached);
+# elsewhere BASE_IMAGE=python:3.11-slim. TORCH_INDEX as for setup. NO_CACHE=1
+# builds every layer again. Prints each image's size and build time.
+IMAGE_REPO ?= localhost/evolving-infra
+IMAGE_TAG  ?= 0.1.0
+BASE_IMAGE ?=
+images:
+	IMAGE_REPO=$(IMAGE_REPO) IMAGE_TAG=$(IMAGE_TAG) BASE_IMAGE=$(BASE_IMAGE) TORCH_INDEX=$(TORCH_INDEX) \
+	  images/build.sh
+
+# The images run as the chart starts them (tests/containers; ~10 min on 2 cores
+# once built). Not part of `make test`: it needs root, podman and `make images`.
+test-containers: setup images
+	$(PY) -m pytest -q -m containers tests/containers $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) data

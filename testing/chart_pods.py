@@ -250,9 +250,7 @@ def _container_run(
     )
 
 
-def pod_containers(
-    workload: dict[str, Any], pod: str, secrets: dict[tuple[str, str], str]
-) -> list[ContainerRun]:
+def pod_containers(workload: dict[str, Any], pod: str, secrets: dict[tuple[str, str], str]) -> list[ContainerRun]:
     """Init containers (in order) then containers of one pod of a Deployment or
     StatefulSet, named `pod` (a StatefulSet's pods are `<name>-<ordinal>`)."""
     spec = workload["spec"]["template"]["spec"]
