@@ -222,6 +222,11 @@ def run_scenario(cfg: ScenarioConfig, workdir: pathlib.Path | None = None) -> di
     cluster = ChartCluster(cfg, workdir)
     report: dict[str, Any] = {"started": False, "request_ok": False, "switch_ok": False, "read_only_root": False}
     try:
+        unreadable = [p.name for p in cfg.model_dir.iterdir() if p.is_file() and not p.stat().st_mode & 0o004]
+        if unreadable:
+            # The chart's workers run as uid 10001: a root-only file fails the
+            # engine minutes later with a PermissionError deep in its log.
+            raise PermissionError(f"{cfg.model_dir}: {unreadable} not readable by other users (chmod o+r)")
         cluster.create_database()
         pods, workers, hosts = cluster.plan()
         runs = pods + workers

@@ -91,6 +91,7 @@ def init_demo(directory: str | pathlib.Path, cfg: DemoModelConfig = DemoModelCon
     out = pathlib.Path(directory)
     if (out / "config.json").exists() and (out / "tokenizer.json").exists() and (out / "model.safetensors").exists():
         refresh_chat_template(out)
+        _readable_by_all(out)
         return out
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer(cfg)
@@ -118,7 +119,16 @@ def init_demo(directory: str | pathlib.Path, cfg: DemoModelConfig = DemoModelCon
     GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id).save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "DEMO_MODEL.json").write_text(json.dumps({"seed": cfg.seed, "note": "random weights, local tokenizer"}))
+    _readable_by_all(out)
     return out
+
+
+def _readable_by_all(out: pathlib.Path) -> None:
+    """save_pretrained writes model.safetensors as 0600; the chart's containers
+    run as uid 10001 and must read a model folder that root prepared."""
+    for path in out.iterdir():
+        if path.is_file():
+            path.chmod(path.stat().st_mode | 0o444)
 
 
 def refresh_chat_template(directory: str | pathlib.Path) -> bool:
