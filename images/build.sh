@@ -69,6 +69,9 @@ rm -rf images/wheels
 if [[ ${PRUNE:-1} == 1 ]]; then podman image prune -f >/dev/null; fi
 
 echo "images (size, build time):"
-while IFS= read -r line; do
-  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(f"  {r[\"image\"]}: {r[\"size_mb\"]} MB, {r[\"build_s\"]} s")' "$line"
-done < "$REPORT"
+python3 - "$REPORT" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(f"  {r['image']}: {r['size_mb']} MB, {r['build_s']} s")
+PY
