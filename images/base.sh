@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The base image for Dockerfile and Dockerfile.worker-cpu where no registry
+# The base image for Dockerfile where no registry
 # base image is reachable: Debian 12 (bookworm) minbase from debootstrap with
 # Python 3.11 and venv from Debian's packages, imported into podman as
 # $BASE_TAG. Cached: an existing $BASE_TAG is kept (FORCE=1 rebuilds it).

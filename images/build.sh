@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make images`: the product image (Dockerfile) and the CPU worker image
-# (Dockerfile.worker-cpu), built with podman from the repository root.
+# `make images`: the product image and the CPU worker image (the `product` and
+# `worker-cpu` targets of Dockerfile), built with podman from the repository root.
 #
 #   images/build.sh                       base from debootstrap (images/base.sh), cached
 #   BASE_IMAGE=python:3.11-slim images/build.sh   a registry base instead
@@ -49,21 +49,22 @@ fi
 
 mkdir -p "$(dirname "$REPORT")"
 : > "$REPORT"
-build() {  # name dockerfile
-  local name=$1 file=$2 image="$IMAGE_REPO/$1:$IMAGE_TAG" start elapsed bytes
+build() {  # name target
+  local name=$1 target=$2 image="$IMAGE_REPO/$1:$IMAGE_TAG" start elapsed bytes
   start=$(date +%s)
   local ca=()
   [[ -f $CA_BUNDLE ]] && ca=(-v "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro")
   nice -n 15 podman build --network=host ${NO_CACHE:+--no-cache} "${ca[@]}" \
     --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg TORCH_INDEX="$TORCH_INDEX" \
-    -f "$file" -t "$image" .
+    --target "$target" -t "$image" .
   elapsed=$(( $(date +%s) - start ))
   bytes=$(podman image inspect --format '{{.Size}}' "$image")
   printf '{"name": "%s", "image": "%s", "size_mb": %d, "build_s": %d, "base": "%s", "base_s": %d}\n' \
     "$name" "$image" $(( bytes / 1000000 )) "$elapsed" "$BASE_IMAGE" "$base_s" >> "$REPORT"
 }
-build evolving-infra Dockerfile
-build evolving-infra-worker-cpu Dockerfile.worker-cpu
+# The worker first: the product target then finds every heavy layer cached.
+build evolving-infra-worker-cpu worker-cpu
+build evolving-infra product
 rm -rf images/wheels
 # Intermediate layers of replaced images (and the worker's build stage) take GBs.
 if [[ ${PRUNE:-1} == 1 ]]; then podman image prune -f >/dev/null; fi

@@ -48,8 +48,8 @@ RELEASE, NAMESPACE = "ei", "serving"
 @dataclass(frozen=True)
 class ScenarioConfig:
     model_dir: pathlib.Path  # a HF model folder on the host, mounted read-only
-    product_image: str  # repository:tag of Dockerfile's image
-    worker_image: str  # repository:tag of Dockerfile.worker-cpu's image
+    product_image: str  # repository:tag of Dockerfile's product target
+    worker_image: str  # repository:tag of Dockerfile's worker-cpu target
     gateway_port: int
     console_port: int
     worker_ports: tuple[int, int]
