@@ -12,7 +12,7 @@ TORCH_PIN   := torch==2.13.0
 DEMO_MODEL  := data/demo-model
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint browser-deps clean images test-containers
+.PHONY: setup demo test test-fast lint browser-deps clean images container-deps test-containers
 
 setup: $(STAMP) $(DEMO_MODEL)/config.json
 
@@ -76,12 +76,18 @@ test-fast: setup
 IMAGE_REPO ?= localhost/evolving-infra
 IMAGE_TAG  ?= 0.1.0
 BASE_IMAGE ?=
-images:
+# Debian's podman and runc, and debootstrap for the base (root).
+container-deps:
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null)
+
+images: container-deps
 	IMAGE_REPO=$(IMAGE_REPO) IMAGE_TAG=$(IMAGE_TAG) BASE_IMAGE=$(BASE_IMAGE) TORCH_INDEX=$(TORCH_INDEX) \
 	  images/build.sh
 
-# The images run as the chart starts them (tests/containers; ~10 min on 2 cores
-# once built). Not part of `make test`: it needs root, podman and `make images`.
+# The images run as the chart starts them (tests/containers). Its own target,
+# run by CI after `make test` (.ci/run): it needs root and podman, and builds
+# the images first; under `make test` the group skips while images are missing.
 test-containers: setup images
 	$(PY) -m pytest -q -m containers tests/containers $(PYTEST_ARGS)
 
