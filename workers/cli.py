@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+from typing import Any
 
 from core import Phase
 from workers.engine import EngineConfig
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -54,6 +66,14 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="constrained JSON has no free whitespace (compact JSON; needs xgrammar or guidance). "
         "For models that would otherwise pad JSON with whitespace forever, e.g. the random demo model",
     )
+    p.add_argument(
+        "--hf-overrides",
+        type=_json_object,
+        default=None,
+        help="vLLM's hf_overrides as a JSON object: config.json fields replaced at load, e.g. "
+        '\'{"rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 100000.0}}\' '
+        "with --max-model-len past the model's own context",
+    )
     p.add_argument("--run-dir", default="data/run")
     p.add_argument(
         "--cluster-token",
@@ -82,6 +102,7 @@ def run(argv: list[str] | None = None) -> int:
             run_dir=args.run_dir,
             structured_outputs_backend=args.structured_outputs_backend,
             json_no_whitespace=args.json_no_whitespace,
+            hf_overrides=args.hf_overrides,
         )
     except ValueError as exc:
         raise SystemExit(f"evolving-infra worker: {exc}") from None

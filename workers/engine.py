@@ -16,6 +16,7 @@ import pathlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from core import FinishReason, Role
 from kvpool.events import StepTimed
@@ -63,6 +64,9 @@ class EngineConfig:
     # otherwise never close its JSON. vLLM supports it on xgrammar and
     # guidance only, so "auto" means xgrammar then.
     json_no_whitespace: bool = False
+    # vLLM's hf_overrides: config.json fields replaced at load, e.g. a rope-scaling
+    # override that extends a model's context past its max_position_embeddings.
+    hf_overrides: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size % 32:
@@ -168,6 +172,7 @@ class WorkerEngine:
             enable_logging_iteration_details=True,
             disable_log_stats=False,
             kv_transfer_config=kv_transfer_config,
+            hf_overrides=cfg.hf_overrides,
             structured_outputs_config=StructuredOutputsConfig(
                 backend="xgrammar"
                 if cfg.json_no_whitespace and cfg.structured_outputs_backend == "auto"
