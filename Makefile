@@ -12,7 +12,7 @@ TORCH_PIN   := torch==2.13.0
 DEMO_MODEL  := data/demo-model
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint browser-deps clean
+.PHONY: setup demo test test-fast lint browser-deps harnesses clean
 
 setup: $(STAMP) $(DEMO_MODEL)/config.json
 
@@ -33,6 +33,17 @@ $(STAMP): pyproject.toml Makefile
 
 $(DEMO_MODEL)/config.json: $(STAMP)
 	$(VENV)/bin/evolving-infra model init-demo $(DEMO_MODEL)
+
+# The agent harness CLIs the `harness` tests and `bench harnesses` drive, pinned,
+# from npm into a git-ignored folder (their native binaries ship inside the packages).
+HARNESS_DIR  := .harnesses
+HARNESS_PKGS := @openai/codex@0.169.0 @anthropic-ai/claude-code@2.1.328 opencode-ai@1.18.33
+harnesses: $(HARNESS_DIR)/.installed
+
+$(HARNESS_DIR)/.installed: Makefile
+	@command -v npm >/dev/null || { echo "need npm (Node.js) for the agent harness CLIs"; exit 1; }
+	npm install --prefix $(HARNESS_DIR) --no-audit --no-fund --save-exact $(HARNESS_PKGS)
+	touch $@
 
 # Debian's Chromium for the browser tests (Playwright's own download fails here).
 browser-deps:
@@ -63,11 +74,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: setup browser-deps
+test: setup browser-deps harnesses
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data $(HARNESS_DIR)
