@@ -72,10 +72,8 @@ def request_counts(metrics_text: str, tenant: str) -> tuple[int, int]:
     """(requests, non-2xx) in evolving_requests_total for `tenant` and for requests without one ("-")."""
     total = bad = 0
     for family in text_string_to_metric_families(metrics_text):
-        if family.name != "evolving_requests":
-            continue
         for sample in family.samples:
-            if not sample.name.endswith("_total") or sample.labels.get("tenant") not in (tenant, "-"):
+            if sample.name != "evolving_requests_total" or sample.labels.get("tenant") not in (tenant, "-"):
                 continue
             n = int(sample.value)
             total += n

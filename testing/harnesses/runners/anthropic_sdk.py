@@ -49,7 +49,7 @@ class AnthropicSDK:
                     messages=self.messages,
                 ) as stream:
                     message = stream.get_final_message()
-                self.messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
+                self.messages.append({"role": "assistant", "content": message.content})  # as the SDK's docs do
                 uses = [b for b in message.content if b.type == "tool_use"]
                 if message.stop_reason != "tool_use" or not uses:
                     break
