@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import signal
+import sys
 import time
 from typing import Any
 
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--detail", default=None, help="write the full reports and failed exchanges to this file")
     a = ap.parse_args(argv)
     names = a.harness or list(HARNESSES)
+    # SIGTERM unwinds like Ctrl-C, so the cluster's workers and gateway are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     start = time.monotonic()
     reports: dict[str, Any] = {}
     detail: dict[str, Any] = {}
