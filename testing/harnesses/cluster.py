@@ -41,6 +41,7 @@ class ClusterConfig:
     model_dir: str = MODEL_DIR
     context_tokens: int = CONTEXT_TOKENS  # the workers' --max-model-len, past the model's own with rope scaling
     kvcache_gib: int = 2  # one 32k-token sequence of SmolLM2 takes ~0.75 GiB
+    default_max_tokens: int = 1024  # the gateway's EVOLVING_DEFAULT_MAX_TOKENS
     logs_dir: str = "test-output/logs/harness"
     gateway_env: tuple[tuple[str, str], ...] = ()  # extra EVOLVING_* settings
 
@@ -91,6 +92,9 @@ def _start_gateway(
         # Harnesses name their own models (Claude Code's small model, the Agents SDK's default).
         "EVOLVING_MODEL_ALIASES": "*",
         "EVOLVING_PLANNER_MODE": "advisory",
+        # An operator's bound on output when a request names none (Codex's config has no output cap):
+        # a small model that rambles stops here instead of at the end of a 32k context.
+        "EVOLVING_DEFAULT_MAX_TOKENS": str(cfg.default_max_tokens),
         **dict(cfg.gateway_env),
     }
     cmd = [
