@@ -1,12 +1,13 @@
-"""The cluster the harness suite runs against: two real vLLM-CPU workers on a
+"""The cluster the harness suite runs against: real vLLM-CPU workers (one by default) on a
 real instruct model (SmolLM2-135M-Instruct with its stock chat template), the
 gateway as `evolving-infra gateway` runs it (store-backed keys, admin API,
 /metrics), a tenant key minted through the admin API, and a recording proxy
 in front of the gateway that the harnesses are pointed at.
 
 The workers extend the model's context with vLLM's rope-scaling override
-(`--hf-overrides`, dynamic NTK): Claude Code's default request (~20k tokens)
-exceeds SmolLM2's 8192 positions, and the suite never trims a harness to fit.
+(`--hf-overrides`, dynamic NTK): Claude Code's default request
+(~14k tokens) and Codex's (~11k) exceed SmolLM2's 8192 positions, and the suite never
+trims a harness to fit.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class ClusterConfig:
     model_dir: str = MODEL_DIR
     context_tokens: int = CONTEXT_TOKENS  # the workers' --max-model-len, past the model's own with rope scaling
     kvcache_gib: int = 2  # one 32k-token sequence of SmolLM2 takes ~0.75 GiB
+    # 1: one worker on both cores computes every prompt (the harnesses' 11-14k-token prompts
+    # prefill twice as fast as on one core); 2: a prefill and a decode worker, a core each.
+    workers: int = 1
     default_max_tokens: int = 1024  # the gateway's EVOLVING_DEFAULT_MAX_TOKENS
     logs_dir: str = "test-output/logs/harness"
     gateway_env: tuple[tuple[str, str], ...] = ()  # extra EVOLVING_* settings
@@ -154,12 +158,34 @@ def harness_cluster(cfg: ClusterConfig | None = None) -> Iterator[HarnessCluster
     overrides = cfg.rope_overrides()
     if overrides:
         extra += ["--hf-overrides", json.dumps(overrides)]
-    workers = [
-        WorkerProcess(free_port(), "prefill", cfg.model_dir, "hA", extra=extra, threads_bind="0",
-                      log_path=str(logs / "hA.log")),
-        WorkerProcess(free_port(), "decode", cfg.model_dir, "hB", extra=extra, threads_bind="1",
-                      log_path=str(logs / "hB.log")),
-    ]  # fmt: skip
+    if cfg.workers == 1:
+        workers = [
+            WorkerProcess(
+                free_port(),
+                "decode",
+                cfg.model_dir,
+                "h0",
+                extra=extra,
+                threads_bind="0-1",
+                log_path=str(logs / "h0.log"),
+            )
+        ]
+    else:
+        workers = [
+            WorkerProcess(
+                free_port(),
+                "prefill",
+                cfg.model_dir,
+                "hA",
+                extra=extra,
+                threads_bind="0",
+                log_path=str(logs / "hA.log"),
+            ),
+            WorkerProcess(
+                free_port(), "decode", cfg.model_dir, "hB", extra=extra, threads_bind="1", log_path=str(logs / "hB.log")
+            ),
+        ]
+
     gateway: subprocess.Popen[bytes] | None = None
     try:
         for w in workers:

@@ -6,8 +6,10 @@ CLI harness is started with.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -65,21 +67,31 @@ class TurnOutcome:
 
 
 def run_cli(cmd: list[str], *, cwd: pathlib.Path, env: dict[str, str], timeout_s: float) -> TurnOutcome:
-    """Run one non-interactive CLI turn; a timeout is exit code 124, as timeout(1) gives."""
+    """Run one non-interactive CLI turn; a timeout is exit code 124, as timeout(1) gives.
+
+    The CLI runs in its own process group and a timeout kills the whole group: the npm
+    entry points are Node shims around native binaries, which would outlive the shim
+    (and hold the session's lock, failing the next turn's resume)."""
     start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
     try:
-        done = subprocess.run(
-            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode("utf-8", "replace")
-        err = (exc.stderr or b"").decode("utf-8", "replace")
-        return TurnOutcome(124, out[-4000:], f"timed out after {timeout_s:.0f} s\n{err[-4000:]}", 0,
-                           time.monotonic() - start)  # fmt: skip
+        out, err = proc.communicate(timeout=timeout_s)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        code, err = 124, f"timed out after {timeout_s:.0f} s\n".encode() + err
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what the CLI left running
     return TurnOutcome(
-        done.returncode,
-        done.stdout.decode("utf-8", "replace")[-4000:],
-        done.stderr.decode("utf-8", "replace")[-4000:],
+        code,
+        out.decode("utf-8", "replace")[-4000:],
+        err.decode("utf-8", "replace")[-4000:],
         0,
         time.monotonic() - start,
     )
