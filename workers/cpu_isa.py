@@ -30,3 +30,24 @@ def request_amx() -> bool:
     if not ok:
         log.warning("the CPU has AMX but the kernel refused its tile state: AMX kernels will fault")
     return ok
+
+
+def bf16_is_fast() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX). Without
+    either, torch's bf16 matmuls run emulated: on an AVX2-only AMD EPYC here a
+    2048x576 @ 576x1536 product took 3.2 s in bf16 against 0.42 s in fp32."""
+    try:
+        flags = next(
+            (line for line in open("/proc/cpuinfo", encoding="ascii", errors="ignore") if line.startswith("flags")),
+            "",
+        ).split()
+    except OSError:
+        return True  # not Linux: leave vLLM's choice alone
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(dtype: str) -> str:
+    """A worker's `--dtype`: "auto" is bfloat16 where the CPU computes it natively, else float32."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if bf16_is_fast() else "float32"

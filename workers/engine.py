@@ -21,6 +21,7 @@ from typing import Any
 from core import FinishReason, Role
 from kvpool.events import StepTimed
 from workers import affinity
+from workers.cpu_isa import resolve_dtype
 from workers.iterations import IndexedLog, IterationLog, make_stat_logger_factory
 from workers.kv_events import KVEventChannel
 from workers.protocol import (
@@ -41,7 +42,12 @@ class EngineConfig:
     model: str
     node_id: str = "w0"
     block_size: int = 32  # vLLM's CPU attention needs a multiple of 32
-    max_model_len: int = 4096
+    # Context length (prompt + output tokens); None: the model's own (config.json), as vLLM derives it.
+    max_model_len: int | None = None
+    # vLLM's `hf_overrides` (config.json fields), e.g. rope scaling to serve past the model's context.
+    hf_overrides: dict[str, Any] | None = None
+    # "auto": bfloat16 where the CPU has native bf16 (AVX512-BF16, AMX), else float32 (workers.cpu_isa).
+    dtype: str = "auto"
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048  # chunked-prefill token budget per step
     kvcache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE: device (paged) KV cache
@@ -64,14 +70,11 @@ class EngineConfig:
     # otherwise never close its JSON. vLLM supports it on xgrammar and
     # guidance only, so "auto" means xgrammar then.
     json_no_whitespace: bool = False
-    # vLLM's hf_overrides: config.json fields replaced at load, e.g. a rope-scaling
-    # override that extends a model's context past its max_position_embeddings.
-    hf_overrides: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size % 32:
             raise ValueError("block_size must be a positive multiple of 32")
-        if self.max_model_len < self.block_size:
+        if self.max_model_len is not None and self.max_model_len < self.block_size:
             raise ValueError("max_model_len must be >= block_size")
         if self.kv_pull_timeout_s <= 0:
             raise ValueError("kv_pull_timeout_s must be > 0")
@@ -121,6 +124,7 @@ class WorkerEngine:
         self._phase_of = phase_of
         self._llm = None
         self.vocab_size = 0
+        self.max_model_len = 0  # known once the engine is up
         self.kv_capacity_tokens = 0  # known once started
         self.kv_events: KVEventChannel | None = None
         self.started = False  # start() finished once (a later dead engine is not "starting")
@@ -160,9 +164,10 @@ class WorkerEngine:
             }
         args = AsyncEngineArgs(
             model=cfg.model,
-            dtype="bfloat16",
+            dtype=resolve_dtype(cfg.dtype),
             block_size=cfg.block_size,
             max_model_len=cfg.max_model_len,
+            hf_overrides=dict(cfg.hf_overrides or {}),
             max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=cfg.max_num_batched_tokens,
             enable_prefix_caching=True,
@@ -172,7 +177,6 @@ class WorkerEngine:
             enable_logging_iteration_details=True,
             disable_log_stats=False,
             kv_transfer_config=kv_transfer_config,
-            hf_overrides=cfg.hf_overrides,
             structured_outputs_config=StructuredOutputsConfig(
                 backend="xgrammar"
                 if cfg.json_no_whitespace and cfg.structured_outputs_backend == "auto"
@@ -193,6 +197,8 @@ class WorkerEngine:
         if cpus:
             affinity.pin_own_threads(cpus)
         self.vocab_size = self._llm.model_config.get_vocab_size()
+        # The context length the engine really serves (the model's own unless overridden).
+        self.max_model_len = int(self._llm.model_config.max_model_len)
         # Device KV the engine core allocated (the client learns it at start-up).
         blocks = self._llm.vllm_config.cache_config.num_gpu_blocks or 0
         self.kv_capacity_tokens = int(blocks) * cfg.block_size
@@ -233,16 +239,15 @@ class WorkerEngine:
 
     # -- requests ----------------------------------------------------------
     def validate(self, req: GenerateRequest) -> None:
-        cfg = self.config
         s = req.sampling
         bad = [t for t in (*req.prompt_token_ids, *s.stop_token_ids, *s.logit_bias) if t >= self.vocab_size]
         if bad:
             raise EngineError(f"token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
         max_tokens = 1 if req.role is Role.PREFILL else req.sampling.max_tokens
-        if len(req.prompt_token_ids) + max_tokens > cfg.max_model_len:
+        if len(req.prompt_token_ids) + max_tokens > self.max_model_len:
             raise EngineError(
                 f"prompt ({len(req.prompt_token_ids)} tokens) + max_tokens ({max_tokens}) "
-                f"exceeds the model's context length {cfg.max_model_len}"
+                f"exceeds the model's context length {self.max_model_len}"
             )
         if req.request_id in self.inflight:
             raise EngineError(f"request {req.request_id} is already in flight", status=409)

@@ -175,7 +175,7 @@ def create_app(
             num_waiting=waiting,
             kv_usage=kv_usage,
             block_size=config.block_size,
-            max_model_len=config.max_model_len,
+            max_model_len=eng.max_model_len,
             tokens_per_s=eng.iterations.tokens_per_s(),
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.errors import InvalidRequest
+from gateway.serving.chat_render import ChatRenderer
 
 # Text a lossless tokenizer gives back unchanged: runs of spaces and tabs,
 # newlines, a control character, a decomposed accent, CJK, a no-break space.
@@ -34,10 +35,12 @@ _ROUND_TRIP_PROBE = "  a\tb\n\n   \x01 e\u0301 é 日本語 \u00a0 x  \r\n"
 
 
 class PromptTokenizer:
-    def __init__(self, hf_tokenizer: Any, *, context_length: int | None = None) -> None:
+    def __init__(self, hf_tokenizer: Any, *, context_length: int | None = None, model_dir: str | None = None) -> None:
         if not getattr(hf_tokenizer, "chat_template", None):
             raise ValueError("tokenizer has no chat_template")
         self._hf = hf_tokenizer
+        # Messages reach the template as vLLM's server gives them (gateway.serving.chat_render).
+        self._renderer = ChatRenderer(hf_tokenizer, model_dir or hf_tokenizer.name_or_path)
         # The Rust tokenizer behind the HF wrapper: decode without Python overhead.
         self._fast = hf_tokenizer.backend_tokenizer
         self.eos_token_id: int | None = hf_tokenizer.eos_token_id
@@ -65,7 +68,11 @@ class PromptTokenizer:
     def from_dir(cls, model_dir: str) -> PromptTokenizer:
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(model_dir), context_length=model_context_length(model_dir))
+        return cls(
+            AutoTokenizer.from_pretrained(model_dir),
+            context_length=model_context_length(model_dir),
+            model_dir=model_dir,
+        )
 
     def render_chat(
         self,
@@ -79,19 +86,7 @@ class PromptTokenizer:
 
         `template_kwargs` reach the template as variables (vLLM's
         `chat_template_kwargs`, e.g. `reasoning_effort`)."""
-        try:
-            text = self._hf.apply_chat_template(
-                messages,
-                tools=tools or None,
-                tool_choice=tool_choice,
-                add_generation_prompt=True,
-                tokenize=False,
-                **(template_kwargs or {}),
-            )
-        except Exception as exc:  # jinja raises many types; all mean a bad conversation
-            raise InvalidRequest(f"messages cannot be rendered by the chat template: {exc}", param="messages") from exc
-        assert isinstance(text, str)
-        return text
+        return self._renderer.render(messages, tools=tools, tool_choice=tool_choice, template_kwargs=template_kwargs)
 
     def encode_chat(
         self,
@@ -159,6 +154,20 @@ def _too_long(limit: int, tokens: str, param: str) -> InvalidRequest:
         param=param,
         code="context_length_exceeded",
     )
+
+
+def model_sampling_defaults(model_dir: str) -> dict[str, float | int]:
+    """The sampling defaults in the model's generation_config.json (temperature,
+    top_p, top_k, min_p, repetition_penalty), as vLLM's server applies them."""
+    path = pathlib.Path(model_dir) / "generation_config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(config, dict):
+        return {}
+    keys = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+    return {k: config[k] for k in keys if isinstance(config.get(k), (int, float)) and not isinstance(config[k], bool)}
 
 
 def model_context_length(model_dir: str) -> int | None:

@@ -22,7 +22,7 @@ from testing.leftovers import Leftovers, left_after_stop, processes_naming
 from testing.stacks import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "demo-model"))
+DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "tiny-model"))
 
 
 def up_argv(data: pathlib.Path, gateway: int, worker: int, console: int, *extra: str) -> list[str]:

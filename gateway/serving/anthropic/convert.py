@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse
 
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.serving.anthropic.context_edits import apply_edits
 from gateway.serving.responses.convert import plain
 from gateway.serving.turn.choices import ChoiceResult
 from gateway.serving.turn.parsing import invalid_request, validate
-from gateway.serving.turn.spec import Sampling, TurnSpec
+from gateway.serving.turn.spec import Sampling, TurnSpec, unset_fields
 
 REFUSED = {
     "mm_payload": "`mm_payload` is not supported",
@@ -39,10 +40,10 @@ REFUSED = {
     "vllm_xargs": "`vllm_xargs` is not supported",
     "container": "code execution containers are not supported",
     "mcp_servers": "MCP servers are not supported",
-    "context_management": "server-side context management is not supported",
     "output_format": "`output_format` is not supported; use `output_config.format`",
 }
 ACCEPTED_EXTRA = frozenset({"service_tier"})  # no effect on the output here
+HONOURED = frozenset({"context_management"})  # applied here, not a field of vLLM's request model
 TEXT_PARTS = frozenset({"text"})
 _NOT_TEXT = "content of type {kind!r} is not supported (text only)"
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -70,26 +71,37 @@ def error_event(exc: GatewayError) -> bytes:
     return f"event: error\ndata: {json.dumps(error_body(exc))}\n\n".encode()
 
 
-def parse_request(body: dict[str, Any], *, count_tokens: bool = False, reasoning: bool = False) -> Any:
+def parse_request(
+    body: dict[str, Any],
+    *,
+    count_tokens: bool = False,
+    reasoning: bool = False,
+    text_tokens: Callable[[str], int] = lambda text: len(text) // 4,
+) -> Any:
     """vLLM's Anthropic request for this body, or a 400 naming what is refused.
 
-    `reasoning`: the gateway has a reasoning parser (then `thinking` of type
-    "adaptive" is honoured through the template; "enabled" with a token
-    budget never is: nothing enforces the budget)."""
+    `reasoning`: the gateway has a reasoning parser. `thinking` of type
+    "adaptive" lets the model choose how much to think: through the template
+    with a reasoning parser; a model without one does not think, which is
+    what "adaptive" allows. "enabled" with a token budget is refused: nothing
+    enforces the budget. `context_management` edits are applied to the
+    messages first (context_edits), their tokens counted by `text_tokens`."""
     from vllm.entrypoints.anthropic.protocol import AnthropicCountTokensRequest, AnthropicMessagesRequest
 
     model = AnthropicCountTokensRequest if count_tokens else AnthropicMessagesRequest
     for name in body:
         if name in REFUSED:
             raise InvalidRequest(REFUSED[name], param=name)
-        if name not in model.model_fields and name not in ACCEPTED_EXTRA:
+        if name not in model.model_fields and name not in ACCEPTED_EXTRA and name not in HONOURED:
             raise InvalidRequest(f"{name}: Extra inputs are not permitted", param=name)
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
         raise InvalidRequest("extended thinking with a token budget is not supported", param="thinking")
-    if isinstance(thinking, dict) and thinking.get("type") == "adaptive" and not reasoning:
-        raise InvalidRequest("thinking needs a reasoning parser on this gateway", param="thinking")
-    req = validate(model, {k: v for k, v in body.items() if k not in ACCEPTED_EXTRA})
+    if "context_management" in body:
+        messages, _ = apply_edits(body.get("messages") or [], body["context_management"], text_tokens)
+        body = {**body, "messages": messages}
+    fields = {k: v for k, v in body.items() if k not in ACCEPTED_EXTRA and k != "context_management"}
+    req = validate(model, fields)
     check_tools(req.tools, req.tool_choice)
     return req
 
@@ -170,6 +182,7 @@ def turn_spec(req: Any) -> TurnSpec:
         ),
         parsing=creq if (tools or creq.response_format is not None) else None,
         constraint_param="output_config.format",
+        unset=unset_fields(req),
     )
 
 

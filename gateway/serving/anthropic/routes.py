@@ -18,7 +18,6 @@ and the answer go through vLLM's Anthropic converters (convert.py).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, aclosing
 from typing import Any
@@ -33,27 +32,16 @@ from gateway.serving.openai.docs import ANTHROPIC, body_of
 from gateway.serving.openai.routes import EventStreamResponse, bearer, branch_from_headers, read_body
 from gateway.serving.openai.service import OpenAIService, Prepared
 from gateway.serving.orchestrator import Finished
-from gateway.serving.responses.routes import json_object, opening_key
+from gateway.serving.responses.routes import json_object
 from gateway.serving.turn.choices import run_choices
 from gateway.serving.turn.relay import deltas
 
 log = logging.getLogger(__name__)
-_SESSION_RE = re.compile(r"session_([0-9a-fA-F-]{8,})")
 
 
 def api_key(request: Request) -> str | None:
     key = request.headers.get("x-api-key")
     return key.strip() if key and key.strip() else bearer(request)
-
-
-def session_of(request: Request, metadata: dict[str, Any] | None) -> str | None:
-    """The harness's own session id: Claude Code's header, or the session in `metadata.user_id`."""
-    header = request.headers.get("x-claude-code-session-id")
-    if header:
-        return "claude-code:" + header
-    user = (metadata or {}).get("user_id")
-    match = _SESSION_RE.search(user) if isinstance(user, str) else None
-    return "claude-code:" + match.group(1) if match else None
 
 
 def _models() -> tuple[Any, Any]:
@@ -66,6 +54,9 @@ def anthropic_router(service: OpenAIService, *, max_body_bytes: int) -> APIRoute
     router = APIRouter()
     messages_model, count_model = _models()
     reasoning = service.parsing.reasoning
+
+    def text_tokens(text: str) -> int:
+        return len(service.tokenizer.encode_text(text, add_special_tokens=False))
 
     @router.post(
         "/v1/messages",
@@ -83,12 +74,12 @@ def anthropic_router(service: OpenAIService, *, max_body_bytes: int) -> APIRoute
 
     async def _create(request: Request) -> Response:
         data = json_object(await read_body(request, max_body_bytes))
-        req = convert.parse_request(data, reasoning=reasoning)
+        req = convert.parse_request(data, reasoning=reasoning, text_tokens=text_tokens)
         tenant = await service.gate.authenticate(api_key(request))
         service.check_model(req.model)
         spec = convert.turn_spec(req)
-        key = session_of(request, req.metadata) or opening_key(spec.messages or [])
-        p = await service.prepare(spec, tenant, branch_from_headers(request, tenant, conversation=key), "msg")
+        branch = branch_from_headers(request, tenant, metadata=req.metadata, messages=spec.messages)
+        p = await service.prepare(spec, tenant, branch, "msg")
         stack = AsyncExitStack()
         await stack.enter_async_context(service.admitted(p))
         headers = {"request-id": p.request_id, "X-Branch-ID": p.branch.branch_id}
@@ -116,7 +107,7 @@ def anthropic_router(service: OpenAIService, *, max_body_bytes: int) -> APIRoute
         """The prompt tokens a Messages request would use (rendered with the chat template)."""
         try:
             data = json_object(await read_body(request, max_body_bytes))
-            req = convert.parse_request(data, count_tokens=True, reasoning=reasoning)
+            req = convert.parse_request(data, count_tokens=True, reasoning=reasoning, text_tokens=text_tokens)
             await service.gate.authenticate(api_key(request))
             service.check_model(req.model)
             spec = convert.count_tokens_spec(req)

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest, _Sampling
 from gateway.serving.turn.parsing import chat_request
-from gateway.serving.turn.spec import Sampling, TurnSpec
+from gateway.serving.turn.spec import Sampling, TurnSpec, unset_fields
 
 
 def sampling_of(req: _Sampling, *, logprobs: int | None) -> Sampling:
@@ -36,7 +36,7 @@ def sampling_of(req: _Sampling, *, logprobs: int | None) -> Sampling:
 
 
 def chat_spec(req: ChatCompletionRequest) -> TurnSpec:
-    messages = [m.template_dict() for m in req.messages]
+    messages = [m.chat_message() for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     kwargs: dict[str, Any] = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:
@@ -68,6 +68,7 @@ def chat_spec(req: ChatCompletionRequest) -> TurnSpec:
         sampling=sampling_of(req, logprobs=(req.top_logprobs or 0) if req.logprobs else None),
         parsing=parsing,
         include_usage=req.include_usage,
+        unset=unset_fields(req),
     )
 
 
@@ -93,4 +94,5 @@ def completion_spec(req: CompletionRequest) -> TurnSpec:
         n=req.n or 1,
         sampling=sampling_of(req, logprobs=req.logprobs),
         include_usage=req.include_usage,
+        unset=unset_fields(req),
     )

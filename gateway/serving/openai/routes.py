@@ -14,13 +14,14 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.types import Receive, Scope, Send
 
+from core.ids import ID_RE
 from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
 from gateway.serving.openai import answers, sse
 from gateway.serving.openai.convert import chat_spec, completion_spec
@@ -45,6 +46,7 @@ from gateway.serving.openai.service import (
 )
 from gateway.serving.orchestrator import Finished
 from gateway.serving.tenancy import TenantContext
+from gateway.serving.turn.identity import identity_from, opening_key
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -87,18 +89,30 @@ def bearer(request: Request) -> str | None:
     return key.strip() if scheme.lower() == "bearer" and key.strip() else None
 
 
-def branch_from_headers(request: Request, tenant: TenantContext, *, conversation: str | None = None) -> BranchContext:
-    """The branch contract from the headers; without X-Branch-ID, the
-    client's own conversation id (`conversation`, e.g. `prompt_cache_key`)
-    names the branch, which then lives until its idle TTL."""
+def branch_from_headers(
+    request: Request,
+    tenant: TenantContext,
+    *,
+    conversation: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    messages: list[dict[str, Any]] | None = None,
+) -> BranchContext:
+    """The branch contract from the headers. Without X-Branch-ID, the
+    client's own conversation id names the branch, which then lives until its
+    idle TTL: the API's (`conversation`: `prompt_cache_key`, a Responses
+    chain), else the harness's (gateway.serving.turn.identity), else the
+    opening of `messages`."""
     h = request.headers
+    ident = identity_from(h, prompt_cache_key=conversation, metadata=metadata)
+    session = h.get("x-session-id") or ident.session
     return parse_branch_headers(
         tenant.tenant_id,
         branch_id=h.get("x-branch-id"),
         parent_id=h.get("x-parent-branch-id"),
-        session_id=h.get("x-session-id"),
+        session_id=session if session and ID_RE.match(session) else None,
         finished=h.get("x-branch-finished"),
-        conversation=conversation,
+        conversation=ident.conversation or (opening_key(messages) if messages else None),
+        parent_conversation=ident.parent,
     )
 
 
@@ -161,7 +175,7 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
         tenant = await authenticate(request)
         service.check_model(req.model)
         spec = chat_spec(req) if isinstance(req, ChatCompletionRequest) else completion_spec(req)
-        branch = branch_of(request, tenant, conversation=req.prompt_cache_key)
+        branch = branch_from_headers(request, tenant, conversation=req.prompt_cache_key, messages=spec.messages)
         return await service.prepare(spec, tenant, branch, prefix), req.stream
 
     def headers(p: Prepared) -> dict[str, str]:
@@ -224,7 +238,8 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
     async def list_models(request: Request) -> Response:
         """The models this key may use."""
         tenant = await authenticate(request)
-        cards = [ModelCard(id=m, created=0) for m in service.models_for(tenant)]
+        limit = service.context_length()
+        cards = [ModelCard(id=m, created=0, max_model_len=limit) for m in service.models_for(tenant)]
         return Response(ModelList(data=cards).model_dump_json(), media_type=_JSON)
 
     @router.get("/v1/models/{model_id:path}", openapi_extra=BEARER, tags=["openai"])
@@ -233,7 +248,8 @@ def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
         tenant = await authenticate(request)
         if model_id not in service.models_for(tenant):
             raise NotFound(f"The model '{model_id}' does not exist", param="model", code="model_not_found")
-        return Response(ModelCard(id=model_id, created=0).model_dump_json(), media_type=_JSON)
+        card = ModelCard(id=model_id, created=0, max_model_len=service.context_length())
+        return Response(card.model_dump_json(), media_type=_JSON)
 
     @router.post("/v1/branches/{branch_id}/finish", openapi_extra=BEARER, tags=["branches"])
     async def finish_branch(branch_id: str, request: Request) -> Response:

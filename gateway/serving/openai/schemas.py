@@ -76,23 +76,11 @@ class ChatMessage(_Request):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
 
-    def template_dict(self) -> dict[str, Any]:
-        """The message as the chat template expects it (plain dicts)."""
-        out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role}
-        if isinstance(self.content, list):
-            out["content"] = "".join(p.text or "" for p in self.content)
-        else:
-            out["content"] = self.content or ""
-        if self.name:
-            out["name"] = self.name
-        if self.tool_calls:
-            out["tool_calls"] = [
-                {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in self.tool_calls
-            ]
-        if self.tool_call_id:
-            out["tool_call_id"] = self.tool_call_id
-        return out
+    def chat_message(self) -> dict[str, Any]:
+        """The message as the client sent it, in plain JSON. vLLM's chat parsing
+        (gateway.serving.chat_render) makes it what the template expects:
+        parts joined, no None content, developer as system where needed."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 class StreamOptions(_Request):
@@ -332,6 +320,8 @@ class ModelCard(_Response):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "evolving-infra"
+    # The context length (prompt + output tokens) served, as vLLM's /v1/models reports it.
+    max_model_len: int | None = None
 
 
 class ModelList(_Response):

@@ -42,7 +42,13 @@ from gateway.serving.tenancy import TenantContext, TenantGate
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
 from gateway.serving.tokenize_process import ProcessTokenizer, ProcessUnavailable
 from gateway.serving.turn.parsing import Adjusted, OutputParsing, invalid_request
-from gateway.serving.turn.spec import TurnSpec, choice_seeds, replay_needs_seed, resolve_max_tokens
+from gateway.serving.turn.spec import (
+    TurnSpec,
+    choice_seeds,
+    replay_needs_seed,
+    resolve_max_tokens,
+    with_defaults,
+)
 from gateway.store.records import UsageRecord
 from planner.types import RequestSample
 from workers.protocol import SamplingOptions
@@ -84,13 +90,17 @@ def parse_branch_headers(
     session_id: str | None,
     finished: str | None,
     conversation: str | None = None,
+    parent_conversation: str | None = None,
 ) -> BranchContext:
     """The branch contract. Without `X-Branch-ID`, a `conversation` id the
     client sent its own way (`prompt_cache_key`, a Responses chain, a
-    harness's session header) names the branch; with neither, the branch
-    lives for this request only."""
+    harness's session header, the conversation's opening) names the branch;
+    with neither, the branch lives for this request only. Without
+    `X-Parent-Branch-ID`, a sub-agent's `parent_conversation` names its parent."""
     bid = _checked_id(branch_id, "X-Branch-ID")
     parent = _checked_id(parent_id, "X-Parent-Branch-ID")
+    if parent is None and parent_conversation:
+        parent = conversation_branch_id(parent_conversation)
     session = _checked_id(session_id, "X-Session-ID")
     flag = (finished or "").strip().lower()
     if flag not in ("", "true", "false", "1", "0"):
@@ -218,6 +228,7 @@ class OpenAIService:
         parsing: OutputParsing | None = None,
         context_limit: Callable[[], int | None] = lambda: None,
         model_aliases: dict[str, str] | None = None,
+        sampling_defaults: dict[str, float | int] | None = None,
     ) -> None:
         self.model_name = model_name
         self.tokenizer = tokenizer
@@ -229,8 +240,8 @@ class OpenAIService:
         # Finished requests for the planner's workload estimate (drained by it).
         # (the feed also works out each branch's turn gaps, cluster-wide on a shared feed)
         self.workload: WorkloadFeed = workload if workload is not None else LocalWorkloadFeed()
-        # Longest prompt accepted (None: no limit here; the workers still check theirs).
-        self.max_prompt_tokens = max_prompt_tokens
+        # An operator's bound on prompts (None: the context length below decides).
+        self._max_prompt_setting = max_prompt_tokens
         self.offload_chars = offload_chars
         self._tokenize_pool = ThreadPoolExecutor(max_workers=tokenize_threads, thread_name_prefix="tokenize")
         # Prompts of `process_chars` or more go to a process of their own (tokenize_process).
@@ -239,6 +250,21 @@ class OpenAIService:
         self.parsing = parsing or OutputParsing(None, tokenizer, tool_parser=None)
         self.context_limit = context_limit  # the workers' context length (None: not known yet)
         self.model_aliases = dict(model_aliases or {})
+        # The model's recommended sampling (generation_config.json) for fields a request leaves out.
+        self.sampling_defaults = dict(sampling_defaults or {})
+
+    def context_length(self) -> int | None:
+        """The context length served: the workers' engines' (heartbeats), else the model's own."""
+        return self.context_limit() or self.tokenizer.context_length
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """Longest prompt accepted: the operator's bound, else the context length
+        the workers really serve (their engines' `max_model_len`, reported in
+        heartbeats), else the model's own (config.json) until a worker reports."""
+        if self._max_prompt_setting is not None:
+            return self._max_prompt_setting
+        return self.context_length()
 
     def check_model(self, model: str) -> None:
         """The name must be the served model or one of its aliases ("*": any
@@ -270,12 +296,12 @@ class OpenAIService:
         max_tokens = resolve_max_tokens(
             len(tokens),
             spec.max_tokens,
-            self.context_limit(),
+            self.context_length(),
             param=spec.max_tokens_param,
             cap=self.default_max_tokens,
         )
         adjusted = self.parsing.adjust(spec.parsing, constraint_param=spec.constraint_param) if spec.parsing else None
-        s = spec.sampling
+        s = with_defaults(spec.sampling, spec.unset, self.sampling_defaults)
         try:
             sampling = SamplingOptions(
                 max_tokens=max_tokens,

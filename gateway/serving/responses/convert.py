@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from gateway.errors import InvalidRequest
 from gateway.serving.openai.request_fields import NAME_PATTERN, check_logit_bias
 from gateway.serving.turn.parsing import invalid_request, validate
-from gateway.serving.turn.spec import Sampling, TurnSpec
+from gateway.serving.turn.spec import Sampling, TurnSpec, unset_fields
 
 # Fields of vLLM's ResponsesRequest this gateway does not take from clients.
 REFUSED = {
@@ -45,7 +45,8 @@ REFUSED = {
     "conversation": "the Conversations API is not supported; use `previous_response_id`",
 }
 # Sent by OpenAI clients, no effect on the output here; dropped before validation.
-ACCEPTED_EXTRA = frozenset({"safety_identifier", "prompt_cache_retention", "stream_options"})
+# `client_metadata`: Codex's ids of its window, turn and installation (the branch comes from its headers).
+ACCEPTED_EXTRA = frozenset({"safety_identifier", "prompt_cache_retention", "stream_options", "client_metadata"})
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 
 
@@ -167,6 +168,7 @@ def turn_spec(req: Any, history: list[dict[str, Any]]) -> tuple[TurnSpec, list[d
         ),
         parsing=req if (tool_dicts or constrained) else None,
         constraint_param="text.format",
+        unset=unset_fields(req),
     )
     return spec, added
 

@@ -15,6 +15,7 @@ output budget ran out) or `response.failed`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gateway.serving.responses.convert import dumps, plain
@@ -80,17 +81,21 @@ class ResponseBuilder:
 class EventWriter:
     """SSE events of one streamed response (see the module docstring)."""
 
-    def __init__(self, tools: list[Any]) -> None:
+    def __init__(
+        self, tools: list[Any], *, restore: Callable[[dict[str, Any]], dict[str, Any]] = lambda event: event
+    ) -> None:
         from vllm.entrypoints.openai.responses.streaming_events import SimpleStreamingEventProcessor
 
         self._processor = SimpleStreamingEventProcessor(tools=tools)
         self._seq = 0
+        self._restore = restore  # e.g. namespaced tool calls back to their namespace (responses.tools)
 
     @property
     def output_items(self) -> list[Any]:
         return self._processor.output_items
 
     def frame(self, event: dict[str, Any]) -> bytes:
+        event = self._restore(event)
         event["sequence_number"] = self._seq
         self._seq += 1
         return f"event: {event['type']}\ndata: {dumps(event)}\n\n".encode()

@@ -17,7 +17,6 @@ orchestrator, vLLM's parser). What is particular to this API:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -38,7 +37,9 @@ from gateway.serving.orchestrator import Finished
 from gateway.serving.responses import convert
 from gateway.serving.responses.events import EventWriter, ResponseBuilder, response_logprobs
 from gateway.serving.responses.store import ResponseStore, StoredTurn, conversation
+from gateway.serving.responses.tools import ToolSurface, offered_tools
 from gateway.serving.turn.choices import run_choices
+from gateway.serving.turn.identity import opening_key
 from gateway.serving.turn.relay import deltas
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,6 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
     return data
-
-
-def opening_key(messages: list[dict[str, Any]]) -> str:
-    """The conversation's opening (messages up to the first user message) as a key."""
-    end = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages) - 1)
-    return "opening:" + hashlib.sha256(convert.dumps(messages[: end + 1]).encode()).hexdigest()
 
 
 def _doc_model() -> Any:
@@ -78,7 +73,7 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
     async def create_response(request: Request) -> Response:
         """Create a model response (OpenAI Responses API): function tools, `text.format`,
         `previous_response_id`, `store`; streamed as typed events or not."""
-        data = json_object(await read_body(request, max_body_bytes))
+        data, surface = offered_tools(json_object(await read_body(request, max_body_bytes)))
         req = convert.parse_request(data)
         tenant = await service.gate.authenticate(bearer(request))
         service.check_model(req.model)
@@ -99,10 +94,12 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
         branch = branch_from_headers(request, tenant, conversation=key)
         p = await service.prepare(spec, tenant, branch, "resp")
         builder = ResponseBuilder(req, p.request_id, service.model_name, p.job.sampling)
-        turn = _Turn(store, req, p, added, key, builder)
+        turn = _Turn(store, req, p, added, key, builder, surface)
         stack = AsyncExitStack()
         await stack.enter_async_context(service.admitted(p))
         headers = {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
+        if surface.not_offered:
+            headers["X-Tools-Not-Offered"] = ",".join(surface.not_offered)
         if not req.stream:
             async with stack:
                 results = await collect(service, p)
@@ -151,8 +148,10 @@ class _Turn:
         added: list[dict[str, Any]],
         key: str,
         builder: ResponseBuilder,
+        surface: ToolSurface,
     ) -> None:
         self._store, self._req, self._p, self._added, self._key, self._builder = store, req, p, added, key, builder
+        self._surface = surface
 
     def _usage(self, done: Finished) -> dict[str, Any]:
         return ResponseBuilder.usage(done.prompt_tokens, done.cached_tokens, done.completion_tokens)
@@ -189,14 +188,16 @@ class _Turn:
             logprobs=response_logprobs(result.logprobs) if self._p.logprobs is not None else None,
             tools=self._req.tools,
         )
-        response = self._builder.build(output, self._status(result.finished), self._usage(result.finished))
+        response = self._surface.restore(
+            self._builder.build(output, self._status(result.finished), self._usage(result.finished))
+        )
         await self._save(output, response)
         return response
 
     async def stream(
         self, service: OpenAIService, first: Any, events: AsyncIterator[Any], stack: AsyncExitStack
     ) -> AsyncIterator[bytes]:
-        writer = EventWriter(self._req.tools)
+        writer = EventWriter(self._req.tools, restore=self._surface.restore)
         status = 200
         try:
             initial = self._builder.build([], "in_progress")
@@ -213,7 +214,7 @@ class _Turn:
                 yield frame
             assert done is not None
             state = self._status(done)
-            response = self._builder.build(writer.output_items, state, self._usage(done))
+            response = self._surface.restore(self._builder.build(writer.output_items, state, self._usage(done)))
             await self._save(writer.output_items, response)
             yield writer.lifecycle(state, response)
         except GatewayError as exc:

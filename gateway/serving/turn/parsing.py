@@ -119,8 +119,15 @@ class Adjusted:
 class OutputParsing:
     """vLLM's composed tool/reasoning parser class for this gateway (see the module docstring)."""
 
-    def __init__(self, parser_cls: Any, tokenizer: Any, *, tool_parser: str | None) -> None:
+    def __init__(
+        self, parser_cls: Any, tokenizer: Any, *, tool_parser: str | None, forced_parser_cls: Any = None
+    ) -> None:
         self._parser_cls = parser_cls
+        # For a forced call (tool_choice required or named): the arguments held to the tool's
+        # schema. Under "auto" vLLM leaves a non-strict tool's arguments free, and a small model
+        # then writes a list where every client expects an object (LangChain refuses it; the
+        # Anthropic SDK warns). A schema-valid call is one the non-strict contract allows.
+        self._forced_parser_cls = forced_parser_cls or parser_cls
         self._tokenizer = tokenizer
         self.tool_parser = tool_parser
 
@@ -143,17 +150,22 @@ class OutputParsing:
 
         if tool_strict_level not in TOOL_STRICT_LEVELS:
             raise ValueError(f"tool_strict_level must be one of {TOOL_STRICT_LEVELS}")
-        try:
-            parser_cls = ParserManager.get_parser(
+
+        def compose(level: str) -> Any:
+            return ParserManager.get_parser(
                 tool_parser_name=tool_parser or None,
                 reasoning_parser_name=reasoning_parser or None,
                 enable_auto_tools=bool(tool_parser),
-                tool_strict_level=tool_strict_level,
+                tool_strict_level=level,
                 tokenizer=hf_tokenizer,
             )
+
+        try:
+            parser_cls = compose(tool_strict_level)
+            forced = compose("parameter") if tool_parser and tool_strict_level != "parameter" else None
         except TypeError as exc:  # vLLM's way of saying "no such parser" or "not for this tokenizer"
             raise ValueError(str(exc)) from exc
-        return cls(parser_cls, hf_tokenizer, tool_parser=tool_parser or None)
+        return cls(parser_cls, hf_tokenizer, tool_parser=tool_parser or None, forced_parser_cls=forced)
 
     def adjust(self, request: Any, *, constraint_param: str = "response_format") -> Adjusted:
         """Apply the parser's request adjustments and read the constraint off the result."""
@@ -165,7 +177,8 @@ class OutputParsing:
                 'send tool_choice "none" to only show the tools to the model',
                 param="tool_choice",
             )
-        parser_cls = self._parser_cls
+        forced = tools and tool_choice not in ("auto", "none", None)
+        parser_cls = self._forced_parser_cls if forced else self._parser_cls
         from vllm.exceptions import VLLMValidationError
 
         try:

@@ -70,6 +70,26 @@ class TurnSpec:
     # The client field a constraint came from, named in its errors.
     constraint_param: str = "response_format"
     include_usage: bool = False  # streams end with a usage chunk
+    # Sampling fields the client left out: the model's own defaults (its
+    # generation_config.json, as vLLM's server reads it) apply to them.
+    unset: frozenset[str] = frozenset()
+
+
+# The fields a model's generation config may set defaults for (vLLM's `--generation-config auto`).
+DEFAULTABLE = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def unset_fields(req: Any) -> frozenset[str]:
+    """The defaultable sampling fields a request object left as None."""
+    return frozenset(name for name in DEFAULTABLE if getattr(req, name, None) is None)
+
+
+def with_defaults(sampling: Sampling, unset: frozenset[str], defaults: dict[str, float | int]) -> Sampling:
+    """`sampling` with the model's defaults in the fields the client left out."""
+    from dataclasses import replace
+
+    update = {name: value for name, value in defaults.items() if name in unset and name in DEFAULTABLE}
+    return replace(sampling, **update) if update else sampling  # type: ignore[arg-type]
 
 
 def resolve_max_tokens(

@@ -17,9 +17,9 @@ TOOLS = [{"name": "add", "input_schema": {"type": "object", "properties": {"a": 
     ("extra", "param"),
     [
         ({"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096}, "thinking"),
-        ({"thinking": {"type": "adaptive"}}, "thinking"),
         ({"mcp_servers": []}, "mcp_servers"),
-        ({"context_management": {}}, "context_management"),
+        ({"context_management": {}}, "context_management.edits"),
+        ({"context_management": {"edits": [{"type": "bogus"}]}}, "context_management.edits.0.type"),
         ({"output_format": {"type": "json_schema"}}, "output_format"),
         ({"kv_transfer_params": {}}, "kv_transfer_params"),
         ({"bogus": 1}, "bogus"),
@@ -36,6 +36,25 @@ def test_refused_and_invalid_fields_are_named(extra: dict, param: str) -> None:
     with pytest.raises(InvalidRequest) as err:
         convert.parse_request({**BASE, **extra})
     assert err.value.param == param, err.value.message
+
+
+def test_claude_codes_default_request_fields_are_honoured() -> None:
+    # Claude Code 2.1: adaptive thinking (a model without reasoning does not think), an effort,
+    # its default context edit, a system message inside `messages`.
+    req = convert.parse_request(
+        {
+            **BASE,
+            "thinking": {"type": "adaptive", "display": "omitted"},
+            "output_config": {"effort": "high"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                {"role": "system", "content": [{"type": "text", "text": "reminder"}]},
+            ],
+        }
+    )
+    messages = convert.turn_spec(req).messages or []
+    assert [m["role"] for m in messages] == ["user", "system"]
 
 
 @pytest.mark.parametrize("choice", [None, {"type": "auto"}, {"type": "none"}, {"type": "any"}])

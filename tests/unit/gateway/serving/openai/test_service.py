@@ -116,12 +116,13 @@ async def test_blocks_are_referenced_only_for_a_branch_that_goes_on(
 
 
 async def test_prompts_over_the_context_are_refused(tokenizer: PromptTokenizer) -> None:
-    service = make_service(tokenizer, max_prompt_tokens=50)
+    # "hi" in the stock template is ~90 tokens of this tiny vocabulary (its default system prompt)
+    service = make_service(tokenizer, max_prompt_tokens=150)
     for req in (
-        chat("Agents call tools. " * 30),
+        chat("Agents call tools. " * 60),
         chat(BIG),  # off the loop: the same refusal
-        CompletionRequest(model=MODEL, prompt=list(range(10, 70))),
-        CompletionRequest(model=MODEL, prompt="Agents call tools. " * 30),
+        CompletionRequest(model=MODEL, prompt=list(range(10, 170))),
+        CompletionRequest(model=MODEL, prompt="Agents call tools. " * 60),
     ):
         with pytest.raises(InvalidRequest) as err:
             await prepare(service, req)
@@ -152,7 +153,7 @@ async def test_a_huge_prompt_is_tokenized_in_the_tokenizers_process(
     assert list(p.job.prompt_hashes) == service.directory.block_hashes(want, p.job.tenant_salt)
     text = await prepare(service, CompletionRequest(model=MODEL, prompt=BIG))
     assert text.job.prompt_token_ids == tokenizer.encode_text(BIG)
-    service.max_prompt_tokens = 50
+    service._max_prompt_setting = 50
     for req, param in ((chat(BIG), "messages"), (CompletionRequest(model=MODEL, prompt=BIG), "prompt")):
         with pytest.raises(InvalidRequest) as err:
             await prepare(service, req)

@@ -43,6 +43,14 @@ def test_required_tool_choice_becomes_a_structural_tag(parsing) -> None:
     assert adjusted.parses and not adjusted.forced_tool and not adjusted.skip_special_tokens
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_a_forced_call_holds_a_non_strict_tools_arguments_to_its_schema(parsing, choice) -> None:
+    # ADD is not strict: under "auto" vLLM would leave its arguments free (a list was seen)
+    so = parsing.adjust(_req(tools=[ADD], tool_choice=choice)).structured_output
+    assert so is not None and so.structural_tag is not None
+    assert '"required": ["a", "b"]' in so.structural_tag or '"required":["a","b"]' in so.structural_tag
+
+
 def test_a_named_function_is_forced(parsing) -> None:
     adjusted = parsing.adjust(_req(tools=[ADD], tool_choice={"type": "function", "function": {"name": "add"}}))
     assert adjusted.forced_tool and adjusted.structured_output is not None

@@ -47,3 +47,18 @@ def test_only_sampled_replays_need_a_seed() -> None:
     assert replay_needs_seed(0.7, resumable=False)
     assert not replay_needs_seed(0.0, resumable=False)  # greedy replays identically anyway
     assert not replay_needs_seed(0.7, resumable=True)
+
+
+def test_model_defaults_fill_only_what_the_client_left_out() -> None:
+    from gateway.serving.turn.spec import Sampling, unset_fields, with_defaults
+
+    class Req:
+        temperature = None
+        top_p = 0.5
+        top_k = None
+
+    unset = unset_fields(Req())
+    assert unset == {"temperature", "top_k", "min_p", "repetition_penalty"}
+    out = with_defaults(Sampling(top_p=0.5), unset, {"temperature": 0.2, "top_p": 0.9})
+    assert (out.temperature, out.top_p, out.top_k) == (0.2, 0.5, 0)
+    assert with_defaults(Sampling(), frozenset(), {"temperature": 0.2}) == Sampling()
