@@ -83,7 +83,10 @@ def run_cli(cmd: list[str], *, cwd: pathlib.Path, env: dict[str, str], timeout_s
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        try:
+            out, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:  # a descendant that left the group still holds the pipes
+            out, err = b"", b""
         code, err = 124, f"timed out after {timeout_s:.0f} s\n".encode() + err
     finally:
         with contextlib.suppress(ProcessLookupError):
