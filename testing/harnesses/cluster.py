@@ -120,7 +120,7 @@ def _start_gateway(
     out = open(log_path, "ab")  # the child writes to it for its whole life
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # it imports vLLM (chat rendering): slow on a busy host
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"gateway exited with {proc.returncode} (log: {log_path})")
