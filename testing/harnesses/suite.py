@@ -35,6 +35,7 @@ HARNESSES: dict[str, Callable[[Target, Scratch], Harness]] = {
 }
 PROMPTS = (TASK, FOLLOW_UP)
 LENGTH_STOPS = ("length", "max_tokens", "incomplete")
+TIMED_OUT = 124  # run_cli's exit code for a turn past its timeout
 
 
 @dataclass
@@ -124,7 +125,8 @@ def judge(
 
 def _failures(report: HarnessReport, forces_tool: bool, gens: list[tuple[int, Reading]]) -> list[str]:
     out = []
-    length_stopped = bool(gens) and gens[-1][1].stop in LENGTH_STOPS
+    # A harness may give up on the model's length limit (named by the last stop); a timeout is never that.
+    length_stopped = bool(gens) and gens[-1][1].stop in LENGTH_STOPS and report.exit_code != TIMED_OUT
     if report.exit_code and not length_stopped:
         out.append(f"exit code {report.exit_code}")
     if report.non_2xx or report.metrics_non_2xx:

@@ -119,3 +119,10 @@ def test_judge_names_each_failure():
         "cached tokens did not grow across turns: [64, 0]",
         "no tool round trip",
     ]
+
+
+def test_judge_never_excuses_a_timeout_as_a_length_stop():
+    length = (0, _ex("/v1/chat/completions", {"messages": []}, 200, JSON,
+                     b'{"choices": [{"message": {}, "finish_reason": "length"}]}'))  # fmt: skip
+    assert judge(False, [TurnOutcome(1, "")], [length], (1, 0)).failures == []
+    assert judge(False, [TurnOutcome(124, "")], [length], (1, 0)).failures == ["exit code 124"]
