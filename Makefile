@@ -13,7 +13,7 @@ DEMO_MODEL  := data/demo-model
 TINY_MODEL  := data/tiny-model
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint browser-deps clean images container-deps test-containers
+.PHONY: setup demo test test-fast lint browser-deps harnesses clean images container-deps test-containers test-harnesses
 
 setup: $(STAMP) $(DEMO_MODEL)/DEMO_MODEL.json $(TINY_MODEL)/TINY_MODEL.json
 
@@ -40,6 +40,17 @@ $(DEMO_MODEL)/DEMO_MODEL.json: $(STAMP)
 
 $(TINY_MODEL)/TINY_MODEL.json: $(STAMP)
 	$(VENV)/bin/evolving-infra model init-tiny $(TINY_MODEL)
+
+# The agent harness CLIs the `harness` tests and `bench harnesses` drive, pinned,
+# from npm into a git-ignored folder (their native binaries ship inside the packages).
+HARNESS_DIR  := .harnesses
+HARNESS_PKGS := @openai/codex@0.169.0 @anthropic-ai/claude-code@2.1.328 opencode-ai@1.18.33
+harnesses: $(HARNESS_DIR)/.installed
+
+$(HARNESS_DIR)/.installed: Makefile
+	@command -v npm >/dev/null || { echo "need npm (Node.js) for the agent harness CLIs"; exit 1; }
+	npm install --prefix $(HARNESS_DIR) --no-audit --no-fund --save-exact $(HARNESS_PKGS)
+	touch $@
 
 # Debian's Chromium for the browser tests (Playwright's own download fails here).
 browser-deps:
@@ -70,9 +81,14 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# The containers group has its own target (`make test-containers`: images first).
+# The containers group (`make test-containers`: images first) and the harness
+# group (`make test-harnesses`: the real agent CLIs on SmolLM2, minutes a turn on
+# 2 cores) have their own targets.
 test: setup browser-deps
-	$(PY) -m pytest -q -m "not containers" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not containers and not harness" $(PYTEST_ARGS)
+
+test-harnesses: setup harnesses
+	$(PY) -m pytest -q -m harness tests/harness $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
@@ -100,4 +116,4 @@ test-containers: setup images
 	$(PY) -m pytest -q -m containers tests/containers $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data $(HARNESS_DIR)

@@ -10,7 +10,7 @@ message instead of breaking the other commands.
     evolving-infra worker --model DIR --port P --phase prefill|decode --node-id ID ...
     evolving-infra model init-demo DIR
     evolving-infra db upgrade [--url URL]
-    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos|demo|replicas|images [args...]
+    evolving-infra bench switch|kvpool|disagg|prefetch|gateway|planner|chaos|demo|replicas|images|harnesses [args...]
     evolving-infra simulate|replay|console|load [args...]
     evolving-infra testbed up|link|status|cleanup [args...]   (network namespaces; root)
 """
@@ -35,6 +35,7 @@ BENCHES: dict[str, str] = {
     "demo": "bench.demo_bench:main",
     "replicas": "bench.replicas_bench:main",
     "images": "bench.images_bench:main",
+    "harnesses": "bench.harness_bench:main",
 }
 PASSTHROUGH: dict[str, str] = {
     "worker": "workers.cli:run",

@@ -1,0 +1,170 @@
+"""Run one harness for two turns against the harness cluster and judge it from
+the gateway's own records: its answers as the harness got them (status,
+`X-Branch-ID`, usage, the stream) and its /metrics counters.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from testing.harnesses.cluster import HarnessCluster
+from testing.harnesses.exchanges import Reading, read
+from testing.harnesses.recorder import Exchange
+from testing.harnesses.runners.agents_sdk import AgentsSDK
+from testing.harnesses.runners.anthropic_sdk import AnthropicSDK
+from testing.harnesses.runners.claude_code import ClaudeCode
+from testing.harnesses.runners.codex import Codex
+from testing.harnesses.runners.langgraph import LangGraph
+from testing.harnesses.runners.opencode import OpenCode
+from testing.harnesses.scratch import FOLLOW_UP, TASK, Scratch, TurnOutcome
+from testing.harnesses.target import Harness, Target
+
+HARNESSES: dict[str, Callable[[Target, Scratch], Harness]] = {
+    "codex": Codex,
+    "claude-code": ClaudeCode,
+    "opencode": OpenCode,
+    "openai-agents": AgentsSDK,
+    "anthropic": AnthropicSDK,
+    "langgraph": LangGraph,
+}
+PROMPTS = (TASK, FOLLOW_UP)
+LENGTH_STOPS = ("length", "max_tokens", "incomplete")
+TIMED_OUT = 124  # run_cli's exit code for a turn past its timeout
+
+
+@dataclass
+class HarnessReport:
+    """One harness's run; the first six fields are the benchmark's per-harness keys."""
+
+    requests: int  # requests the harness sent (every path)
+    non_2xx: int  # of those, answered with a status outside 2xx
+    exit_code: int  # the last turn's that failed, else 0
+    tool_round_trips: int  # requests whose newest input is a tool result
+    branches: int  # distinct X-Branch-ID over its generation requests
+    cached_tokens_last: int | None  # cached prompt tokens of its last generation request
+    cached_by_turn: list[int | None] = field(default_factory=list)  # per turn, the most any request had
+    generations: int = 0
+    unparsed: int = 0  # generation answers (or streams) that did not parse
+    stops: list[str | None] = field(default_factory=list)
+    metrics_requests: int = 0  # the gateway's own count over the run (evolving_requests_total)
+    metrics_non_2xx: int = 0
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # why it is not ok; empty when it is
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> dict[str, Any]:
+        keys = ("requests", "non_2xx", "exit_code", "tool_round_trips", "branches", "cached_tokens_last")
+        return {k: getattr(self, k) for k in keys}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def request_counts(metrics_text: str, tenant: str) -> tuple[int, int]:
+    """(requests, non-2xx) in evolving_requests_total for `tenant` and for requests without one ("-")."""
+    total = bad = 0
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name != "evolving_requests_total" or sample.labels.get("tenant") not in (tenant, "-"):
+                continue
+            n = int(sample.value)
+            total += n
+            if not sample.labels.get("status", "").startswith("2"):
+                bad += n
+    return total, bad
+
+
+def judge(
+    forces_tool: bool, outcomes: list[TurnOutcome], exchanges: list[tuple[int, Exchange]], metrics: tuple[int, int]
+) -> HarnessReport:
+    """The report of one run from what it recorded (pure; `exchanges` are (turn, exchange))."""
+    readings: list[tuple[int, Reading]] = [(turn, read(ex)) for turn, ex in exchanges]
+    gens = [(t, r) for t, r in readings if r.api != "other"]
+    failed = [o.exit_code for o in outcomes if o.exit_code != 0]
+    cached_by_turn: list[int | None] = []
+    for n in range(len(outcomes)):
+        values = [r.cached_tokens for t, r in gens if t == n and r.ok and r.cached_tokens is not None]
+        cached_by_turn.append(max(values) if values else None)
+    last_ok = [r for _, r in gens if r.ok]
+    report = HarnessReport(
+        requests=len(readings),
+        non_2xx=sum(1 for _, r in readings if not r.ok),
+        exit_code=failed[-1] if failed else 0,
+        tool_round_trips=sum(1 for _, r in gens if r.tool_result and r.ok),
+        branches=len({r.branch for _, r in gens if r.ok and r.branch}),
+        cached_tokens_last=last_ok[-1].cached_tokens if last_ok else None,
+        cached_by_turn=cached_by_turn,
+        generations=len(gens),
+        unparsed=sum(1 for _, r in gens if r.ok and not r.parsed),
+        stops=[r.stop for _, r in gens],
+        metrics_requests=metrics[0],
+        metrics_non_2xx=metrics[1],
+        turns=[
+            {
+                "exit_code": o.exit_code,
+                "elapsed_s": round(o.elapsed_s, 1),
+                "tool_calls": o.tool_calls,
+                "output": o.output[-600:],
+                "detail": o.detail[-1200:],
+            }
+            for o in outcomes
+        ],  # fmt: skip
+    )
+    report.failures = _failures(report, forces_tool, gens)
+    return report
+
+
+def _failures(report: HarnessReport, forces_tool: bool, gens: list[tuple[int, Reading]]) -> list[str]:
+    out = []
+    # A harness may give up on the model's length limit (named by the last stop); a timeout is never that.
+    length_stopped = bool(gens) and gens[-1][1].stop in LENGTH_STOPS and report.exit_code != TIMED_OUT
+    if report.exit_code and not length_stopped:
+        out.append(f"exit code {report.exit_code}")
+    if report.non_2xx or report.metrics_non_2xx:
+        out.append(f"{report.non_2xx} non-2xx answers ({report.metrics_non_2xx} in the gateway's counters)")
+    if report.unparsed:
+        out.append(f"{report.unparsed} answers did not parse")
+    if not report.generations:
+        out.append("no generation request reached the gateway")
+    if report.branches != 1:
+        out.append(f"{report.branches} branches for one session")
+    first, last = report.cached_by_turn[0], report.cached_by_turn[-1]
+    if len(report.cached_by_turn) > 1 and not (last is not None and last > (first or 0)):
+        out.append(f"cached tokens did not grow across turns: {report.cached_by_turn}")
+    if forces_tool and not report.tool_round_trips:
+        out.append("no tool round trip")
+    return out
+
+
+def run_harness(cluster: HarnessCluster, name: str, *, timeout_s: float = 300, max_output_tokens: int = 256,
+                turns: int = 2, scratch_root: pathlib.Path | None = None) -> HarnessReport:  # fmt: skip
+    """Run harness `name` for `turns` turns in a fresh scratch folder; the cluster runs one harness at a time."""
+    root = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{name}-", dir=scratch_root))
+    scratch = Scratch.create(root)
+    target = Target(
+        base_url=cluster.proxy_url,
+        api_key=cluster.api_key,
+        model=cluster.model,
+        context_tokens=cluster.config.context_tokens,
+        max_output_tokens=max_output_tokens,
+        timeout_s=timeout_s,
+    )
+    harness = HARNESSES[name](target, scratch)
+    before = request_counts(cluster.metrics_text(), cluster.tenant_id)
+    outcomes = []
+    for n in range(turns):
+        cluster.proxy.label = f"{name}/{n}"
+        outcomes.append(harness.turn(n, PROMPTS[min(n, len(PROMPTS) - 1)]))
+    cluster.proxy.label = ""
+    after = request_counts(cluster.metrics_text(), cluster.tenant_id)
+    exchanges = [(int(ex.label.rsplit("/", 1)[1]), ex) for ex in cluster.proxy.taken(f"{name}/")]
+    return judge(harness.forces_tool, outcomes, exchanges, (after[0] - before[0], after[1] - before[1]))
