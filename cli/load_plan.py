@@ -33,8 +33,9 @@ from typing import Protocol
 
 import numpy as np
 
-# Tokens the chat template adds around a prompt (role headers), kept free of the context.
-TEMPLATE_TOKENS = 64
+# Tokens the chat template adds around a prompt (role headers, a default system
+# prompt), kept free of the context.
+TEMPLATE_TOKENS = 128  # a stock template may add its default system prompt too (SmolLM2 does)
 
 
 class Codec(Protocol):

@@ -52,7 +52,7 @@ from gateway.serving.turn.spec import (
 from gateway.store.records import UsageRecord
 from gateway.telemetry import end_span, start_span, turn_finished, turn_started
 from planner.types import RequestSample
-from workers.protocol import SamplingOptions
+from workers.protocol import MAX_TOKENS_LIMIT, SamplingOptions
 
 # Blocks hashed per slice of a big prompt (~3 ms on the loop at a time here).
 _HASH_SLICE_BLOCKS = 1024
@@ -301,7 +301,8 @@ class OpenAIService:
             spec.max_tokens,
             self.context_length(),
             param=spec.max_tokens_param,
-            cap=self.default_max_tokens,
+            # never a default past what a worker accepts (a tokenizer-only folder may claim a huge context)
+            cap=min(self.default_max_tokens or MAX_TOKENS_LIMIT, MAX_TOKENS_LIMIT),
         )
         adjusted = self.parsing.adjust(spec.parsing, constraint_param=spec.constraint_param) if spec.parsing else None
         s = with_defaults(spec.sampling, spec.unset, self.sampling_defaults)
