@@ -17,6 +17,7 @@ The vLLM `ModelConfig` the parser needs is built once from the model folder
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -59,8 +60,11 @@ class ChatRenderer:
         from vllm.renderers.chat_utils import parse_chat_messages
 
         config, content_format = self._config, self.content_format
+        # vLLM rewrites tool-call arguments in place (JSON text -> object): parse copies,
+        # so the caller's messages (a stored Responses turn, the spec) stay as sent.
+        owned = [{**m, "tool_calls": copy.deepcopy(m["tool_calls"])} if m.get("tool_calls") else m for m in messages]
         try:
-            parsed, mm_data, _ = parse_chat_messages(messages, config, content_format)  # type: ignore[arg-type]
+            parsed, mm_data, _ = parse_chat_messages(owned, config, content_format)  # type: ignore[arg-type]
         except (VLLMValidationError, ValueError, TypeError, KeyError) as exc:
             raise InvalidRequest(f"messages: {exc}", param="messages") from exc
         if mm_data:

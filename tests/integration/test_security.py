@@ -256,11 +256,15 @@ def test_worker_beyond_loopback_needs_a_cluster_token(host: str, tmp_path: pathl
     assert "cluster-token" in out.stderr
 
 
+from workers.protocol import EngineState  # noqa: E402  (beside the stub that reports it)
+
+
 class _StubEngine:
     """Just enough engine for the server's auth middleware and phase route."""
 
     ready = True
     kv_events = None
+    state = EngineState.ALIVE
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...

@@ -103,7 +103,9 @@ def test_migrated_decode_shows_its_migration_span(traced_gateway, vllm_cluster, 
         fut = asyncio.run_coroutine_threadsafe(runtime.cluster.switch(node, phase, reason="test", who="test"), loop)
         return fut.result(120)
 
-    switch("wA", "decode")  # two decode nodes: a migrated decode has somewhere to go
+    # two decode nodes: a migrated decode has somewhere to go (whatever phases earlier tests left)
+    switch("wA", "decode")
+    switch("wB", "decode")
     try:
         trace_id, client_span = _ids()
         result: dict[str, httpx.Response] = {}

@@ -125,7 +125,8 @@ def test_requests_during_switch_all_complete(vllm_cluster):
         ({"request_id": "bad-2", "prompt_token_ids": [], "role": "decode"}, 400),
         ({"request_id": "bad 3!", "prompt_token_ids": [1], "role": "decode"}, 400),
         ({"request_id": "bad-4", "prompt_token_ids": [1], "role": "decode", "sampling": {"max_tokens": 10**9}}, 400),
-        ({"request_id": "bad-5", "prompt_token_ids": [1, 2], "role": "decode", "sampling": {"max_tokens": 5000}}, 400),
+        # bad-5: past the tiny model's own 8192-token context
+        ({"request_id": "bad-5", "prompt_token_ids": [1, 2], "role": "decode", "sampling": {"max_tokens": 10000}}, 400),
         ({"request_id": "bad-6", "prompt_token_ids": "abc", "role": "decode"}, 400),
     ],
 )

@@ -32,6 +32,7 @@ def test_kv_peer_counters_and_state_of_the_last_heartbeat() -> None:
         kv_peers=(down,),
         engine="alive",
         restarts=0,
+        block_bytes=1024,
     )
     registry = SimpleNamespace(nodes=lambda: [node])
     directory: dict[str, float] = {}
@@ -59,6 +60,7 @@ def test_engine_dead_and_restarts_per_node() -> None:
         kv_peers=(),
         engine="dead",
         restarts=2,
+        block_bytes=1024,
     )
     metrics = GatewayMetrics()
     metrics.refresh(SimpleNamespace(nodes=lambda: [node]), {})  # type: ignore[arg-type]  # a stand-in registry
