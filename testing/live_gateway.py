@@ -15,6 +15,7 @@ import httpx
 import uvicorn
 
 from gateway.app import create_app
+from gateway.control.ports import Leadership
 from gateway.settings import GatewaySettings
 
 
@@ -25,9 +26,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_gateway(model_dir: str, worker_urls: list[str], **overrides: Any) -> Iterator[tuple[str, Any]]:
+def running_gateway(
+    model_dir: str, worker_urls: list[str], *, leadership: Leadership | None = None, **overrides: Any
+) -> Iterator[tuple[str, Any]]:
     """(base URL, app) of a gateway serving `model_dir`'s tokenizer over `worker_urls`,
-    ready once every worker is healthy. `overrides` are GatewaySettings fields."""
+    ready once every worker is healthy. `overrides` are GatewaySettings fields;
+    `leadership` the replica's (none: orders carry no term, which workers that
+    have seen a leader refuse; see `testing.fake_leadership`)."""
     settings = GatewaySettings(
         **{
             "model_dir": model_dir,
@@ -39,7 +44,7 @@ def running_gateway(model_dir: str, worker_urls: list[str], **overrides: Any) ->
             **overrides,
         }
     )
-    app = create_app(settings)
+    app = create_app(settings, leadership=leadership)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning"))
     app.state.loop = loop = asyncio.new_event_loop()
     thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve()), daemon=True)

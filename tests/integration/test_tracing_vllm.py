@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from core.tracing import TraceSettings
+from testing.fake_leadership import FixedTermLeader
 from testing.live_gateway import running_gateway
 from testing.otlp_receiver import OTLPReceiver, ReceivedSpan
 
@@ -31,7 +32,12 @@ def traced_gateway(vllm_cluster, demo_model, otlp_receiver: OTLPReceiver):
     vllm_cluster.phases(wA="prefill", wB="decode")
     tracing = TraceSettings(endpoint=otlp_receiver.url + "/v1/traces", sample_ratio=1.0)
     urls = [vllm_cluster.url("wA"), vllm_cluster.url("wB")]
-    with running_gateway(demo_model, urls, local_prefill_max_tokens=16, tracing=tracing) as (url, app):
+    # the shared workers refuse orders below the newest term an earlier module's gateway used
+    leader = FixedTermLeader(max(vllm_cluster.term("wA"), vllm_cluster.term("wB")) + 1)
+    with running_gateway(demo_model, urls, leadership=leader, local_prefill_max_tokens=16, tracing=tracing) as (
+        url,
+        app,
+    ):
         yield url, app
     vllm_cluster.phases(wA="prefill", wB="decode")
 
@@ -95,10 +101,9 @@ def test_disaggregated_request_is_one_trace_gateway_prefill_decode(traced_gatewa
     assert relay.parent_span_id == root.span_id and relay.attributes["evolving.relay.bytes"] > 0
 
 
-# In the full suite the shared workers have already seen a newer leadership term from an earlier
-# module's gateway, so this module's gateway's switch is fenced ("fenced", not "ok"); alone it passes.
-# Known order dependence, to fix by giving this gateway the cluster's current term.
-@pytest.mark.xfail(reason="switch fenced by a newer term after other modules led the shared cluster", strict=False)
+OUTPUT_TOKENS = 3000
+
+
 def test_migrated_decode_shows_its_migration_span(traced_gateway, vllm_cluster, otlp_receiver):
     url, app = traced_gateway
     runtime, loop = app.state.runtime, app.state.loop
@@ -113,8 +118,11 @@ def test_migrated_decode_shows_its_migration_span(traced_gateway, vllm_cluster, 
     try:
         trace_id, client_span = _ids()
         result: dict[str, httpx.Response] = {}
+        # long enough that the decode is still running when the switch lands (the tiny model is fast)
         t = threading.Thread(
-            target=lambda: result.update(r=_chat(url, f"00-{trace_id}-{client_span}-01", max_tokens=160, user="go")),
+            target=lambda: result.update(
+                r=_chat(url, f"00-{trace_id}-{client_span}-01", max_tokens=OUTPUT_TOKENS, user="go")
+            ),
         )
         t.start()
         node = None
@@ -142,7 +150,7 @@ def test_migrated_decode_shows_its_migration_span(traced_gateway, vllm_cluster, 
     trace = [s for s in spans if s.trace_id == trace_id]
     root = _one(trace, "chat demo-model")
     assert root.parent_span_id == client_span and root.attributes["evolving.resumes"] >= 1
-    assert root.attributes["gen_ai.usage.output_tokens"] == 160
+    assert root.attributes["gen_ai.usage.output_tokens"] == OUTPUT_TOKENS
     migrate = _one(trace, "migrate")
     assert migrate.parent_span_id == root.span_id
     assert migrate.attributes["evolving.migration.from_node"] == node
