@@ -287,12 +287,13 @@ class EvolvingPlanner:
         return np.arange(lo, hi + 1)
 
     def _model_inputs(self) -> dict[str, float]:
-        p, d = self.profile.prefill.rls, self.profile.decode.rls
+        p, d = self.profile.prefill, self.profile.decode
         return {
-            "prefill_samples": float(p.count),
-            "decode_samples": float(d.count),
-            "prefill_sigma_ms": p.sigma,
-            "decode_sigma_ms": d.sigma,
+            "prefill_samples": float(p.samples),
+            "decode_samples": float(d.samples),
+            # Relative one-sigma band of a step (IterationModel.noise_sigma).
+            "prefill_sigma_ms": p.noise_sigma,
+            "decode_sigma_ms": d.noise_sigma,
         }
 
     @staticmethod

@@ -14,6 +14,6 @@ def test_decide_bench_shape() -> None:
 
 def test_fit_mape_from_records_meets_target_on_synthetic_data() -> None:
     report = fit_mape_from_records(synthetic_records(1000, seed=11, noise=0.05))
-    assert set(report) == {"fit_mape_prefill", "fit_mape_decode", "fit_mape_floor"}
+    assert set(report) == {"fit_mape_prefill", "fit_mape_decode", "fit_mape_floor", "fit_band_coverage"}
     assert report["fit_mape_prefill"] is not None and report["fit_mape_prefill"] <= 0.15
     assert report["fit_mape_decode"] is not None and report["fit_mape_decode"] <= 0.15

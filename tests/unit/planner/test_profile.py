@@ -8,7 +8,8 @@ import pytest
 
 from bench.planner_bench import fit_mape_from_records
 from core import Phase
-from planner.profile import Profile, classify, fit_mape
+from planner.fit_check import fit_mape
+from planner.profile import Profile, classify
 from planner.types import IterationRecord
 from testing.planner_records import TRUE_DECODE, TRUE_PREFILL, synthetic_records
 
