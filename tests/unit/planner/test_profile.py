@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.planner_bench import fit_mape_from_records
@@ -77,3 +79,52 @@ def test_fit_mape_on_held_back_records() -> None:
     only_decode = [r for r in records if r.uncached_prompt_tokens == 0]
     assert fit_mape_from_records(only_decode)["fit_mape_prefill"] is None
     assert fit_mape_from_records(only_decode)["fit_mape_floor"]["prefill"] is None
+
+
+def _shared(records: list[IterationRecord], shares: list[float]) -> list[IterationRecord]:
+    """Records slowed by a CPU share (wall = cost / share), the share recorded."""
+    return [
+        dataclasses.replace(r, elapsed_ms=r.elapsed_ms / s, cpu_share=s) for r, s in zip(records, shares, strict=True)
+    ]
+
+
+def test_cpu_share_explains_a_neighbour_slowing_the_steps() -> None:
+    """Blocks of 100 steps at shares 1, 0.5, 0.8, 0.65 (mean 0.7375): the fit
+    learns the CPU cost and predicts each step at its own share."""
+    records = synthetic_records(3000, seed=3, noise=0.03)
+    shares = [(1.0, 0.5, 0.8, 0.65)[(i // 100) % 4] for i in range(3000)]
+    profile = Profile.from_records(_shared(records, shares))
+    assert profile.decode.share_ref == pytest.approx(0.7375, abs=0.01)
+    assert profile.decode.rls.theta == pytest.approx(TRUE_DECODE, rel=0.05, abs=0.1)
+    # What the planner reads is the host as it usually is: cost / typical share.
+    assert profile.decode.theta == pytest.approx(np.array(TRUE_DECODE) / profile.decode.share_ref, rel=0.05, abs=0.2)
+    step = dataclasses.replace(records[1], cpu_share=0.5)
+    cost = TRUE_DECODE[0] + TRUE_DECODE[1] * step.batch_size + TRUE_DECODE[2] * step.context_tokens
+    assert profile.decode.predict(step) == pytest.approx(cost / 0.5, rel=0.03)
+    report = fit_mape(_shared(records, shares))
+    assert report.mape_decode is not None and report.mape_decode < 0.04  # 3 % noise: MAPE 0.024
+    blind = fit_mape([dataclasses.replace(r, cpu_share=None) for r in _shared(records, shares)])
+    assert blind.mape_decode is not None and blind.mape_decode > 0.15  # the level shifts the share explains
+
+
+def test_preempted_steps_are_rejected_and_the_band_covers_the_rest() -> None:
+    records = synthetic_records(4000, seed=5, noise=0.05, outlier_rate=0.03)
+    profile = Profile.from_records(records)
+    # ~3 % of 2,000 decode steps are 3-10x slow: all beyond 6 bands of a ~5 % band.
+    assert 40 <= profile.decode.rejected <= 85  # 67 here
+    assert profile.decode.noise_sigma == pytest.approx(0.05, rel=0.3)
+    assert profile.decode.theta == pytest.approx(TRUE_DECODE, rel=0.05, abs=0.2)
+    report = fit_mape(synthetic_records(3000, seed=6, noise=0.05))
+    assert report.band_decode == pytest.approx(0.9, abs=0.05)
+    assert report.band_prefill == pytest.approx(0.9, abs=0.05)
+
+
+def test_profile_json_keeps_the_host_part_and_loads_older_files(tmp_path: Path) -> None:
+    records = synthetic_records(1000, seed=4)
+    profile = Profile.from_records(_shared(records, [0.6] * 1000))
+    loaded = Profile.from_dict(profile.to_dict())
+    assert loaded.decode.share_ref == pytest.approx(0.6)
+    assert loaded.decode.scatter == profile.decode.scatter
+    assert loaded.predict_decode_ms(16, 40_000) == pytest.approx(profile.predict_decode_ms(16, 40_000))
+    old = {k: v for k, v in profile.to_dict().items() if not k.endswith("_host")}
+    assert Profile.from_dict(old).decode.share_ref == 1.0
