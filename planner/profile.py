@@ -17,6 +17,7 @@ Which record trains which model (records may be mixed):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable
@@ -28,6 +29,7 @@ import numpy as np
 from core import Phase
 from planner.regression import RecursiveLeastSquares, RLSConfig
 from planner.scatter import ScatterBand
+from planner.share import ShareEffect, clip_share
 from planner.types import IterationRecord
 
 Kind = Literal["prefill", "decode"]
@@ -45,9 +47,6 @@ ATTENTION_DIVISOR = 1e4
 # shift widens the band within ~50 steps and is then learned, not frozen out.
 REJECT_BANDS = 6.0
 REJECT_AFTER = 50  # errors the band has seen before it may reject
-# Shares below this are a stalled engine, not a slower one: dividing by them
-# would turn one descheduled step into a 20x "faster" sample.
-MIN_SHARE = 0.05
 
 
 def classify(record: IterationRecord) -> Kind | None:
@@ -82,25 +81,17 @@ def decode_features(batch: np.ndarray | float, context: np.ndarray | float) -> n
     return np.stack([np.ones_like(b), b, ctx], axis=-1)
 
 
-def _share(record: IterationRecord) -> float | None:
-    s = record.cpu_share
-    if s is None or not math.isfinite(s):
-        return None
-    return min(max(s, MIN_SHARE), 1.0)
-
-
 class IterationModel:
     """One phase's iteration-time regression (milliseconds).
 
-    What shares the cores: a step that needs C CPU-ms and gets a share s of
-    its core takes C / s wall ms (`IterationRecord.cpu_share`). The
-    regression learns the CPU cost, ``elapsed · s`` (coefficients that do
-    not move with the neighbours); ``share_ref`` is the typical share seen
-    (exponentially weighted at the regression's memory). A step at a known
-    share s is predicted as cost / s; everything else (``theta``,
-    ``param_cov``, `Profile` predictions: what the planner and simulator
-    read) is at ``share_ref``, the host as it usually is. A record without
-    a share is taken to be at ``share_ref`` (1 while none was seen).
+    What shares the cores: a step that gets less of the CPU than usual is
+    slower (`IterationRecord.cpu_share`; `planner.share` learns by how
+    much). The regression learns wall time at the typical share: each
+    step's time is rescaled by ``share.factor`` before it trains, and a step
+    at a known share is predicted times that factor. ``theta``,
+    ``param_cov`` and `Profile` predictions (what the planner and simulator
+    read) are at the typical share, the host as it usually is; a record
+    without a share is taken to be at it.
 
     ``scatter`` watches the a-priori errors (`planner.scatter`): the noise
     band and the parameter covariance are widened to what it sees, and a
@@ -113,8 +104,7 @@ class IterationModel:
         self.rls = RecursiveLeastSquares(PREFILL_SCALES if kind == "prefill" else DECODE_SCALES, config)
         self.memory = 1.0 / max(1.0 - config.forgetting, 1e-6)
         self.scatter = ScatterBand(memory=min(self.memory, 1e6))
-        self.share_ref = 1.0
-        self.shares_seen = 0
+        self.share = ShareEffect(memory=min(self.memory, 1e6))
         self.rejected = 0  # steps rejected as outliers (REJECT_BANDS)
 
     def features(self, record: IterationRecord) -> np.ndarray:
@@ -131,16 +121,17 @@ class IterationModel:
         long steps no longer drown the short ones. Coefficients keep their
         meaning (ms per feature); `sigma` becomes a relative error.
         """
-        s = _share(record)
+        s = clip_share(record.cpu_share)
         if s is not None:
-            self.shares_seen += 1
-            self.share_ref += (s - self.share_ref) / min(float(self.shares_seen), self.memory)
-        y = record.elapsed_ms * (self.share_ref if s is None else s)  # CPU ms
+            self.share.observe(s)
+        y = record.elapsed_ms / self.share.factor(s)  # wall ms at the typical share
         w = 1.0 / max(y, MIN_STEP_MS)
         x = self.features(record)
         if self.rls.ready:
             mean = float(x @ self.rls.theta)
             if mean > 0:
+                if s is not None:
+                    self.share.learn(s, math.log(max(record.elapsed_ms, 1e-9) / mean))
                 error = y / mean - 1.0
                 outlier = self.scatter.count >= REJECT_AFTER and abs(error) > REJECT_BANDS * self.scatter.sigma
                 self.scatter.update(error)
@@ -157,17 +148,17 @@ class IterationModel:
         """(mean, sd) ms of one step like ``record`` (noise included), at its
         own CPU share when known."""
         mean, sd = _predict(self, self.features(record), include_noise=True)
-        s = _share(record)
-        return (mean, sd) if s is None else (mean * self.share_ref / s, sd * self.share_ref / s)
+        f = self.share.factor(clip_share(record.cpu_share))
+        return mean * f, sd * f
 
     @property
     def theta(self) -> np.ndarray:
         """Coefficients (raw units) of wall time at the typical share."""
-        return self.rls.theta / self.share_ref
+        return self.rls.theta
 
     def predict_many(self, xs: np.ndarray) -> np.ndarray:
         """Mean wall ms at the typical share for feature rows ``xs``."""
-        return self.rls.predict_many(xs, include_noise=False)[0] / self.share_ref
+        return self.rls.predict_many(xs, include_noise=False)[0]
 
     @property
     def noise_sigma(self) -> float:
@@ -184,7 +175,7 @@ class IterationModel:
     @property
     def param_cov(self) -> np.ndarray:
         """Covariance of ``theta``: the fit's, times ``widen``."""
-        return self.rls.param_cov * self.widen / self.share_ref**2
+        return self.rls.param_cov * self.widen
 
     @property
     def samples(self) -> int:
@@ -195,7 +186,7 @@ def _predict(model: IterationModel, x: np.ndarray, include_noise: bool) -> tuple
     """(mean, std) in ms; the fitted noise is relative (see `update`), so one
     observation's noise is sigma * mean."""
     mean, sd = model.rls.predict(x, include_noise=False)
-    mean, sd = mean / model.share_ref, sd * math.sqrt(model.widen) / model.share_ref
+    sd *= math.sqrt(model.widen)
     if include_noise:
         sd = float(np.hypot(sd, model.noise_sigma * mean))
     return mean, sd
@@ -267,7 +258,7 @@ class Profile:
         out: dict[str, object] = {"version": 1}
         for m in (self.prefill, self.decode):
             out[m.kind] = m.rls.to_dict()
-            out[f"{m.kind}_host"] = {"share_ref": m.share_ref, "shares_seen": m.shares_seen, **m.scatter.to_dict()}
+            out[f"{m.kind}_host"] = {"share": dataclasses.asdict(m.share), **m.scatter.to_dict()}
         return out
 
     @classmethod
@@ -283,8 +274,7 @@ class Profile:
             m.memory = 1.0 / max(1.0 - m.rls.config.forgetting, 1e-6)
             host = data.get(f"{kind}_host")
             if isinstance(host, dict):
-                m.share_ref = float(host["share_ref"])
-                m.shares_seen = int(host["shares_seen"])
+                m.share = ShareEffect(**host["share"])
                 m.scatter = ScatterBand.from_dict(host)
             models.append(m)
         return cls(*models)
