@@ -5,7 +5,11 @@ load (prefills of varied uncached length over varied cached prefixes;
 decode batches of varied size and context), takes the workers' own
 per-iteration records, fits the planner's iteration-time models online on
 the earlier 70 % and reports the mean absolute percentage error on the
-later, held-back 30 % (`fit_mape_prefill`, `fit_mape_decode`).
+later, held-back 30 % (`fit_mape_prefill`, `fit_mape_decode`), and how
+often the models' own 90 % band covered those steps (`fit_band_coverage`).
+While the load runs, each engine's CPU share is sampled from the kernel
+(`bench._cpu_share`) and attached to its steps (`cpu_share`): what shares
+the cores is a feature of the model (`planner.share`).
 (2) Times one planner decision on synthetic clusters of 16, 256 and 3,072
 nodes (`decide_ms`).
 """
