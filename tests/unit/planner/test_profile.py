@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,15 @@ def test_profile_json_keeps_the_host_part_and_loads_older_files(tmp_path: Path) 
     assert loaded.predict_decode_ms(16, 40_000) == pytest.approx(profile.predict_decode_ms(16, 40_000))
     old = {k: v for k, v in profile.to_dict().items() if not k.endswith("_host")}
     assert Profile.from_dict(old).decode.share.ref == 1.0
+
+
+def test_a_band_wider_than_the_fit_widens_the_covariance_the_planner_reads() -> None:
+    profile = Profile.from_records(synthetic_records(2000, seed=2, noise=0.03))
+    d = profile.decode
+    d.scatter.log_q = float(np.log(2.0 * d.rls.sigma))  # the band: twice the fit's sigma
+    d.scatter._m2, d.scatter._lag = 1.0, 0.5  # lag-one correlation 0.5: variance x 3
+    assert d.widen == pytest.approx(4.0 * 3.0)
+    assert d.param_cov == pytest.approx(d.rls.param_cov * 12.0)
+    mean, sd = profile.predict_decode_ms(16, 40_000, include_noise=False)
+    bare = d.rls.predict(np.array([1.0, 16.0, 40_000.0]), include_noise=False)[1]
+    assert sd == pytest.approx(bare * math.sqrt(12.0))
