@@ -5,7 +5,11 @@ load (prefills of varied uncached length over varied cached prefixes;
 decode batches of varied size and context), takes the workers' own
 per-iteration records, fits the planner's iteration-time models online on
 the earlier 70 % and reports the mean absolute percentage error on the
-later, held-back 30 % (`fit_mape_prefill`, `fit_mape_decode`).
+later, held-back 30 % (`fit_mape_prefill`, `fit_mape_decode`), and how
+often the models' own 90 % band covered those steps (`fit_band_coverage`).
+While the load runs, each engine's CPU share is sampled from the kernel
+(`bench._cpu_share`) and attached to its steps (`cpu_share`): what shares
+the cores is a feature of the model (`planner.share`).
 (2) Times one planner decision on synthetic clusters of 16, 256 and 3,072
 nodes (`decide_ms`).
 """
@@ -24,9 +28,11 @@ from collections.abc import Iterable
 import httpx
 import numpy as np
 
+from bench._cpu_share import ShareSampler
 from core import Phase
 from planner.evolving import EvolvingConfig, EvolvingPlanner
-from planner.profile import Profile, fit_mape
+from planner.fit_check import fit_mape
+from planner.profile import Profile
 from planner.types import IterationRecord
 from testing.planner_records import synthetic_records, synthetic_samples, synthetic_view
 from testing.worker_process import WorkerProcess
@@ -64,12 +70,15 @@ def fit_mape_from_records(records: Iterable[IterationRecord], holdout_fraction: 
     """``{"fit_mape_prefill", "fit_mape_decode"}``: hold-out MAPE (fraction) of
     models fitted online on the earlier records; None where a kind is absent.
     ``fit_mape_floor``: the same error of a hindsight fit on all records
-    (``FitReport.floor_*``), so a reader can tell model error from noise."""
+    (``FitReport.floor_*``), so a reader can tell model error from noise.
+    ``fit_band_coverage``: share of held-back steps inside the model's own
+    90 % band (``FitReport.band_*``; 0.9 = the band matches the scatter)."""
     report = fit_mape(records, holdout_fraction)
     return {
         "fit_mape_prefill": report.mape_prefill,
         "fit_mape_decode": report.mape_decode,
         "fit_mape_floor": {"prefill": report.floor_prefill, "decode": report.floor_decode},
+        "fit_band_coverage": {"prefill": report.band_prefill, "decode": report.band_decode},
     }
 
 
@@ -89,6 +98,11 @@ def to_planner_records(node_id: str, wire: list[dict]) -> list[IterationRecord]:
         )
         for r in wire
     ]
+
+
+def with_cpu_share(records: list[IterationRecord], sampler: ShareSampler) -> list[IterationRecord]:
+    """``records`` with ``cpu_share`` measured over each step's interval."""
+    return [dataclasses.replace(r, cpu_share=sampler.share(r.t - r.elapsed_ms / 1000.0, r.t)) for r in records]
 
 
 async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int) -> None:
@@ -152,11 +166,18 @@ def live_fit(
     try:
         p.start(), d.start()
         p.wait_ready(), d.wait_ready()
-        asyncio.run(_mixed_load(p.url, d.url, rounds, seed))
+        assert p.proc is not None and d.proc is not None
+        # Each worker leads its own process group (WorkerProcess.start).
+        samplers = {p.node_id: ShareSampler(p.proc.pid).start(), d.node_id: ShareSampler(d.proc.pid).start()}
+        try:
+            asyncio.run(_mixed_load(p.url, d.url, rounds, seed))
+        finally:
+            for sampler in samplers.values():
+                sampler.stop()
         records: list[IterationRecord] = []
         for w in (p, d):
             stats = httpx.get(w.url + "/internal/stats", timeout=30).json()
-            records += to_planner_records(w.node_id, stats["iterations"])
+            records += with_cpu_share(to_planner_records(w.node_id, stats["iterations"]), samplers[w.node_id])
     finally:
         p.stop(), d.stop()
     records.sort(key=lambda r: r.t)
@@ -172,13 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="data/demo-model")
     ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base-port", type=int, default=8460, help="prefill worker's port; decode gets the next")
     ap.add_argument("--skip-live", action="store_true", help="only the decision-time part")
     ap.add_argument("--records-out", help="also write the live iteration records here (JSON list)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
     args = ap.parse_args(argv)
     out: dict = {}
     if not args.skip_live:
-        out.update(live_fit(args.model, args.rounds, args.seed, records_out=args.records_out))
+        out.update(live_fit(args.model, args.rounds, args.seed, args.base_port, args.records_out))
     out.update(decide_bench())
     print(json.dumps(out))
     return 0

@@ -66,7 +66,7 @@ def scenarios(
 ) -> dict[str, np.ndarray]:
     """Rows (J × k) of inputs: one per workload, or for a single workload the
     base plus ± one-sigma perturbations of every uncertain input."""
-    p0, d0 = profile.prefill.rls.theta, profile.decode.rls.theta
+    p0, d0 = profile.prefill.theta, profile.decode.theta
     rows_w = [workload_row(w, chunk_tokens) for w in workloads]
     rows_p, rows_d = [p0] * len(rows_w), [d0] * len(rows_w)
     if with_uncertainty:
@@ -79,7 +79,8 @@ def scenarios(
             (_F, math.sqrt(f * (1 - f) / n)),
         ]
         deltas: list[tuple[int, np.ndarray]] = []
-        for key, model in enumerate((profile.prefill.rls, profile.decode.rls)):
+        for key, model in enumerate((profile.prefill, profile.decode)):
+            # The band-widened covariance (IterationModel.param_cov), not the fit's own.
             vals, vecs = np.linalg.eigh(model.param_cov)
             deltas += [(key, vecs[:, i] * math.sqrt(max(v, 0.0))) for i, v in enumerate(vals)]
         base = rows_w[0]

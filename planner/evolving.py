@@ -109,6 +109,7 @@ class EvolvingPlanner:
         self._last_act_t: float | None = None
         self._last_tick_t: float | None = None  # ``now`` of the previous decide
         self._last_move: tuple[float, int, int] | None = None  # (t, from, to prefill nodes) of the last model move
+        self._latency_run: tuple[int, int, float] | None = None  # (from, to, since) of a clearing latency bound
         self.last_decision: Decision | None = None
         v = self.config.verify
         retention = self.config.workload.retention_s
@@ -287,12 +288,13 @@ class EvolvingPlanner:
         return np.arange(lo, hi + 1)
 
     def _model_inputs(self) -> dict[str, float]:
-        p, d = self.profile.prefill.rls, self.profile.decode.rls
+        p, d = self.profile.prefill, self.profile.decode
         return {
-            "prefill_samples": float(p.count),
-            "decode_samples": float(d.count),
-            "prefill_sigma_ms": p.sigma,
-            "decode_sigma_ms": d.sigma,
+            "prefill_samples": float(p.samples),
+            "decode_samples": float(d.samples),
+            # Relative one-sigma band of a step (IterationModel.noise_sigma).
+            "prefill_sigma_ms": p.noise_sigma,
+            "decode_sigma_ms": d.noise_sigma,
         }
 
     @staticmethod
@@ -404,7 +406,11 @@ class EvolvingPlanner:
             tick.inputs.update(latency_candidate_prefill=float(fast), response_gain_ucb_frac=frac)
             j = est.index(fast)
             conf = rule.normal_confidence(float(est.response_s[i_cur] - est.response_s[j]), float(est.response_sd_s[j]))
-            if frac >= g:
+            held_s = self._latency_held(view.now, p_cur, fast if frac >= g else None)
+            tick.inputs["latency_bound_held_s"] = held_s
+            if frac >= g and held_s < cfg.latency_hold_s:
+                held.append(f"shorter responses at {fast}P: bound held {held_s:g} s of {cfg.latency_hold_s:g}")
+            elif frac >= g:
                 worst = self._persisted(tick, fast, float(lost[j]), "latency")
                 tick.inputs["persisted_response_gain_frac"] = worst
                 if worst >= g:
@@ -413,6 +419,8 @@ class EvolvingPlanner:
                 held.append(f"shorter responses at {fast}P not persisted ({worst:.3f})")
             else:
                 held.append(f"responses at {fast}P not clearly shorter ({frac:.3f})")
+        else:
+            self._latency_held(view.now, p_cur, None)
         return self._finish(tick, (), "hold: " + ("; ".join(held) or "current split is best"), 1.0)
 
     def _bucket_estimates(self, tick: _Tick) -> list[WorkloadEstimate] | None:
@@ -429,6 +437,17 @@ class EvolvingPlanner:
         if tick.corrected is not None:
             out = [scaled(b, *tick.corrected) for b in out]
         return out
+
+    def _latency_held(self, now: float, current: int, target: int | None) -> float:
+        """Seconds the latency bound has cleared for ``target`` on every
+        tick from ``current`` (0 on the first; None: it did not clear now)."""
+        run = self._latency_run
+        if target is None:
+            self._latency_run = None
+            return 0.0
+        if run is None or run[:2] != (current, target):
+            self._latency_run = run = (current, target, now)
+        return now - run[2]
 
     def _persisted_bounds(self, tick: _Tick) -> tuple[int, int]:
         """SLO bounds that held in every sub-window (floor: the lowest one)."""

@@ -87,6 +87,21 @@ class EvolvingConfig:
         the decode nodes run big batches, nothing waits, and 1P serves 9 %
         more than 3P. One waiting request per node is the least that says
         the phase had work it could not start.
+    latency_hold_s: a latency move's bound (responses shorter at the upper
+        bound, throughput kept) must have cleared ``min_gain_frac`` for the
+        same target on every tick this long (≥ 0; 0 = one tick). A response
+        gain lives on the headroom of the phase that gives up a node, and
+        near that phase's saturation its estimate swings with each window's
+        mix (long prompts are heavy-tailed and come in sessions) far more
+        than the means' standard errors say: on Mooncake conversation at
+        its best split one window's lighter prompts showed 6P 21 % faster
+        than 7P, the windows 10 and 20 s before showed it slower, and the
+        move saturated prefill (-21 %). A bound that holds as the window
+        slides over ``persist_s`` of traffic is evidence; one window is
+        not (the default is ``persist_s``: the window, 60 s, then holds
+        none of the traffic the first clearing tick saw). Throughput moves are not held: the sub-window check and the
+        queue rule already ask them for persistence, and they repair a
+        shortfall, where waiting costs served requests.
     verify: check every model move once it has settled (``planner.verification``):
         revert one that did not deliver, and count the verified error against
         later gains of its kind; None = never.
@@ -123,6 +138,7 @@ class EvolvingConfig:
     regression: RLSConfig = field(default_factory=RLSConfig)
     saturation: SaturationConfig | None = field(default_factory=SaturationConfig)
     throughput_queue: float | None = 1.0
+    latency_hold_s: float = 60.0
     verify: VerifyConfig | None = field(default_factory=VerifyConfig)
 
     def __post_init__(self) -> None:
@@ -146,6 +162,8 @@ class EvolvingConfig:
             raise ValueError("early_s must be >= 0 and early_gain_frac >= min_gain_frac")
         if self.early_queue <= 0 or (self.early_tie_queue is not None and self.early_tie_queue <= 0):
             raise ValueError("early_queue and early_tie_queue must be > 0")
+        if self.latency_hold_s < 0:
+            raise ValueError("latency_hold_s must be >= 0")
         if self.throughput_queue is not None and self.throughput_queue <= 0:
             raise ValueError("throughput_queue must be > 0 or None")
         if self.offered_max_weight < 1:

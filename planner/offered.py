@@ -31,9 +31,9 @@ from planner.types import RequestSample
 def unloaded_response_s(profile: Profile, uncached: np.ndarray, cached: np.ndarray, output: np.ndarray) -> np.ndarray:
     """R0 per request: its prefill alone in one iteration, then its output
     tokens decoded in a batch of one (context at mid-decode), seconds."""
-    pre, _ = profile.prefill.rls.predict_many(prefill_features(uncached, cached), include_noise=False)
+    pre = profile.prefill.predict_many(prefill_features(uncached, cached))
     ctx = uncached + cached + output / 2.0
-    step, _ = profile.decode.rls.predict_many(decode_features(np.ones_like(ctx), ctx), include_noise=False)
+    step = profile.decode.predict_many(decode_features(np.ones_like(ctx), ctx))
     return (np.maximum(pre, 0.0) + np.maximum(output - 1.0, 0.0) * np.maximum(step, 0.0)) / 1000.0
 
 

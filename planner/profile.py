@@ -17,10 +17,10 @@ Which record trains which model (records may be mixed):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -28,6 +28,8 @@ import numpy as np
 
 from core import Phase
 from planner.regression import RecursiveLeastSquares, RLSConfig
+from planner.scatter import ScatterBand
+from planner.share import ShareEffect, clip_share
 from planner.types import IterationRecord
 
 Kind = Literal["prefill", "decode"]
@@ -39,6 +41,12 @@ DEFAULT_RLS = RLSConfig(prior_var=1e10)
 PREFILL_SCALES = (1.0, 1000.0, 1000.0, 100.0)
 DECODE_SCALES = (1.0, 10.0, 10_000.0)
 ATTENTION_DIVISOR = 1e4
+# A step off its prediction by more than this many scatter bands (relative
+# error, `ScatterBand.sigma`) is rejected: a preempted or swapped-out step,
+# not the machine. Against the band, not the fit's sigma, so a real level
+# shift widens the band within ~50 steps and is then learned, not frozen out.
+REJECT_BANDS = 6.0
+REJECT_AFTER = 50  # errors the band has seen before it may reject
 
 
 def classify(record: IterationRecord) -> Kind | None:
@@ -74,11 +82,30 @@ def decode_features(batch: np.ndarray | float, context: np.ndarray | float) -> n
 
 
 class IterationModel:
-    """One phase's iteration-time regression (milliseconds)."""
+    """One phase's iteration-time regression (milliseconds).
+
+    What shares the cores: a step that gets less of the CPU than usual is
+    slower (`IterationRecord.cpu_share`; `planner.share` learns by how
+    much). The regression learns wall time at the typical share: each
+    step's time is rescaled by ``share.factor`` before it trains, and a step
+    at a known share is predicted times that factor. ``theta``,
+    ``param_cov`` and `Profile` predictions (what the planner and simulator
+    read) are at the typical share, the host as it usually is; a record
+    without a share is taken to be at it.
+
+    ``scatter`` watches the a-priori errors (`planner.scatter`): the noise
+    band and the parameter covariance are widened to what it sees, and a
+    step beyond ``REJECT_BANDS`` bands is left out of the fit (outlier
+    rejection on top of the regression's Huber weights).
+    """
 
     def __init__(self, kind: Kind, config: RLSConfig = DEFAULT_RLS) -> None:
         self.kind: Kind = kind
         self.rls = RecursiveLeastSquares(PREFILL_SCALES if kind == "prefill" else DECODE_SCALES, config)
+        self.memory = 1.0 / max(1.0 - config.forgetting, 1e-6)
+        self.scatter = ScatterBand(memory=min(self.memory, 1e6))
+        self.share = ShareEffect(memory=min(self.memory, 1e6))
+        self.rejected = 0  # steps rejected as outliers (REJECT_BANDS)
 
     def features(self, record: IterationRecord) -> np.ndarray:
         if self.kind == "prefill":
@@ -94,11 +121,61 @@ class IterationModel:
         long steps no longer drown the short ones. Coefficients keep their
         meaning (ms per feature); `sigma` becomes a relative error.
         """
-        w = 1.0 / max(record.elapsed_ms, MIN_STEP_MS)
-        self.rls.update(self.features(record) * w, record.elapsed_ms * w)
+        s = clip_share(record.cpu_share)
+        if s is not None:
+            self.share.observe(s)
+        y = record.elapsed_ms / self.share.factor(s)  # wall ms at the typical share
+        w = 1.0 / max(y, MIN_STEP_MS)
+        x = self.features(record)
+        if self.rls.ready:
+            mean = float(x @ self.rls.theta)
+            if mean > 0:
+                if s is not None:
+                    self.share.learn(s, math.log(max(record.elapsed_ms, 1e-9) / mean))
+                error = y / mean - 1.0
+                outlier = self.scatter.count >= REJECT_AFTER and abs(error) > REJECT_BANDS * self.scatter.sigma
+                self.scatter.update(error)
+                if outlier:
+                    self.rejected += 1
+                    return
+        self.rls.update(x * w, y * w)
 
     def predict(self, record: IterationRecord) -> float:
-        return self.rls.predict(self.features(record))[0]
+        """Mean ms of ``record``'s step, at its own CPU share when known."""
+        return self.predict_band(record)[0]
+
+    def predict_band(self, record: IterationRecord) -> tuple[float, float]:
+        """(mean, sd) ms of one step like ``record`` (noise included), at its
+        own CPU share when known."""
+        mean, sd = _predict(self, self.features(record), include_noise=True)
+        f = self.share.factor(clip_share(record.cpu_share))
+        return mean * f, sd * f
+
+    @property
+    def theta(self) -> np.ndarray:
+        """Coefficients (raw units) of wall time at the typical share."""
+        return self.rls.theta
+
+    def predict_many(self, xs: np.ndarray) -> np.ndarray:
+        """Mean wall ms at the typical share for feature rows ``xs``."""
+        return self.rls.predict_many(xs, include_noise=False)[0]
+
+    @property
+    def noise_sigma(self) -> float:
+        """Relative noise of one step: the fit's, or the scatter's if wider."""
+        return max(self.rls.sigma, self.scatter.sigma if self.scatter.count else 0.0)
+
+    @property
+    def widen(self) -> float:
+        """Factor (≥ 1) on the fit's coefficient variance for the scatter it
+        sees: (band / fit sigma)² when the band is wider, times the
+        correlated-error factor (`ScatterBand.inflation`)."""
+        return (self.noise_sigma / max(self.rls.sigma, 1e-12)) ** 2 * self.scatter.inflation
+
+    @property
+    def param_cov(self) -> np.ndarray:
+        """Covariance of ``theta``: the fit's, times ``widen``."""
+        return self.rls.param_cov * self.widen
 
     @property
     def samples(self) -> int:
@@ -109,8 +186,9 @@ def _predict(model: IterationModel, x: np.ndarray, include_noise: bool) -> tuple
     """(mean, std) in ms; the fitted noise is relative (see `update`), so one
     observation's noise is sigma * mean."""
     mean, sd = model.rls.predict(x, include_noise=False)
+    sd *= math.sqrt(model.widen)
     if include_noise:
-        sd = float(np.hypot(sd, model.rls.sigma * mean))
+        sd = float(np.hypot(sd, model.noise_sigma * mean))
     return mean, sd
 
 
@@ -177,17 +255,29 @@ class Profile:
 
     # -- persistence ---------------------------------------------------------
     def to_dict(self) -> dict[str, object]:
-        return {"version": 1, "prefill": self.prefill.rls.to_dict(), "decode": self.decode.rls.to_dict()}
+        out: dict[str, object] = {"version": 1}
+        for m in (self.prefill, self.decode):
+            out[m.kind] = m.rls.to_dict()
+            out[f"{m.kind}_host"] = {"share": dataclasses.asdict(m.share), **m.scatter.to_dict()}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Profile:
+        """Inverse of ``to_dict``; a profile saved before the host part
+        (``*_host``) loads with a fresh band and share 1."""
         if data.get("version") != 1:
             raise ValueError(f"unsupported profile version {data.get('version')!r}")
-        p = IterationModel("prefill")
-        p.rls = RecursiveLeastSquares.from_dict(data["prefill"])  # type: ignore[arg-type]
-        d = IterationModel("decode")
-        d.rls = RecursiveLeastSquares.from_dict(data["decode"])  # type: ignore[arg-type]
-        return cls(p, d)
+        models = []
+        for kind in ("prefill", "decode"):
+            m = IterationModel(kind)
+            m.rls = RecursiveLeastSquares.from_dict(data[kind])  # type: ignore[arg-type]
+            m.memory = 1.0 / max(1.0 - m.rls.config.forgetting, 1e-6)
+            host = data.get(f"{kind}_host")
+            if isinstance(host, dict):
+                m.share = ShareEffect(**host["share"])
+                m.scatter = ScatterBand.from_dict(host)
+            models.append(m)
+        return cls(*models)
 
     def to_json(self, path: str | Path) -> None:
         """Write the profile to ``path`` as JSON."""
@@ -197,57 +287,3 @@ class Profile:
     def from_json(cls, path: str | Path) -> Profile:
         """Load a profile written by ``to_json``."""
         return cls.from_dict(json.loads(Path(path).read_text()))
-
-
-@dataclass(frozen=True)
-class FitReport:
-    """Hold-out accuracy of a profile fitted online on earlier records.
-
-    mape_*: mean absolute percentage error as a fraction (0.1 = 10 %) on the
-    held-back later records of that kind; None when there are none.
-    floor_*: the same error of a model fitted on every record of the kind,
-    held-back ones included: what no model of this form, however trained,
-    gets below on these records (timing noise and unmodelled effects).
-    """
-
-    mape_prefill: float | None
-    mape_decode: float | None
-    floor_prefill: float | None
-    floor_decode: float | None
-    train_prefill: int
-    test_prefill: int
-    train_decode: int
-    test_decode: int
-
-
-def _mape(model: IterationModel, records: list[IterationRecord]) -> float:
-    return float(np.mean([abs(model.predict(r) - r.elapsed_ms) / r.elapsed_ms for r in records]))
-
-
-def fit_mape(
-    records: Iterable[IterationRecord], holdout_fraction: float = 0.3, config: RLSConfig = DEFAULT_RLS
-) -> FitReport:
-    """Fit on the earliest (1 − holdout_fraction) of each kind's records, in
-    time order, and report MAPE on the rest (never trained on)."""
-    if not 0.0 < holdout_fraction < 1.0:
-        raise ValueError("holdout_fraction must be in (0, 1)")
-    by_kind: dict[Kind, list[IterationRecord]] = {"prefill": [], "decode": []}
-    for record in sorted(records, key=lambda r: r.t):
-        kind = classify(record)
-        if kind is not None and record.elapsed_ms > 0:
-            by_kind[kind].append(record)
-    result: dict[str, float | int | None] = {}
-    for kind, rows in by_kind.items():
-        n_test = int(round(len(rows) * holdout_fraction))
-        train, test = rows[: len(rows) - n_test], rows[len(rows) - n_test :]
-        model = IterationModel(kind, config)
-        for record in train:
-            model.update(record)
-        result[f"mape_{kind}"] = _mape(model, test) if test and train else None
-        hindsight = IterationModel(kind, replace(config, forgetting=1.0))
-        for record in rows:
-            hindsight.update(record)
-        result[f"floor_{kind}"] = _mape(hindsight, test) if test and train else None
-        result[f"train_{kind}"] = len(train)
-        result[f"test_{kind}"] = len(test)
-    return FitReport(**result)  # type: ignore[arg-type]

@@ -35,6 +35,10 @@ class IterationRecord:
     # Σ over the iteration's prompts of uncached·(uncached + context before
     # them): attention is per request. None: unknown, taken as one prompt.
     attention_pairs: float | None = None
+    # Share of the CPU the engine got while it wanted it during the step:
+    # ran / (ran + waited on a run queue), from the kernel's schedstat. 1:
+    # nothing else competed for its cores. None: not measured.
+    cpu_share: float | None = None
 
 
 @dataclass(frozen=True)

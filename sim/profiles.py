@@ -96,8 +96,8 @@ class GpuProfile:
         """
         if step_overhead_ms < 0:
             raise ValueError("step_overhead_ms must be >= 0")
-        p = tuple(float(x) for x in profile.prefill.rls.theta)
-        q = tuple(float(x) for x in profile.decode.rls.theta)
+        p = tuple(float(x) for x in profile.prefill.theta)
+        q = tuple(float(x) for x in profile.decode.theta)
         if len(p) != 4 or len(q) != 3:
             raise ValueError("expected 4 prefill and 3 decode coefficients")
         # A least-squares fit on a narrow range can give a slightly negative

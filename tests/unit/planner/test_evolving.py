@@ -125,18 +125,35 @@ def test_open_loop_overload_is_seen_in_arrivals_not_in_completions() -> None:
 
 
 def test_a_move_back_within_the_flap_window_is_refused() -> None:
-    # Decode-heavy traffic moves 3P -> 1P; prefill-heavy overload then wants 3P
+    # Decode-heavy traffic moves 3P -> 1P (on one tick's latency bound:
+    # latency_hold_s=0, this test is about the flap window); prefill-heavy overload then wants 3P
     # back: refused within 600 s of the first move (a different split may still be taken).
     samples = synthetic_samples(0, 300, 2.0, seed=1, **DECODE_HEAVY) + synthetic_samples(
         300, 1_200, 4.0, seed=2, **PREFILL_HEAVY
     )
-    moves = [d for d in _run_live(_planner(), samples, _view(3, 8, slo=LAX), 5, 1_200) if d.acted]
+    moves = [d for d in _run_live(_planner(latency_hold_s=0.0), samples, _view(3, 8, slo=LAX), 5, 1_200) if d.acted]
     assert moves[0].chosen_split == (1, 7)
     assert not any(d.chosen_split[0] == 3 and d.t < moves[0].t + 600 for d in moves[1:])
-    held = _run_live(_planner(), samples, _view(3, 8, slo=LAX), 5, 400)
+    held = _run_live(_planner(latency_hold_s=0.0), samples, _view(3, 8, slo=LAX), 5, 400)
     assert any("3P is what the move at t=125 left (flap window)" in d.reason for d in held)
-    free = [d for d in _run_live(_planner(flap_window_s=0.0), samples, _view(3, 8, slo=LAX), 5, 400) if d.acted]
-    assert [d.chosen_split for d in free] == [(1, 7), (3, 5)]
+    free = _run_live(_planner(flap_window_s=0.0, latency_hold_s=0.0), samples, _view(3, 8, slo=LAX), 5, 400)
+    assert [d.chosen_split for d in free if d.acted] == [(1, 7), (3, 5)]
+
+
+def test_a_latency_move_needs_its_bound_to_hold_over_the_hold_span() -> None:
+    """At 2 req/s the bound for 1P flickers around min_gain_frac (0.066,
+    0.074, 0.083, 0.054, then 0.039): no run of 60 s, no move. At 3 req/s it
+    clears from t=125 on every tick, and the move comes at 185."""
+    flicker = synthetic_samples(0, 300, 2.0, seed=1, **DECODE_HEAVY)
+    held = _run_live(_planner(), flicker, _view(3, 8, slo=LAX), 5, 300)
+    assert not any(d.acted for d in held)
+    at = {d.t: d for d in held}
+    assert at[125.0].reason.endswith("shorter responses at 1P: bound held 0 s of 60")
+    assert at[140.0].inputs["latency_bound_held_s"] == 15.0 and at[145.0].inputs["latency_bound_held_s"] == 0.0
+    steady = synthetic_samples(0, 300, 3.0, seed=1, **DECODE_HEAVY)
+    moved = [d for d in _run_live(_planner(), steady, _view(3, 8, slo=LAX), 5, 300) if d.acted]
+    assert [(d.t, d.chosen_split) for d in moved] == [(185.0, (1, 7))]
+    assert moved[0].inputs["latency_bound_held_s"] == 60.0
 
 
 def test_early_move_needs_a_large_gain_and_the_queues_to_agree() -> None:
@@ -157,8 +174,11 @@ def test_sub_agent_burst_does_not_switch() -> None:
     ]  # 200 sub-agents in 10 s
     decisions = _run(_planner(), traffic, _view(1, 8, slo=LAX))
     assert not any(d.acted for d in decisions)
-    # The window average did favour a switch: only the persistence gate stopped it.
-    assert any("not persisted" in d.reason for d in decisions)
+    # The window average did favour a switch (a latency one): the persistence
+    # gates stopped it, the sub-windows or the bound's hold over time.
+    assert any("not persisted" in d.reason or "bound held" in d.reason for d in decisions)
+    held = _run(_planner(latency_hold_s=0.0), traffic, _view(1, 8, slo=LAX))
+    assert not any(d.acted for d in held) and any("not persisted" in d.reason for d in held)
 
 
 def test_slo_floor_respected() -> None:
@@ -180,7 +200,8 @@ def test_slo_floor_respected() -> None:
 
 def test_min_nodes_and_max_moves() -> None:
     traffic = [synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY)]
-    decisions = _run(_planner(min_prefill=2, max_nodes_per_decision=1), traffic, _view(4, 8, slo=LAX), end=300)
+    planner = _planner(min_prefill=2, max_nodes_per_decision=1, latency_hold_s=0.0)
+    decisions = _run(planner, traffic, _view(4, 8, slo=LAX), end=300)
     moves = [d for d in decisions if d.acted]
     assert [d.chosen_split[0] for d in moves] == [3, 2]  # one node per decision, never below 2
 
@@ -191,7 +212,7 @@ def test_insufficient_data_holds() -> None:
 
 
 def test_cooldown_blocks_model_moves() -> None:
-    planner = _planner(cooldown_s=60.0)
+    planner = _planner(cooldown_s=60.0, latency_hold_s=0.0)  # one tick's latency bound moves
     planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
     held = planner.decide(_view(4, 8, now=200.0, slo=LAX, last_switch_t=170.0))
     assert not held.acted and held.reason == "hold: cooldown" and held.inputs["cooldown_left_s"] == 30.0
@@ -209,7 +230,7 @@ def test_draining_node_holds() -> None:
 
 @pytest.mark.parametrize("mode", [PlannerMode.ADVISORY, PlannerMode.MANUAL])
 def test_non_auto_modes_record_only(mode: PlannerMode) -> None:
-    planner = _planner()
+    planner = _planner(latency_hold_s=0.0)  # one tick's latency bound moves
     planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
     d = planner.decide(_view(4, 8, now=200.0, slo=LAX, mode=mode))
     assert not d.acted and d.actions == ()
@@ -225,7 +246,7 @@ def test_split_pin_wins_without_data() -> None:
 
 
 def test_split_pin_beats_model_and_node_pins_never_move() -> None:
-    planner = _planner()
+    planner = _planner(latency_hold_s=0.0)  # one tick's latency bound moves
     planner.observe_requests(synthetic_samples(0, 300, 4.0, seed=1, **DECODE_HEAVY))
     view = _view(4, 8, now=200.0, slo=LAX, pin=Pin(prefill_nodes=4))
     assert not planner.decide(view).acted  # the model wants 1; the pin holds 4

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.planner_bench import fit_mape_from_records
 from core import Phase
-from planner.profile import Profile, classify, fit_mape
+from planner.fit_check import fit_mape
+from planner.profile import Profile, classify
 from planner.types import IterationRecord
 from testing.planner_records import TRUE_DECODE, TRUE_PREFILL, synthetic_records
 
@@ -76,3 +80,76 @@ def test_fit_mape_on_held_back_records() -> None:
     only_decode = [r for r in records if r.uncached_prompt_tokens == 0]
     assert fit_mape_from_records(only_decode)["fit_mape_prefill"] is None
     assert fit_mape_from_records(only_decode)["fit_mape_floor"]["prefill"] is None
+
+
+def _shared(records: list[IterationRecord], shares: list[float]) -> list[IterationRecord]:
+    """Records slowed by a CPU share (wall = cost / share), the share recorded."""
+    return [
+        dataclasses.replace(r, elapsed_ms=r.elapsed_ms / s, cpu_share=s) for r, s in zip(records, shares, strict=True)
+    ]
+
+
+def test_cpu_share_explains_a_neighbour_slowing_the_steps() -> None:
+    """Blocks of 100 steps at shares 1, 0.5, 0.8, 0.65 (mean 0.7375), wall =
+    cost / share: the model learns gamma = 1 and predicts each step at its
+    own share; its coefficients are wall time at the typical share."""
+    records = synthetic_records(3000, seed=3, noise=0.03)
+    shares = [(1.0, 0.5, 0.8, 0.65)[(i // 100) % 4] for i in range(3000)]
+    profile = Profile.from_records(_shared(records, shares))
+    assert profile.decode.share.ref == pytest.approx(0.7375, abs=0.01)
+    assert profile.decode.share.gamma == pytest.approx(1.0, abs=0.05)
+    assert profile.decode.theta == pytest.approx(np.array(TRUE_DECODE) / 0.7375, rel=0.05, abs=0.2)
+    step = dataclasses.replace(records[1], cpu_share=0.5)
+    cost = TRUE_DECODE[0] + TRUE_DECODE[1] * step.batch_size + TRUE_DECODE[2] * step.context_tokens
+    assert profile.decode.predict(step) == pytest.approx(cost / 0.5, rel=0.05)
+    report = fit_mape(_shared(records, shares))
+    assert report.mape_decode is not None and report.mape_decode < 0.04  # 3 % noise: MAPE 0.024
+    blind = fit_mape([dataclasses.replace(r, cpu_share=None) for r in _shared(records, shares)])
+    assert blind.mape_decode is not None and blind.mape_decode > 0.15  # the level shifts the share explains
+
+
+def test_a_share_that_does_not_slow_the_steps_gets_gamma_zero() -> None:
+    """Shares measured but unrelated to step time (other threads waiting):
+    dividing by them would add error; the learned gamma stays near 0."""
+    records = synthetic_records(3000, seed=4, noise=0.03)
+    shares = np.random.default_rng(5).uniform(0.3, 1.0, 3000).tolist()
+    noisy = [dataclasses.replace(r, cpu_share=s) for r, s in zip(records, shares, strict=True)]
+    profile = Profile.from_records(noisy)
+    assert profile.decode.share.gamma == pytest.approx(0.0, abs=0.05)
+    report = fit_mape(noisy)
+    assert report.mape_decode is not None and report.mape_decode < 0.04
+
+
+def test_preempted_steps_are_rejected_and_the_band_covers_the_rest() -> None:
+    records = synthetic_records(4000, seed=5, noise=0.05, outlier_rate=0.03)
+    profile = Profile.from_records(records)
+    # ~3 % of 2,000 decode steps are 3-10x slow: all beyond 6 bands of a ~5 % band.
+    assert 40 <= profile.decode.rejected <= 85  # 67 here
+    assert profile.decode.noise_sigma == pytest.approx(0.05, rel=0.3)
+    assert profile.decode.theta == pytest.approx(TRUE_DECODE, rel=0.05, abs=0.2)
+    report = fit_mape(synthetic_records(3000, seed=6, noise=0.05))
+    assert report.band_decode == pytest.approx(0.9, abs=0.05)
+    assert report.band_prefill == pytest.approx(0.9, abs=0.05)
+
+
+def test_profile_json_keeps_the_host_part_and_loads_older_files(tmp_path: Path) -> None:
+    records = synthetic_records(1000, seed=4)
+    profile = Profile.from_records(_shared(records, [0.6] * 1000))
+    loaded = Profile.from_dict(profile.to_dict())
+    assert loaded.decode.share.ref == pytest.approx(0.6)
+    assert loaded.decode.share == profile.decode.share and loaded.decode.scatter == profile.decode.scatter
+    assert loaded.predict_decode_ms(16, 40_000) == pytest.approx(profile.predict_decode_ms(16, 40_000))
+    old = {k: v for k, v in profile.to_dict().items() if not k.endswith("_host")}
+    assert Profile.from_dict(old).decode.share.ref == 1.0
+
+
+def test_a_band_wider_than_the_fit_widens_the_covariance_the_planner_reads() -> None:
+    profile = Profile.from_records(synthetic_records(2000, seed=2, noise=0.03))
+    d = profile.decode
+    d.scatter.log_q = float(np.log(2.0 * d.rls.sigma))  # the band: twice the fit's sigma
+    d.scatter._m2, d.scatter._lag = 1.0, 0.5  # lag-one correlation 0.5: variance x 3
+    assert d.widen == pytest.approx(4.0 * 3.0)
+    assert d.param_cov == pytest.approx(d.rls.param_cov * 12.0)
+    mean, sd = profile.predict_decode_ms(16, 40_000, include_noise=False)
+    bare = d.rls.predict(np.array([1.0, 16.0, 40_000.0]), include_noise=False)[1]
+    assert sd == pytest.approx(bare * math.sqrt(12.0))

@@ -181,9 +181,10 @@ def test_growing_decode_queues_move_nodes_to_decode_before_the_finished_mix_woul
     full = next(d for d in _run(growing, saturation=True, config=SaturationConfig(early_span_s=None)) if d.acted)
     assert full.t == 70.0 and full.chosen_split == (1, 7)
     assert full.inputs["saturation_factor"] == pytest.approx(3.41, abs=0.01)
-    # The same finished requests without the queues: the model sees room everywhere and waits.
+    # The same finished requests without the queues: the model sees room everywhere and waits
+    # (a latency move, its bound clearing from t=125 and held latency_hold_s = 60 s).
     blind = next(d for d in _run(growing, saturation=False) if d.acted)
-    assert blind.t == 125.0 and "saturation_factor" not in blind.inputs
+    assert blind.t == 185.0 and "saturation_factor" not in blind.inputs
     quiet = next(d for d in _run(lambda t: 0, saturation=True) if d.acted)
     assert quiet.t == blind.t and "saturation_factor" not in quiet.inputs
 

@@ -1,0 +1,38 @@
+"""ShareEffect: typical share and the learned elasticity of step time to it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.share import MIN_SAMPLES, ShareEffect, clip_share
+
+
+def test_typical_share_and_a_known_elasticity() -> None:
+    effect = ShareEffect()
+    shares = [0.5, 1.0] * 200  # typical share 0.75
+    for s in shares:
+        effect.observe(s)
+    assert effect.ref == pytest.approx(0.75)
+    for s in shares:  # errors exactly 0.4 · log(ref / s)
+        effect.learn(s, 0.4 * math.log(0.75 / s))
+    assert effect.gamma == pytest.approx(0.4)
+    assert effect.factor(0.375) == pytest.approx(2.0**0.4)  # half the typical share
+    assert effect.factor(None) == 1.0
+
+
+def test_gamma_is_zero_until_enough_shares_and_clipped_to_one() -> None:
+    effect = ShareEffect()
+    for _ in range(MIN_SAMPLES - 1):
+        effect.observe(0.5)
+        effect.learn(0.25, 3.0 * math.log(2.0))
+    assert effect.gamma == 0.0  # too few shares seen
+    effect.observe(0.5)
+    effect.learn(0.25, 3.0 * math.log(2.0))
+    assert effect.gamma == 1.0  # a slope of 3 is clipped: no step is slower than 1 / share
+
+
+def test_shares_are_clipped_to_a_stalled_floor() -> None:
+    assert clip_share(0.0) == 0.05 and clip_share(1.3) == 1.0 and clip_share(float("nan")) is None
+    assert clip_share(None) is None and clip_share(0.7) == 0.7
