@@ -72,9 +72,9 @@ demo: setup
 	  --port $(GATEWAY_PORT) --worker-port $(WORKER_PORT) --console-port $(CONSOLE_PORT) \
 	  $(if $(filter-out 0,$(LOAD)),--load)
 
-# The habits, held by tools: ruff (lint and format), mypy (strict on the
-# pure cores, pyproject.toml [tool.mypy]), the import direction (import-linter
-# contracts in pyproject.toml).
+# The habits, held by tools: ruff (lint and format), mypy (every package,
+# strict on the pure parts: pyproject.toml [tool.mypy]), the import direction
+# (import-linter contracts in pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -244,7 +244,8 @@ class GatewayThread:
                     port=self.port,
                     log_level="warning",
                     access_log=False,
-                    timeout_graceful_shutdown=self.graceful_s,
+                    # uvicorn annotates int; it hands the value to asyncio.wait_for, which takes seconds as float.
+                    timeout_graceful_shutdown=self.graceful_s,  # type: ignore[arg-type]
                 )
             )
             await self._server.serve()
@@ -328,7 +329,7 @@ async def drive(
 
     def client(key: str) -> Any:
         c = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=cfg.request_timeout_s)
-        c.served_model = served_model  # type: ignore[attr-defined]
+        c.served_model = served_model  # type: ignore[attr-defined]  # the agents read the model off their client
         return c
 
     plan = agents(cfg)
@@ -556,7 +557,7 @@ def engine_stage(
         c = openai.AsyncOpenAI(
             base_url=f"{holder['gw'].url}/v1", api_key=keys["chaos"], max_retries=retries, timeout=cfg.request_timeout_s
         )
-        c.served_model = settings.served_model  # type: ignore[attr-defined]
+        c.served_model = settings.served_model  # type: ignore[attr-defined]  # the agents read the model off their client
         return c
 
     async def restart_gateway() -> None:

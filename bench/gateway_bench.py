@@ -103,6 +103,8 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
     from gateway.compose import ControlPlane, compose_app
     from gateway.settings import GatewaySettings
 
+    # Left at its default unless asked for.
+    limits: dict[str, Any] = {"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}
     settings = GatewaySettings(
         model_dir=tokenizer_dir,
         model_name=MODEL,
@@ -112,7 +114,7 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
         heartbeat_interval_s=1.0,
         tokenize_process="warm",  # as the chart deploys it: the big-prompt tokenizer's process started with the app
         tracing=TraceSettings.from_otel_env(os.environ),  # on for the tracing case (bench._tracing)
-        **({"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}),
+        **limits,
     )
     cp = ControlPlane.build(settings)
     demo_key(cp, data_dir)  # writes <data_dir>/demo-api-key for the load generator

@@ -79,6 +79,10 @@ def _summary(xs: list[float]) -> dict:
     return {"p50": statistics.median(xs), "max": max(xs), "n": len(xs), "all": [round(x, 4) for x in xs]}
 
 
+def _start_ready(worker: WorkerProcess) -> float:
+    return worker.start().wait_ready()
+
+
 async def _inplace(url: str, load: LightLoad, to: str) -> float:
     async with httpx.AsyncClient() as client:
         start = time.monotonic()
@@ -95,7 +99,7 @@ async def run_bench(
     worker = WorkerProcess(
         port=port, phase="prefill", model=model, node_id="bench-switch", log_path=log, extra=extra or []
     )
-    await asyncio.to_thread(lambda: worker.start().wait_ready())
+    await asyncio.to_thread(_start_ready, worker)
     load = LightLoad(worker.url)
     runner = asyncio.create_task(load.run())
     await asyncio.sleep(2.0)
@@ -111,7 +115,7 @@ async def run_bench(
         worker = WorkerProcess(
             port=port, phase=phase, model=model, node_id="bench-switch", log_path=log, extra=extra or []
         )
-        await asyncio.to_thread(lambda w=worker: w.start().wait_ready())
+        await asyncio.to_thread(_start_ready, worker)
         relaunch.append(time.monotonic() - start)
         load.role = phase
         await asyncio.sleep(1.0)

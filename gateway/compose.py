@@ -335,7 +335,7 @@ def compose_app(
     cp = control_plane or ControlPlane.build(settings)
     if cp.elector is None:
         cp.wire()
-    chosen = build_planner(settings) if planner == "settings" else planner
+    chosen = build_planner(settings) if isinstance(planner, str) else planner
     loop = PlannerLoop(chosen, workload=cp.workload, sink=cp.sink.record_decision) if chosen is not None else None
     if cp.shared is not None:
         create_app_kwargs.setdefault("directory", cp.shared.directory(settings))

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -180,13 +180,13 @@ class Profile:
         return {"version": 1, "prefill": self.prefill.rls.to_dict(), "decode": self.decode.rls.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Profile:
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
         if data.get("version") != 1:
             raise ValueError(f"unsupported profile version {data.get('version')!r}")
         p = IterationModel("prefill")
-        p.rls = RecursiveLeastSquares.from_dict(data["prefill"])  # type: ignore[arg-type]
+        p.rls = RecursiveLeastSquares.from_dict(data["prefill"])
         d = IterationModel("decode")
-        d.rls = RecursiveLeastSquares.from_dict(data["decode"])  # type: ignore[arg-type]
+        d.rls = RecursiveLeastSquares.from_dict(data["decode"])
         return cls(p, d)
 
     def to_json(self, path: str | Path) -> None:
@@ -236,7 +236,7 @@ def fit_mape(
         kind = classify(record)
         if kind is not None and record.elapsed_ms > 0:
             by_kind[kind].append(record)
-    result: dict[str, float | int | None] = {}
+    result: dict[str, Any] = {}  # FitReport's fields
     for kind, rows in by_kind.items():
         n_test = int(round(len(rows) * holdout_fraction))
         train, test = rows[: len(rows) - n_test], rows[len(rows) - n_test :]
@@ -250,4 +250,4 @@ def fit_mape(
         result[f"floor_{kind}"] = _mape(hindsight, test) if test and train else None
         result[f"train_{kind}"] = len(train)
         result[f"test_{kind}"] = len(test)
-    return FitReport(**result)  # type: ignore[arg-type]
+    return FitReport(**result)

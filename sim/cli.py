@@ -36,7 +36,7 @@ def _schedule_spec(schedule: list[tuple[float, int]]) -> str:
     return "schedule:" + ",".join(f"{t:g}={p}" for t, p in schedule)
 
 
-def _run_all(tasks: list[tuple], jobs: int) -> list[dict[str, Any]]:
+def _run_all(tasks: list[tuple[Any, ...]], jobs: int) -> list[dict[str, Any]]:
     return run_all(run_one, tasks, jobs)
 
 
@@ -78,7 +78,7 @@ def simulate(
 ) -> dict[str, Any]:
     n = sc.nodes
     gpu = GpuProfile.from_json(profile)
-    tasks: dict[str, tuple] = {}
+    tasks: dict[str, tuple[Any, ...]] = {}
     if sc.name == "fixed-4p5d":
         for name, lw in (("async", False), ("layerwise", True)):
             tasks[name] = (sc, "none", profile, 4, seed, {**extra, "layerwise_kv": lw})

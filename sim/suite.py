@@ -125,7 +125,7 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
     for name, load in cfg.synthetic:
         sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
-        info = {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s}
+        info: dict[str, Any] = {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s}
         groups.append((("synthetic", name, load), [sc.prefill_nodes], info))
     every = set(cfg.convergence)
     for case in trace_cases:
@@ -157,7 +157,10 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     # Placebo: the best static split with one node away for 10 s at mid-run. How far that alone
     # moves throughput is how far the case's measurement can be trusted (queue-order chaos).
     # Evolving started at the best static split of each stationary case: staying put is right there.
-    placebo_tasks, placebo_of, best_tasks, best_of = [], {}, [], {}
+    placebo_tasks: list[Task] = []
+    best_tasks: list[Task] = []
+    placebo_of: dict[int, int] = {}
+    best_of: dict[int, int] = {}
     for g, (spec, _, info) in enumerate(groups):
         best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)][METRIC])
         if _stationary(spec) and (g, "evolving", best) not in by:

@@ -150,13 +150,13 @@ class OTLPReceiver:
                 return
 
         self._server = ThreadingHTTPServer((host, port), Handler)
+        self._host = host
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self._host}:{self._server.server_port}"
 
     def start(self) -> OTLPReceiver:
         self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)

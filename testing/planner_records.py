@@ -3,6 +3,8 @@ from known coefficients, Poisson request samples, cluster views. Seeded."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from core import Phase
@@ -26,7 +28,7 @@ def synthetic_records(
             u, c = int(rng.integers(64, 8192)), int(rng.integers(0, 32_000))
             a, b, cc, d = TRUE_PREFILL
             ms = a + b * u + cc * c + d * u * (u + c) / 1e4
-            rec = dict(
+            rec: dict[str, Any] = dict(
                 phase=Phase.PREFILL,
                 batch_size=int(rng.integers(1, 8)),
                 uncached_prompt_tokens=u,

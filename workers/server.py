@@ -27,6 +27,7 @@ from workers.protocol import (
     ENGINE_DEAD,
     AbortRequest,
     AbortResponse,
+    BlockLocation,
     EngineState,
     ErrorBody,
     ErrorResponse,
@@ -182,7 +183,10 @@ def create_app(
     @app.get("/internal/stats", response_model=WorkerStats)
     async def stats(since: int = 0):
         saved, dropped = eng.kv_events.drain() if eng.kv_events else ([], [])
-        loc = lambda h, s: {"block_hash": h, "node_id": config.node_id, "slot": s}  # noqa: E731
+
+        def loc(h: str, s: int) -> BlockLocation:
+            return BlockLocation(block_hash=h, node_id=config.node_id, slot=s)
+
         running, waiting, kv_usage = eng.iterations.scheduler
         return WorkerStats(
             node_id=config.node_id,

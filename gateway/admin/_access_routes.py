@@ -27,7 +27,7 @@ def access_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
 
     @router.get("/whoami", summary="The caller's admin identity", response_model=schemas.WhoAmI)
     async def whoami(who: Viewer) -> schemas.WhoAmI:
-        return schemas.WhoAmI(name=who.name, role=who.role)  # type: ignore[arg-type]
+        return schemas.WhoAmI(name=who.name, role=who.role)
 
     @router.get(
         "/audit", summary="Audit log of admin actions, newest first", response_model=schemas.Page[schemas.AuditOut]

@@ -66,7 +66,7 @@ class ClusterEvent:
 
 
 Handler = Callable[[ClusterEvent], Awaitable[None]]
-Resync = Callable[[], Awaitable[None]]
+Resync = Callable[[], Awaitable[object]]  # its result is not read
 
 
 class _Handlers:

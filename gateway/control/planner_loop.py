@@ -30,11 +30,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from core import Phase
 from gateway.control.workload_feed import WorkloadFeed
 from planner.cadence import StepCadence, coalesce_decode_steps
 from planner.types import SLO, ClusterView, Decision, NodeState, Pin, Planner, PlannerMode
+
+if TYPE_CHECKING:
+    from gateway.control.runtime import ClusterRuntime
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +67,7 @@ class PlannerLoop:
         self.cadence = StepCadence()
         self.last_switch_t: float | None = None
 
-    def view(self, runtime) -> ClusterView:
+    def view(self, runtime: ClusterRuntime) -> ClusterView:
         nodes = tuple(
             NodeState(
                 node_id=n.node_id,
@@ -95,7 +99,7 @@ class PlannerLoop:
             requests_rejected=rejected,
         )
 
-    async def tick(self, runtime) -> None:
+    async def tick(self, runtime: ClusterRuntime) -> None:
         records = coalesce_decode_steps(self.cadence.apply(runtime.registry.drain_iterations()))
         self.planner.observe_iterations(records)
         self.planner.observe_requests(self.workload.drain())
@@ -108,7 +112,7 @@ class PlannerLoop:
         with runtime.tracing.decision(decision):  # a span; the switches ordered below are its children
             await self._apply(runtime, decision, view)
 
-    async def _apply(self, runtime, decision: Decision, view: ClusterView) -> None:
+    async def _apply(self, runtime: ClusterRuntime, decision: Decision, view: ClusterView) -> None:
         runtime.planner_name = self.planner.name
         runtime.record_decision(decision)
         if view.mode is not PlannerMode.MANUAL:
