@@ -94,7 +94,7 @@ class ChaosConfig:
     def __post_init__(self) -> None:
         if self.workers < 3:
             raise ValueError("the chaos bench needs >= 3 workers (one is killed, two keep serving)")
-        if not (1024 <= self.first_port and self.first_port + self.workers - 1 < self.gateway_port <= 65535):
+        if not (self.first_port >= 1024 and self.first_port + self.workers - 1 < self.gateway_port <= 65535):
             raise ValueError("worker ports (first_port..) must lie below the gateway port, within 1024-65535")
         if self.sessions < 1 or self.turns < 2 or self.max_tokens < 1:
             raise ValueError("sessions >= 1, turns >= 2, max_tokens >= 1")

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -95,7 +96,8 @@ async def _inplace(url: str, load: LightLoad, to: str) -> float:
 async def run_bench(
     model: str, switches: int = 6, relaunches: int = 2, port: int = 8190, extra: list[str] | None = None
 ) -> dict:
-    log = tempfile.NamedTemporaryFile(prefix="bench-switch-", suffix=".log", delete=False).name
+    fd, log = tempfile.mkstemp(prefix="bench-switch-", suffix=".log")
+    os.close(fd)  # the workers append to it by name
     worker = WorkerProcess(
         port=port, phase="prefill", model=model, node_id="bench-switch", log_path=log, extra=extra or []
     )

@@ -66,7 +66,7 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b > 0 else None
 
 
-def simulate(
+def simulate(  # noqa: C901 - to split: scenario setup, runs, report (issue 32)
     sc: Scenario,
     planners: list[str],
     *,

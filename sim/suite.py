@@ -117,7 +117,7 @@ def _probe(
     return out, done
 
 
-def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
+def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:  # noqa: C901 - to split (issue 32)
     t0 = time.perf_counter()
     gpu = GpuProfile.from_json(profile)
     planned, same = plan_trace_cases(cfg, gpu)
@@ -351,8 +351,5 @@ def _settled(split_over_time: list[list[float]], near: set[int]) -> float | None
     for t, p, _d, other in split_over_time:
         if other:
             continue  # mid-switch samples say nothing about the split's target
-        if p in near:
-            entered = t if entered is None else entered
-        else:
-            entered = None
+        entered = (t if entered is None else entered) if p in near else None
     return entered

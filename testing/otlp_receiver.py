@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gzip
 import json
 import threading
@@ -225,10 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args(argv)
     rx = OTLPReceiver(args.host, args.port, keep=False)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         rx._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -106,11 +106,10 @@ class Proc:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Proc:
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        out.close()
+        with open(self.log, "ab") as out:  # the child holds its own copy
+            self.proc = subprocess.Popen(
+                self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return self
 
     @property

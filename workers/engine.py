@@ -359,7 +359,7 @@ class WorkerEngine:
         kv.update(rid=req.request_id, salt=req.tenant_salt)
         return kv
 
-    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:  # noqa: C901 - to split (issue 32)
         """Run one request; yields delta chunks, the last with finish_reason."""
         if self._llm is None and not self.started:
             raise EngineError("engine not ready", status=503, retryable=True)

@@ -53,7 +53,7 @@ def _error(status: int, type_: str, message: str, retryable: bool = False) -> JS
     return JSONResponse(body.model_dump(), status_code=status)
 
 
-def create_app(
+def create_app(  # noqa: C901 - a route table: each handler is its own small function
     config: EngineConfig,
     initial_phase: Phase,
     *,

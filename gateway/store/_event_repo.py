@@ -119,7 +119,7 @@ def latest_decision(session: Session) -> Decision | None:
     if row is None:
         return None
     predictions = tuple(
-        _prediction(p) for p in row.predictions or [] if isinstance(p, dict) and _PREDICTION_FIELDS <= p.keys()
+        _prediction(p) for p in row.predictions or [] if isinstance(p, dict) and p.keys() >= _PREDICTION_FIELDS
     )
     actions = tuple(
         SwitchAction(node_id=str(a["node_id"]), to_phase=Phase(a["to_phase"]))

@@ -256,10 +256,7 @@ class WorkerSide:
         by_node: dict[str, list[RemoteRead]] = {}
         for r in load.remote:
             by_node.setdefault(r.node_id, []).append(r)
-        for node, reads in by_node.items():
-            if not self._pull_from(load, node, reads):
-                return False
-        return True
+        return all(self._pull_from(load, node, reads) for node, reads in by_node.items())
 
     def _pull_from(self, load: LoadItem, node: str, reads: list[RemoteRead]) -> bool:
         """One peer's share of a load: True when read and verified."""

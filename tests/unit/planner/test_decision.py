@@ -41,7 +41,7 @@ def test_net_gain_is_gain_times_horizon_minus_cost_with_its_lower_bound() -> Non
 
 
 @pytest.mark.parametrize(
-    "net,capacity,horizon,expected",
+    ("net", "capacity", "horizon", "expected"),
     [
         (50.0, 10.0, 100.0, 0.05),
         (-100.0, 2.0, 100.0, -0.5),
@@ -59,7 +59,7 @@ def test_gain_fraction(net: float, capacity: float, horizon: float, expected: fl
 
 
 @pytest.mark.parametrize(
-    "mean,sd,expected",
+    ("mean", "sd", "expected"),
     [
         (0.0, 1.0, 0.5),
         (1.0, 1.0, 0.8413447460685429),
@@ -76,7 +76,7 @@ def test_normal_confidence(mean: float, sd: float, expected: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "arrays,margin,z,bounds",
+    ("arrays", "margin", "z", "bounds"),
     [
         ({"ttft_s": [5.0, 1.5, 0.5], "tpot_s": [0.1, 0.15, 0.3]}, 1.0, 0.0, (2, 2)),
         ({"ttft_s": [5.0, 1.5, 0.5], "tpot_s": [0.1, 0.15, 0.18]}, 1.0, 0.0, (2, 3)),
@@ -94,7 +94,7 @@ def test_slo_bounds(arrays: dict[str, list[float]], margin: float, z: float, bou
 
 
 @pytest.mark.parametrize(
-    "score,allowed,current,expected",
+    ("score", "allowed", "current", "expected"),
     [
         ([1.0, 3.0, 3.0, 2.0], [1, 1, 1, 1], 3, 3),  # tie: the current split
         ([1.0, 3.0, 3.0, 2.0], [1, 1, 1, 1], 1, 2),  # tie: nearest the current split
@@ -119,7 +119,7 @@ NODES = [
 
 
 @pytest.mark.parametrize(
-    "pin,expected",
+    ("pin", "expected"),
     [
         (None, {"a", "b"}),
         (Pin(prefill_nodes=1), {"a", "b"}),
@@ -131,7 +131,7 @@ def test_protected_ids(pin: Pin | None, expected: set[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "pin,expected",
+    ("pin", "expected"),
     [
         (None, []),
         (Pin(prefill_nodes=2), []),
@@ -163,7 +163,7 @@ LOADED = [
 
 
 @pytest.mark.parametrize(
-    "phase,count,protected,expected",
+    ("phase", "count", "protected", "expected"),
     [
         (D, 3, set(), ["e", "f", "d"]),  # fewest requests, then least KV, then id
         (D, 9, set(), ["e", "f", "d", "c"]),
@@ -178,7 +178,7 @@ def test_choose_nodes(phase: Phase, count: int, protected: set[str], expected: l
 
 
 @pytest.mark.parametrize(
-    "current,target,protected,expected",
+    ("current", "target", "protected", "expected"),
     [
         (1, 1, set(), ()),
         (1, 3, set(), (SwitchAction("e", P), SwitchAction("f", P))),
@@ -193,7 +193,7 @@ def test_move_actions(current: int, target: int, protected: set[str], expected: 
 
 
 @pytest.mark.parametrize(
-    "actions,expected",
+    ("actions", "expected"),
     [
         ([], (2, 2)),
         ([SwitchAction("c", P)], (3, 1)),
