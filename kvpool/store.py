@@ -18,7 +18,7 @@ Memory: the buffer is an anonymous mapping aligned to 2 MiB and advised for
 transparent huge pages. torch's allocator does not ask for them (THP is
 `madvise` on most distributions), and a peer's CMA read pins the source
 pages one by one: on 4 KiB pages a 64 KiB read cost twice as much and 1-16
-MiB reads stayed near 0.55-0.65x memcpy (docs/benchmarks.md).
+MiB reads stayed near 0.55-0.65x memcpy (docs/benchmarks-history.md).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class SimConfig:
     sample_above: int = 16  # above this many serving nodes the router scores a sample (power of d choices):
     # ...this many random nodes of each phase, plus the 4 with the longest cached prefix. Two (the
     # power of two choices) routed better at 768 nodes than four: 1,054,325 vs 1,042,551 requests
-    # finished in 20 min, mean E2E 7.35 vs 7.57 s (docs/benchmarks-sim.md).
+    # finished in 20 min, mean E2E 7.35 vs 7.57 s (docs/benchmarks-history.md).
     sample_per_phase: int = 2
     host_blocks_per_node: int = 8_192  # host-store capacity, blocks
     records_per_node_tick: int = 32  # iteration records per node handed to the planner per tick...
@@ -410,7 +410,7 @@ def _rare_gc_passes() -> Iterator[None]:
     records) beside millions of live ones (the workload, finished rows).
     CPython's default thresholds (700, 10, 10) scan the young generation every
     700 allocations and the live ones often, a large share of a big run's
-    time (docs/benchmarks-sim.md, scale). Cycles are still collected, only
+    time (docs/benchmarks-history.md, scale). Cycles are still collected, only
     less often."""
     old = gc.get_threshold()
     gc.set_threshold(50_000, 50, 1_000)

@@ -129,7 +129,7 @@ def _shift(seed: int, nodes: int | None, duration_s: float | None, k: float) -> 
     # (its best split is 1-2 prefill nodes) while computer use is
     # prefill-bound (7-8 prefill nodes). At 12 per node the math phase
     # barely loads the decode nodes and every split from 1P to 5P serves
-    # it equally, so the scenario would not be a shift (docs/benchmarks-sim.md).
+    # it equally, so the scenario would not be a shift (docs/benchmarks-history.md).
     wl = workloads.shift(seed=seed, duration_s=d, concurrency=int(SHIFT_AGENTS_PER_NODE * n * k))
     note = f"3 h, math agents -> computer-use agents, closed loop, {SHIFT_AGENTS_PER_NODE} agents/node"
     return Scenario("shift", wl, n, max(1, n // 3), note)

@@ -1,7 +1,7 @@
 """NIXL BlockTransport: READs of peers' host stores over UCX.
 
 Why it looks like this (nixl 1.5.1, UCX 1.23, CPU hosts; measured in
-docs/benchmarks.md):
+docs/benchmarks-history.md):
 - Descriptor lists are prepared once: ours (data slots, then tag slots, then
   a private probe tag) at construction, each peer's when it is added. A read
   is `makeXferReq(indices)` on the prepared lists, one request per phase
@@ -301,7 +301,7 @@ class NixlTransport:
         """read_blocks + wait, straight-line: no handle object, and no status
         call at all when UCX completes inside post (CMA on one host). This is
         the pool's hot path: a 64 KiB read costs ~20 µs, of which the Python
-        here was ~5 µs before it was trimmed (docs/benchmarks.md)."""
+        here was ~5 µs before it was trimmed (docs/benchmarks-history.md)."""
         peer = self._live_peer(node_id)
         lidx, ridx, ltag, rtag = self._indices(peer, remote_slots, local_slots)
         if len(lidx) == 0:
