@@ -32,10 +32,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from core import Phase
 from gateway.control.workload_feed import WorkloadFeed
 from planner.cadence import StepCadence, coalesce_decode_steps
-from planner.types import SLO, ClusterView, Decision, NodeState, Pin, Planner, PlannerMode
+from planner.types import SLO, ClusterView, Decision, Planner, PlannerMode
 
 if TYPE_CHECKING:
     from gateway.control.runtime import ClusterRuntime
@@ -68,25 +67,8 @@ class PlannerLoop:
         self.last_switch_t: float | None = None
 
     def view(self, runtime: ClusterRuntime) -> ClusterView:
-        nodes = tuple(
-            NodeState(
-                node_id=n.node_id,
-                phase=Phase(n.phase.value),
-                draining=n.draining_to is not None,
-                pinned=n.node_id in runtime.node_pins,
-                queue=n.num_waiting,
-                running=n.running,
-                kv_usage=n.kv_usage,
-                kv_capacity_tokens=n.kv_capacity_tokens or self.kv_capacity_tokens,
-                max_batch=n.max_num_seqs,
-                token_budget=n.max_num_batched_tokens,
-            )
-            for n in runtime.registry.nodes()
-            if n.healthy
-        )
-        pin = None
-        if runtime.split_pin is not None or runtime.node_pins:
-            pin = Pin(prefill_nodes=runtime.split_pin, node_phases={k: Phase(v) for k, v in runtime.node_pins.items()})
+        nodes = runtime.node_states(self.kv_capacity_tokens)
+        pin = runtime.pin()
         arrived, rejected = self.workload.counts()
         return ClusterView(
             now=self.clock(),

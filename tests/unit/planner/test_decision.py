@@ -16,6 +16,7 @@ from planner.decision import (
     net_gain,
     node_pin_actions,
     normal_confidence,
+    pin_actions,
     protected_ids,
     reachable,
     slo_bounds,
@@ -144,6 +145,27 @@ def test_protected_ids(pin: Pin | None, expected: set[str]) -> None:
 )
 def test_node_pin_actions(pin: Pin | None, expected: list[SwitchAction]) -> None:
     assert node_pin_actions(NODES, pin) == expected
+
+
+@pytest.mark.parametrize(
+    ("pin", "expected"),
+    [
+        (None, []),
+        (Pin(node_phases={"a": D}), [("a", D)]),
+        # the split pin takes the least loaded decode node (c waits 3, b 0)
+        (Pin(prefill_nodes=2), [("b", P)]),
+        (Pin(prefill_nodes=0), [("a", D)]),
+        # a pinned to prefill cannot be moved by the split pin
+        (Pin(prefill_nodes=0, node_phases={"a": P}), []),
+        # node pins first; the split pin then counts b as decode and moves c
+        (Pin(prefill_nodes=2, node_phases={"b": D}), [("c", P)]),
+        # only as far as unpinned nodes allow
+        (Pin(prefill_nodes=3, node_phases={"b": D}), [("c", P)]),
+    ],
+)
+def test_pin_actions_node_pins_then_the_split_pin(pin: Pin | None, expected: list[tuple[str, Phase]]) -> None:
+    nodes = [NodeState("a", P), NodeState("b", D), NodeState("c", D, queue=3)]
+    assert pin_actions(nodes, pin) == [SwitchAction(n, p) for n, p in expected]
 
 
 def test_reachable_counts_only_unprotected_nodes() -> None:
