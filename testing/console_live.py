@@ -58,8 +58,8 @@ class FakeClusterControl:
             fake.nodes[node_id] = NodeSnapshot(
                 node_id=node_id,
                 url=f"http://127.0.0.1:{9100 + i}",
-                phase=phase,
-                draining_to=(draining or {}).get(node_id),
+                phase=Phase(phase),
+                draining_to=Phase(to) if (to := (draining or {}).get(node_id)) else None,
                 healthy=True,
                 pinned_phase=None,
                 queue=3 * i % 7,
@@ -134,7 +134,7 @@ class FakeClusterControl:
                 await self.switch(node_id, want, reason="split pin", who="fake")
 
     async def pin_node(self, node_id: str, phase: str | None) -> None:
-        self.nodes[node_id] = replace(self.nodes[node_id], pinned_phase=phase)
+        self.nodes[node_id] = replace(self.nodes[node_id], pinned_phase=Phase(phase) if phase else None)
         if phase is not None and self.nodes[node_id].phase != phase:
             await self.switch(node_id, phase, reason="node pin", who="fake")
 
@@ -142,7 +142,7 @@ class FakeClusterControl:
         node = self.nodes[node_id]
         if node.phase == to_phase:
             return SwitchOutcome(node_id, node.phase, to_phase, 0.0, 0.0, 0.0, "noop", "already there")
-        self.nodes[node_id] = replace(node, phase=to_phase, draining_to=None)
+        self.nodes[node_id] = replace(node, phase=Phase(to_phase), draining_to=None)
         outcome = SwitchOutcome(
             node_id,
             node.phase,

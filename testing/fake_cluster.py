@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import Phase
 from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
 from gateway.store.records import SwitchOutcome
 from planner.types import PlannerMode
@@ -25,10 +26,10 @@ class FakeClusterControl:
             NodeSnapshot(
                 node_id=n,
                 url=f"http://{n}",
-                phase=p,
+                phase=Phase(p),
                 draining_to=None,
                 healthy=True,
-                pinned_phase=self.node_pins.get(n),
+                pinned_phase=Phase(pin) if (pin := self.node_pins.get(n)) else None,
                 queue=1,
                 running=2,
                 kv_usage=0.5,

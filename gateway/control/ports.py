@@ -10,26 +10,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core import Phase
+from gateway.control.health import NodeHealth
 from gateway.store.records import SwitchOutcome
 from planner.types import Decision, PlannerMode, SplitPrediction
+from workers.protocol import EngineState
 
 
 @dataclass(frozen=True)
 class NodeSnapshot:
+    """One worker as the admin API shows it (its `/admin/cluster` node model)."""
+
     node_id: str
     url: str
-    phase: str  # "prefill" | "decode"
-    draining_to: str | None
+    phase: Phase
+    draining_to: Phase | None  # the phase it is switching to
     healthy: bool
-    pinned_phase: str | None
-    queue: int
+    pinned_phase: Phase | None
+    queue: int  # waiting requests
     running: int
-    kv_usage: float
+    kv_usage: float  # 0..1 of device KV in use
     tokens_per_s: float
-    # gateway.control.health: "healthy" | "engine_dead" | "unreachable", and the
-    # engine state the worker last reported ("alive" | "dead" | "starting").
-    health: str = "healthy"
-    engine: str = "alive"
+    health: NodeHealth = NodeHealth.HEALTHY  # gateway.control.health
+    engine: EngineState = EngineState.ALIVE  # the engine core, as the worker last reported it
 
 
 @dataclass(frozen=True)

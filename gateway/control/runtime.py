@@ -41,6 +41,7 @@ from gateway.store.records import SwitchOutcome
 from gateway.telemetry import Tracing
 from planner.decision import pin_actions
 from planner.types import Decision, NodeState, Pin, PlannerMode, SplitPrediction, SwitchAction
+from workers.protocol import EngineState
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +95,16 @@ class ClusterRuntime:
             NodeSnapshot(
                 node_id=n.node_id,
                 url=n.url,
-                phase=n.phase.value,
-                draining_to=n.draining_to.value if n.draining_to else None,
+                phase=n.phase,
+                draining_to=n.draining_to,
                 healthy=n.healthy,
-                pinned_phase=self.node_pins.get(n.node_id),
+                pinned_phase=Phase(pinned) if (pinned := self.node_pins.get(n.node_id)) else None,
                 queue=n.num_waiting,
                 running=n.running,
                 kv_usage=n.kv_usage,
                 tokens_per_s=n.tokens_per_s,
-                health=n.health.value,
-                engine=n.engine,
+                health=n.health,
+                engine=EngineState(n.engine),
             )
             for n in self.registry.nodes()
         ]
