@@ -30,15 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.control.bus import ClusterEvent
+from gateway.control.bus import BusEvent, ClusterEvent, OverrideChanged
 from gateway.control.ports import ClusterControl
 from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides
 from planner.types import PlannerMode
 
 log = logging.getLogger(__name__)
-
-OVERRIDE = "override"  # bus event kind: data {key, value, version}
 
 
 class OverrideRecorder(Protocol):
@@ -56,7 +54,7 @@ class OverrideRecorder(Protocol):
 class Publisher(Protocol):
     """The overrides bus as this service uses it (`LocalBus`, `RedisBus`)."""
 
-    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> ClusterEvent: ...
+    async def publish(self, published: BusEvent) -> ClusterEvent: ...
 
 
 @dataclass(frozen=True)
@@ -144,7 +142,7 @@ class OverridesService:
         )
         self._recorder.kick()
         if self._bus is not None:
-            await self._bus.publish(OVERRIDE, {"key": key, "value": value, "version": version})
+            await self._bus.publish(OverrideChanged(key, value, version))
 
     # -- start-up, other replicas, reconciliation ---------------------------------------
     async def restore(self, overrides: Overrides, *, default_mode: str) -> None:
@@ -162,13 +160,13 @@ class OverridesService:
 
     async def on_event(self, event: ClusterEvent) -> None:
         """Bus handler: a change made through another replica."""
-        if event.kind != OVERRIDE:
+        if event.kind != OverrideChanged.KIND:
             return
-        try:
-            key, value, version = str(event.data["key"]), event.data.get("value"), float(event.data["version"])
-        except (KeyError, TypeError, ValueError):
+        change = event.payload()
+        if not isinstance(change, OverrideChanged):
             log.warning("malformed override event from %s ignored", event.origin)
             return
+        key, value, version = change.key, change.value, float(change.version)
         # In the background: realising a pin on the leader waits for switches;
         # the bus keeps delivering meanwhile (versions keep the order right).
         asyncio.get_running_loop().create_task(self.apply(key, value, version), name=f"override-{key}")
