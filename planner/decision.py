@@ -108,7 +108,7 @@ def pin_actions(nodes: Sequence[NodeState], pin: Pin | None) -> list[SwitchActio
     if pin is None or pin.prefill_nodes is None:
         return actions
     after = {a.node_id: a.to_phase for a in actions}
-    prefill = sum(1 for n in nodes if after.get(n.node_id, n.phase) is Phase.PREFILL)
+    prefill = sum(1 for n in nodes if after.get(n.node_id, n.phase) == Phase.PREFILL)
     protected = protected_ids(nodes, pin)
     if prefill < pin.prefill_nodes:
         moved = choose_nodes(nodes, Phase.DECODE, pin.prefill_nodes - prefill, protected)

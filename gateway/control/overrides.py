@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core import Phase
 from gateway.control.bus import BusEvent, ClusterEvent, OverrideChanged
 from gateway.control.ports import ClusterControl
 from gateway.errors import GatewayError, InvalidRequest, NotFound
@@ -112,7 +113,7 @@ class OverridesService:
         )
         return await self.pins()
 
-    async def pin_node(self, node_id: str, phase: str | None, *, who: str, actor_id: str | None = None) -> Pins:
+    async def pin_node(self, node_id: str, phase: Phase | None, *, who: str, actor_id: str | None = None) -> Pins:
         if node_id not in {n.node_id for n in (await self._control.snapshot()).nodes}:
             raise NotFound(f"No node {node_id!r}.", param="node_id")
         before = (await self.pins()).nodes.get(node_id)
@@ -154,7 +155,8 @@ class OverridesService:
             return
         log.info("restoring pins: split=%s nodes=%s", overrides.split_pin, overrides.node_pins)
         try:
-            await self._control.restore_pins(overrides.split_pin, dict(overrides.node_pins), who="restore")
+            pins = {node: Phase(phase) for node, phase in overrides.node_pins.items()}
+            await self._control.restore_pins(overrides.split_pin, pins, who="restore")
         except GatewayError as exc:  # an unhealthy node at startup: the pin stays, realised by the next pin action
             log.warning("could not realise the persisted pins yet: %s", exc.message)
 
@@ -198,7 +200,7 @@ class OverridesService:
                 elif key == SPLIT_PIN:
                     await self._control.pin_split(None if value is None else int(value))
                 elif key.startswith(NODE_PIN_PREFIX):
-                    await self._control.pin_node(key[len(NODE_PIN_PREFIX) :], None if value is None else str(value))
+                    await self._control.pin_node(key[len(NODE_PIN_PREFIX) :], None if value is None else Phase(value))
                 else:
                     return False
             except GatewayError as exc:  # e.g. a node this replica does not know: kept as versioned, logged

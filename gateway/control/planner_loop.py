@@ -105,7 +105,7 @@ class PlannerLoop:
             try:
                 outcome = await runtime.switch(
                     action.node_id,
-                    action.to_phase.value,
+                    action.to_phase,
                     reason=f"planner: {decision.reason}",
                     who=f"planner:{self.planner.name}",
                 )

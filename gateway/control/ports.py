@@ -107,14 +107,16 @@ class ClusterControl(Protocol):
     async def pin_split(self, prefill_nodes: int | None) -> None:
         """Pin the number of prefill nodes (None unpins). Realised by switches."""
 
-    async def pin_node(self, node_id: str, phase: str | None) -> None:
+    async def pin_node(self, node_id: str, phase: Phase | None) -> None:
         """Pin one node's phase (None unpins). Switches it now if needed."""
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
+    async def restore_pins(
+        self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str
+    ) -> list[SwitchOutcome]:
         """Set both pins at once (pins of nodes that are not workers are
         dropped with a warning) and realise them with switches."""
 
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome: ...
+    async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome: ...
 
 
 class ClusterHistory(Protocol):

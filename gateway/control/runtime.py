@@ -73,7 +73,7 @@ class ClusterRuntime:
         self.planner_name = planner_name
         self.planner_tick = planner_tick
         self.split_pin: int | None = None
-        self.node_pins: dict[str, str] = {}
+        self.node_pins: dict[str, Phase] = {}
         self.last_decision: Decision | None = None
         # The newest prediction per split and when it was made: kept while later
         # decisions (no data, say) carry none, so an idle planner still shows it.
@@ -98,7 +98,7 @@ class ClusterRuntime:
                 phase=n.phase,
                 draining_to=n.draining_to,
                 healthy=n.healthy,
-                pinned_phase=Phase(pinned) if (pinned := self.node_pins.get(n.node_id)) else None,
+                pinned_phase=self.node_pins.get(n.node_id),
                 queue=n.num_waiting,
                 running=n.running,
                 kv_usage=n.kv_usage,
@@ -149,26 +149,28 @@ class ClusterRuntime:
         if self.leads():
             await self.enforce_pins(who="pin")
 
-    async def pin_node(self, node_id: str, phase: str | None) -> None:
+    async def pin_node(self, node_id: str, phase: Phase | None) -> None:
         self.registry.get(node_id)
         if phase is None:
             self.node_pins.pop(node_id, None)
             return
         if phase not in ("prefill", "decode"):
             raise InvalidRequest(f"phase must be 'prefill' or 'decode', not {phase!r}", param="phase")
-        self.node_pins[node_id] = phase
+        self.node_pins[node_id] = Phase(phase)
         if self.leads():
             await self.enforce_pins(who="pin")
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
+    async def restore_pins(
+        self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str
+    ) -> list[SwitchOutcome]:
         known = {n.node_id for n in self.registry.nodes()}
         for node in sorted(set(node_pins) - known):
             log.warning("persisted pin for unknown node %s ignored (not among the workers)", node)
         self.split_pin = split_pin
-        self.node_pins = {n: p for n, p in node_pins.items() if n in known}
+        self.node_pins = {n: Phase(p) for n, p in node_pins.items() if n in known}
         return await self.enforce_pins(who=who) if self.leads() else []
 
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+    async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
         pinned = self.node_pins.get(node_id)
         if pinned is not None and pinned != to_phase:
             raise Conflict(f"node {node_id} is pinned to {pinned}; unpin it first", code="node_pinned")
@@ -184,7 +186,7 @@ class ClusterRuntime:
         """The operator's pins as the planner reads them (None: no pin)."""
         if self.split_pin is None and not self.node_pins:
             return None
-        return Pin(prefill_nodes=self.split_pin, node_phases={n: Phase(p) for n, p in self.node_pins.items()})
+        return Pin(prefill_nodes=self.split_pin, node_phases=dict(self.node_pins))
 
     def node_states(self, kv_capacity_tokens: int = 0) -> tuple[NodeState, ...]:
         """The healthy workers as the planner sees them; `kv_capacity_tokens`
@@ -216,7 +218,7 @@ class ClusterRuntime:
         for action in self.pin_switches():
             if action.node_id in busy:
                 continue
-            outcome = await self.switcher.switch(action.node_id, action.to_phase.value, reason="pin", who=who)
+            outcome = await self.switcher.switch(action.node_id, action.to_phase, reason="pin", who=who)
             out.append(outcome)
             if outcome.outcome == "fenced":
                 break
