@@ -13,7 +13,7 @@ DEMO_MODEL  := data/demo-model
 TINY_MODEL  := data/tiny-model
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint browser-deps harnesses clean images container-deps test-containers test-harnesses
+.PHONY: setup demo test test-fast lint hooks browser-deps harnesses clean images container-deps test-containers test-harnesses
 
 setup: $(STAMP) $(DEMO_MODEL)/DEMO_MODEL.json $(TINY_MODEL)/TINY_MODEL.json
 
@@ -72,14 +72,21 @@ demo: setup
 	  --port $(GATEWAY_PORT) --worker-port $(WORKER_PORT) --console-port $(CONSOLE_PORT) \
 	  $(if $(filter-out 0,$(LOAD)),--load)
 
-# The habits, held by tools: ruff (lint and format), mypy (strict on the
-# pure cores, pyproject.toml [tool.mypy]), the import direction (import-linter
-# contracts in pyproject.toml).
+# The habits, held by tools: ruff (lint and format), mypy (every package,
+# strict on the pure parts: pyproject.toml [tool.mypy]), the import direction
+# (import-linter contracts in pyproject.toml), and commit subjects of at most
+# 72 characters since scripts/commit_subjects.py's base (`make hooks` checks
+# each one as it is committed).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/commit_subjects.py
+
+# The same subject rule at commit time: git's commit-msg hook (this clone or worktree).
+hooks:
+	ln -sf "$(CURDIR)/scripts/commit-msg" "$$(git rev-parse --git-path hooks)/commit-msg"
 
 # The containers group (`make test-containers`: images first) and the harness
 # group (`make test-harnesses`: the real agent CLIs on SmolLM2, minutes a turn on

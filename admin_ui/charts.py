@@ -66,7 +66,7 @@ def split_history(items: list[dict[str, Any]]) -> alt.LayerChart | None:
     return alt.layer(area, line).resolve_scale(y="independent").properties(height=260)
 
 
-def predictions(preds: list[dict[str, Any]], current_prefill: int | None) -> alt.LayerChart | None:
+def predictions(preds: list[dict[str, Any]], current_prefill: int | None) -> alt.LayerChart | alt.FacetChart | None:
     """Predicted throughput per split with its confidence band; the live split outlined."""
     if not preds:
         return None

@@ -31,7 +31,7 @@ def _pg(sql: str) -> None:
     import psycopg
 
     with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
+        conn.execute(sql)
 
 
 def pg_available() -> bool:

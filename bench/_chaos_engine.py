@@ -36,7 +36,7 @@ import pathlib
 import random
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,7 @@ class Ctx:
     gateway_url: Callable[[], str]
     admin_token: str
     client: Callable[[int], Any]  # max_retries -> an AsyncOpenAI client of tenant "chaos"
-    run_agents: Callable[..., Awaitable[dict[tuple[str, int], Any]]]
+    run_agents: Callable[..., Coroutine[Any, Any, dict[tuple[str, int], Any]]]
     score: Callable[..., dict[str, Any]]
     tokenizer: Any
     plan: list[Any]
@@ -292,7 +292,8 @@ class DeathWatch:
 
 async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     """One fault under the agent load with switches; the window's record."""
-    log, stop, extra = ChaosLog(), asyncio.Event(), {}
+    log, stop = ChaosLog(), asyncio.Event()
+    extra: dict[str, Any] = {}
     admin = ctx.admin()
     sw = asyncio.create_task(switcher(admin, ctx.cfg, log, stop))
     # The SDK's own connection retries (what a harness has) only in the gateway window.

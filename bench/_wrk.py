@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import time
+from typing import Any
 
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -102,9 +103,9 @@ def run_wrk(
     m = re.search(r"^WRK (\{.*\})$", out, re.MULTILINE)
     if m is None:
         return {"error": out[-500:] or "wrk printed nothing"}
-    res: dict[str, object] = json.loads(m.group(1))
-    n = max(int(res["requests"]), 1)  # type: ignore[call-overload]
-    res["rps"] = round(n / float(res["duration_s"]), 1)  # type: ignore[arg-type]
+    res: dict[str, Any] = json.loads(m.group(1))
+    n = max(int(res["requests"]), 1)
+    res["rps"] = round(n / float(res["duration_s"]), 1)
     total = machine1[0] - machine0[0]
     res["machine_busy"] = round(1 - (machine1[1] - machine0[1]) / total, 3) if total > 0 else None
     res["cpu_us_per_request"] = {name: round(1e6 * (after[name] - before[name]) / n, 1) for name in pids}

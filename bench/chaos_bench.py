@@ -94,7 +94,7 @@ class ChaosConfig:
     def __post_init__(self) -> None:
         if self.workers < 3:
             raise ValueError("the chaos bench needs >= 3 workers (one is killed, two keep serving)")
-        if not (1024 <= self.first_port and self.first_port + self.workers - 1 < self.gateway_port <= 65535):
+        if not (self.first_port >= 1024 and self.first_port + self.workers - 1 < self.gateway_port <= 65535):
             raise ValueError("worker ports (first_port..) must lie below the gateway port, within 1024-65535")
         if self.sessions < 1 or self.turns < 2 or self.max_tokens < 1:
             raise ValueError("sessions >= 1, turns >= 2, max_tokens >= 1")
@@ -244,7 +244,8 @@ class GatewayThread:
                     port=self.port,
                     log_level="warning",
                     access_log=False,
-                    timeout_graceful_shutdown=self.graceful_s,
+                    # uvicorn annotates int; it hands the value to asyncio.wait_for, which takes seconds as float.
+                    timeout_graceful_shutdown=self.graceful_s,  # type: ignore[arg-type]
                 )
             )
             await self._server.serve()
@@ -328,7 +329,7 @@ async def drive(
 
     def client(key: str) -> Any:
         c = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=cfg.request_timeout_s)
-        c.served_model = served_model  # type: ignore[attr-defined]
+        c.served_model = served_model  # type: ignore[attr-defined]  # the agents read the model off their client
         return c
 
     plan = agents(cfg)
@@ -556,7 +557,7 @@ def engine_stage(
         c = openai.AsyncOpenAI(
             base_url=f"{holder['gw'].url}/v1", api_key=keys["chaos"], max_retries=retries, timeout=cfg.request_timeout_s
         )
-        c.served_model = settings.served_model  # type: ignore[attr-defined]
+        c.served_model = settings.served_model  # type: ignore[attr-defined]  # the agents read the model off their client
         return c
 
     async def restart_gateway() -> None:

@@ -143,9 +143,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     switches = planner_switches(http.get("/admin/switches", params={"limit": 500}).json()["items"])
                     if switches and "first_switch_after_load_s" not in report:
                         report["first_switch_after_load_s"] = round(time.monotonic() - load_t0, 1)
-                    if switches and args.until_switch and len(planner.get("predictions") or []) >= 2:
-                        if time.monotonic() - load_t0 >= report["first_switch_after_load_s"] + args.after_switch_s:
-                            break
+                    settled = switches and args.until_switch and len(planner.get("predictions") or []) >= 2
+                    if (
+                        settled
+                        and time.monotonic() - load_t0 >= report["first_switch_after_load_s"] + args.after_switch_s
+                    ):
+                        break
             decisions = http.get("/admin/decisions", params={"limit": 500}).json()
             report["ran_s"] = round(time.monotonic() - load_t0, 1)
             report["predictions"] = len(planner.get("predictions") or [])

@@ -210,7 +210,7 @@ def run_migration(
         "migration_identical_tokens": before + cont.tokens == ref.tokens,
         "migration_tokens_before": len(before),
         "migration_tokens_after": len(cont.tokens),
-        "migration_saved_blocks": len(first.saved_blocks),
+        "migration_saved_blocks": len(first.saved_blocks or []),
         "migration_resumed_context_tokens": resumed_context,
         "migration_resumed_cached_tokens": cont.cached_tokens,
         "migration_resumed_computed_tokens": resumed_context - cont.cached_tokens,

@@ -326,7 +326,8 @@ def live_run(reqs: list[Request], prompts: dict[int, list[int]], model: str) -> 
                 for t in httpx.get(w.url + "/internal/requests", timeout=30).json():
                     timings[t["request_id"]] = {**t, "node_id": w.node_id}
     finally:
-        p.stop(), d.stop()
+        p.stop()
+        d.stop()
     return {
         "t_start": t_start,
         "results": res,

@@ -86,7 +86,22 @@ def chat_body(*, stream: bool, tokens: int, content: str | None = None) -> bytes
 
 def big_prompt(nbytes: int) -> str:
     """About `nbytes` of varied English-like text (tokenizes like prose, not like one repeated word)."""
-    words = "agents call tools read their results and continue the conversation with a cached prefix".split()
+    words = [
+        "agents",
+        "call",
+        "tools",
+        "read",
+        "their",
+        "results",
+        "and",
+        "continue",
+        "the",
+        "conversation",
+        "with",
+        "a",
+        "cached",
+        "prefix",
+    ]
     out, size, i = [], 0, 0
     while size < nbytes:
         w = f"{words[i % len(words)]}{i % 97}"
@@ -103,6 +118,8 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
     from gateway.compose import ControlPlane, compose_app
     from gateway.settings import GatewaySettings
 
+    # Left at its default unless asked for.
+    limits: dict[str, Any] = {"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}
     settings = GatewaySettings(
         model_dir=tokenizer_dir,
         model_name=MODEL,
@@ -112,7 +129,7 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
         heartbeat_interval_s=1.0,
         tokenize_process="warm",  # as the chart deploys it: the big-prompt tokenizer's process started with the app
         tracing=TraceSettings.from_otel_env(os.environ),  # on for the tracing case (bench._tracing)
-        **({"max_prompt_tokens": max_prompt_tokens} if max_prompt_tokens else {}),
+        **limits,
     )
     cp = ControlPlane.build(settings)
     demo_key(cp, data_dir)  # writes <data_dir>/demo-api-key for the load generator
@@ -268,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to split per case (issue 32)
     from testing.tiny_tokenizer import write_tiny_tokenizer
 
     wrk_path()

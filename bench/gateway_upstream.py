@@ -30,6 +30,7 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httptools
 import orjson
@@ -204,7 +205,10 @@ class _Conn(asyncio.Protocol):
         if len(body) > _BIG:
             tail = body[-1024:]
             m = re.search(rb'"max(?:_completion)?_tokens":\s*(\d+)', tail)
-            req = {"max_tokens": int(m.group(1)) if m else 16, "stream": re.search(rb'"stream":\s*true', tail)}
+            req: dict[str, Any] = {
+                "max_tokens": int(m.group(1)) if m else 16,
+                "stream": re.search(rb'"stream":\s*true', tail) is not None,
+            }
         else:
             req = orjson.loads(body)
         n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)

@@ -165,7 +165,10 @@ def measure_case(
         for slot in groups[k]:
             np.copyto(dst[slot], srcs[slot])
 
-    pool_rates, copy_rates, pool_calls, copy_calls = [], [], [], []  # type: ignore[var-annotated]
+    pool_rates: list[float] = []
+    copy_rates: list[float] = []
+    pool_calls: list[int] = []
+    copy_calls: list[int] = []
     cur_p = cur_m = 0
     for _ in range(rounds):  # interleaved: the host may be shared
         rate, cur_p = _rate(read, bb * per, len(groups), cur_p, min_seconds / rounds, 4, pool_calls)

@@ -58,14 +58,18 @@ def _reads(
     finally:
         peer.terminate()
         peer.wait(30)
-    read = sum(r["reads"] * r["block_bytes"] * r["blocks_per_read"] for r in results)
+    read_bytes = sum(r["reads"] * r["block_bytes"] * r["blocks_per_read"] for r in results)
     sent = after["tx_bytes"] - before["tx_bytes"]
     ucx = parse_ucx_transport((log_dir / "reader-ucx.log").read_text(errors="replace"))
     return {
         "results": results,
         "ucx_transport": None if ucx is None else {**ucx.__dict__, "shared_memory_free": ucx.shared_memory_free},
         # At least every byte timed (plus connection setup, tags and the verification reads) crossed the cable.
-        "link_bytes": {"timed_reads": read, "peer_sent": sent, "sent_over_read": round(sent / max(read, 1), 3)},
+        "link_bytes": {
+            "timed_reads": read_bytes,
+            "peer_sent": sent,
+            "sent_over_read": round(sent / max(read_bytes, 1), 3),
+        },
     }
 
 

@@ -24,6 +24,7 @@ import random
 import tempfile
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import httpx
 import numpy as np
@@ -66,7 +67,7 @@ def decide_bench(node_counts: Iterable[int] = (16, 256, 3072), repeats: int = 20
     return {"decide_ms": wall, "decide_cpu_ms": cpu}
 
 
-def fit_mape_from_records(records: Iterable[IterationRecord], holdout_fraction: float = 0.3) -> dict[str, float | None]:
+def fit_mape_from_records(records: Iterable[IterationRecord], holdout_fraction: float = 0.3) -> dict[str, Any]:
     """``{"fit_mape_prefill", "fit_mape_decode"}``: hold-out MAPE (fraction) of
     models fitted online on the earlier records; None where a kind is absent.
     ``fit_mape_floor``: the same error of a hindsight fit on all records
@@ -179,7 +180,8 @@ def live_fit(
             stats = httpx.get(w.url + "/internal/stats", timeout=30).json()
             records += with_cpu_share(to_planner_records(w.node_id, stats["iterations"]), samplers[w.node_id])
     finally:
-        p.stop(), d.stop()
+        p.stop()
+        d.stop()
     records.sort(key=lambda r: r.t)
     if records_out:
         with open(records_out, "w") as f:

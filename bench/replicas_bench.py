@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import pathlib
@@ -165,6 +166,26 @@ def limit_run(cluster: ReplicaCluster, seconds: float, sent: int = 200, rpm: int
 
 
 # -- overrides -------------------------------------------------------------------------------
+def _put_mode(cluster: ReplicaCluster, via: int, mode: str) -> None:
+    cluster.admin(via, "PUT", "/planner/mode", {"mode": mode}).raise_for_status()
+
+
+def _mode_seen(cluster: ReplicaCluster, at: int, mode: str) -> bool:
+    return bool(cluster.planner(at)["mode"] == mode)
+
+
+def _pin_seen(cluster: ReplicaCluster, at: int, node: str, phase: str | None) -> bool:
+    return bool(cluster.admin(at, "GET", "/pins").json()["nodes"].get(node) == phase)
+
+
+def _revoke(cluster: ReplicaCluster, via: int, tenant: str, key_id: str) -> None:
+    cluster.admin(via, "DELETE", f"/tenants/{tenant}/keys/{key_id}").raise_for_status()
+
+
+def _revoked(cluster: ReplicaCluster, at: int, key: str) -> bool:
+    return cluster.chat(at, key, max_tokens=1).status_code == 401
+
+
 def _propagation(
     cluster: ReplicaCluster, write: Callable[[], None], seen: Callable[[], bool], timeout_s: float = 5.0
 ) -> float:
@@ -184,10 +205,8 @@ def propagation_run(cluster: ReplicaCluster, rounds: int) -> dict[str, Any]:
         times["mode"].append(
             _propagation(
                 cluster,
-                lambda src=src, mode=mode: cluster.admin(
-                    src, "PUT", "/planner/mode", {"mode": mode}
-                ).raise_for_status(),
-                lambda dst=dst, mode=mode: cluster.planner(dst)["mode"] == mode,
+                functools.partial(_put_mode, cluster, src, mode),
+                functools.partial(_mode_seen, cluster, dst, mode),
             )
         )
         phase = "decode" if r % 2 == 0 else None
@@ -200,7 +219,7 @@ def propagation_run(cluster: ReplicaCluster, rounds: int) -> dict[str, Any]:
             _propagation(
                 cluster,
                 pin,
-                lambda dst=dst, phase=phase: cluster.admin(dst, "GET", "/pins").json()["nodes"].get(node) == phase,
+                functools.partial(_pin_seen, cluster, dst, node, phase),
             )
         )
         tenant = f"rev{r}"
@@ -210,10 +229,8 @@ def propagation_run(cluster: ReplicaCluster, rounds: int) -> dict[str, Any]:
         times["revocation"].append(
             _propagation(
                 cluster,
-                lambda src=src, tenant=tenant, key_id=key_id: cluster.admin(
-                    src, "DELETE", f"/tenants/{tenant}/keys/{key_id}"
-                ).raise_for_status(),
-                lambda dst=dst, key=key: cluster.chat(dst, key, max_tokens=1).status_code == 401,
+                functools.partial(_revoke, cluster, src, tenant, key_id),
+                functools.partial(_revoked, cluster, dst, key),
             )
         )
     cluster.admin(0, "PUT", "/planner/mode", {"mode": "advisory"})

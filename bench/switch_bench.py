@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -79,6 +80,10 @@ def _summary(xs: list[float]) -> dict:
     return {"p50": statistics.median(xs), "max": max(xs), "n": len(xs), "all": [round(x, 4) for x in xs]}
 
 
+def _start_ready(worker: WorkerProcess) -> float:
+    return worker.start().wait_ready()
+
+
 async def _inplace(url: str, load: LightLoad, to: str) -> float:
     async with httpx.AsyncClient() as client:
         start = time.monotonic()
@@ -91,11 +96,12 @@ async def _inplace(url: str, load: LightLoad, to: str) -> float:
 async def run_bench(
     model: str, switches: int = 6, relaunches: int = 2, port: int = 8190, extra: list[str] | None = None
 ) -> dict:
-    log = tempfile.NamedTemporaryFile(prefix="bench-switch-", suffix=".log", delete=False).name
+    fd, log = tempfile.mkstemp(prefix="bench-switch-", suffix=".log")
+    os.close(fd)  # the workers append to it by name
     worker = WorkerProcess(
         port=port, phase="prefill", model=model, node_id="bench-switch", log_path=log, extra=extra or []
     )
-    await asyncio.to_thread(lambda: worker.start().wait_ready())
+    await asyncio.to_thread(_start_ready, worker)
     load = LightLoad(worker.url)
     runner = asyncio.create_task(load.run())
     await asyncio.sleep(2.0)
@@ -111,7 +117,7 @@ async def run_bench(
         worker = WorkerProcess(
             port=port, phase=phase, model=model, node_id="bench-switch", log_path=log, extra=extra or []
         )
-        await asyncio.to_thread(lambda w=worker: w.start().wait_ready())
+        await asyncio.to_thread(_start_ready, worker)
         relaunch.append(time.monotonic() - start)
         load.role = phase
         await asyncio.sleep(1.0)

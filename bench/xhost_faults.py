@@ -165,7 +165,7 @@ class FaultSuite:
         if not normal.get("completed") or not normal.get("cached_tokens"):
             raise BenchError(f"a normal pull from A did not load anything: {normal}")
         self.tally.stalls.pop()  # measured against 0: it is the baseline itself
-        self.baseline_ttft = float(normal["ttft_s"])  # type: ignore[arg-type]
+        self.baseline_ttft = float(normal["ttft_s"])
         normal["stall_s"] = 0.0
         out["normal"] = normal
         out["link_down"] = self._link_down()

@@ -130,7 +130,7 @@ def make_codec(tokenizer: str | None) -> plan.Codec:
 
     tok = AutoTokenizer.from_pretrained(tokenizer)
     return plan.TokenizerCodec(
-        encode=lambda s: tok.encode(s, add_special_tokens=False), decode=lambda ids: tok.decode(ids)
+        encode=lambda s: tok.encode(s, add_special_tokens=False), decode=lambda ids: str(tok.decode(ids))
     )
 
 

@@ -14,6 +14,7 @@ moves it, instead of a child that fails later in its log.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -143,10 +144,8 @@ class Children:
             _signal_group(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for _, p in chosen:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         # The leader may be gone while its group lives on (a grandchild); wait for the group.
         while any(group_alive(p.pid) for _, p in chosen) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -164,10 +163,8 @@ class Children:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def tail(path: pathlib.Path, lines: int = 5) -> str:

@@ -110,7 +110,7 @@ def settings_from_args(args: argparse.Namespace, worker_urls: tuple[str, ...]) -
         overrides["model_name"] = args.model_name
     if getattr(args, "planner_mode", None):
         overrides["planner_mode"] = args.planner_mode
-    return GatewaySettings.from_env(**overrides)
+    return GatewaySettings.from_env(None, **overrides)
 
 
 def serve(

@@ -102,7 +102,7 @@ StartupHook = Callable[[GatewayRuntime], Awaitable[None]]
 ShutdownHook = Callable[[], Awaitable[None]]
 
 
-def create_app(
+def create_app(  # noqa: C901 - a route table: each handler is its own small function
     settings: GatewaySettings,
     *,
     tokenizer: PromptTokenizer | None = None,

@@ -47,7 +47,7 @@ from gateway.admin import bootstrap_admin_token, build_admin_router
 from gateway.admin._deps import AdminControl
 from gateway.admin.auth import AdminAuthenticator
 from gateway.circuit import CircuitBreaker
-from gateway.control.bus import ADMIN_TOKEN_REVOKED, ClusterEvent, LocalBus, RedisBus
+from gateway.control.bus import AdminTokenRevoked, ClusterEvent, LocalBus, RedisBus
 from gateway.control.leader_view import StoredDecision
 from gateway.control.leadership import LeaderElector
 from gateway.control.lease import LeaseConfig
@@ -181,8 +181,9 @@ class ControlPlane:
         self.bus.subscribe(self._on_admin_event)
 
     async def _on_admin_event(self, event: ClusterEvent) -> None:
-        if event.kind == ADMIN_TOKEN_REVOKED:
-            self.auth.forget(str(event.data.get("token_id", "")))
+        revoked = event.payload()
+        if isinstance(revoked, AdminTokenRevoked):
+            self.auth.forget(revoked.token_id)
 
     def admin_router(self, control: AdminControl) -> APIRouter:
         """`create_app`'s admin router factory; `control` is the cluster runtime."""
@@ -335,7 +336,7 @@ def compose_app(
     cp = control_plane or ControlPlane.build(settings)
     if cp.elector is None:
         cp.wire()
-    chosen = build_planner(settings) if planner == "settings" else planner
+    chosen = build_planner(settings) if isinstance(planner, str) else planner
     loop = PlannerLoop(chosen, workload=cp.workload, sink=cp.sink.record_decision) if chosen is not None else None
     if cp.shared is not None:
         create_app_kwargs.setdefault("directory", cp.shared.directory(settings))

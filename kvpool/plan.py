@@ -70,15 +70,15 @@ def step_shape(scheduler_output: Any) -> dict[str, int]:  # vLLM's SchedulerOutp
     `attention_pairs` sums, over the prefills, scheduled tokens x (scheduled
     + already computed): each prompt's new tokens attend to its own context.
     """
-    shape = dict(
-        prefill_requests=0,
-        uncached_prompt_tokens=0,
-        cached_prompt_tokens=0,
-        attention_pairs=0,
-        decode_requests=0,
-        generated_tokens=0,
-        context_tokens=0,
-    )
+    shape = {
+        "prefill_requests": 0,
+        "uncached_prompt_tokens": 0,
+        "cached_prompt_tokens": 0,
+        "attention_pairs": 0,
+        "decode_requests": 0,
+        "generated_tokens": 0,
+        "context_tokens": 0,
+    }
     counts = scheduler_output.num_scheduled_tokens
     for r in scheduler_output.scheduled_new_reqs:
         n = counts.get(r.req_id, 0)

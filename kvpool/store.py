@@ -18,7 +18,7 @@ Memory: the buffer is an anonymous mapping aligned to 2 MiB and advised for
 transparent huge pages. torch's allocator does not ask for them (THP is
 `madvise` on most distributions), and a peer's CMA read pins the source
 pages one by one: on 4 KiB pages a 64 KiB read cost twice as much and 1-16
-MiB reads stayed near 0.55-0.65x memcpy (docs/benchmarks.md).
+MiB reads stayed near 0.55-0.65x memcpy (docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,8 +78,9 @@ class StoreConfig:
             raise ValueError(f"invalid StoreConfig {self}")
 
     @classmethod
-    def from_gib(cls, block_bytes: int, capacity_gib: float, **kw: object) -> StoreConfig:
-        return cls(block_bytes, max(1, int(capacity_gib * GIB) // block_bytes), **kw)  # type: ignore[arg-type]
+    def from_gib(cls, block_bytes: int, capacity_gib: float, **kw: Any) -> StoreConfig:
+        """`kw`: the other fields, by name."""
+        return cls(block_bytes, max(1, int(capacity_gib * GIB) // block_bytes), **kw)
 
     @property
     def data_bytes(self) -> int:

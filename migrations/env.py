@@ -8,6 +8,8 @@ migrations can alter tables.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import context
 
@@ -17,8 +19,8 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def _configure(**kwargs: object) -> None:
-    context.configure(target_metadata=target_metadata, compare_type=True, **kwargs)  # type: ignore[arg-type]
+def _configure(**kwargs: Any) -> None:
+    context.configure(target_metadata=target_metadata, compare_type=True, **kwargs)
 
 
 def run_offline() -> None:

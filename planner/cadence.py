@@ -4,7 +4,7 @@ Workers time each step around its forward pass (`IterationRecord.elapsed_ms`).
 A busy engine also schedules, turns outputs into tokens and streams them
 between two forward passes, and on a small model that is most of the step:
 on the demo workers a decode step at batch 8 computes for 2.4 ms but comes
-every 7.3 ms (docs/benchmarks.md, bench demo). What a node can serve —
+every 7.3 ms (docs/benchmarks-history.md, bench demo). What a node can serve —
 the planner's capacity, TPOT and response-time predictions — follows the
 cadence, not the forward pass alone.
 

@@ -98,6 +98,25 @@ def node_pin_actions(nodes: Sequence[NodeState], pin: Pin | None) -> list[Switch
     ]
 
 
+def pin_actions(nodes: Sequence[NodeState], pin: Pin | None) -> list[SwitchAction]:
+    """Every switch the pins call for, the one pin rule of the planner and of
+    the gateway's `enforce_pins`: node pins first (`node_pin_actions`), then
+    the split pin moves nodes neither pinned nor draining, the least loaded
+    first (`choose_nodes`), until the prefill count equals it, as far as those
+    nodes allow."""
+    actions = node_pin_actions(nodes, pin)
+    if pin is None or pin.prefill_nodes is None:
+        return actions
+    after = {a.node_id: a.to_phase for a in actions}
+    prefill = sum(1 for n in nodes if after.get(n.node_id, n.phase) == Phase.PREFILL)
+    protected = protected_ids(nodes, pin)
+    if prefill < pin.prefill_nodes:
+        moved = choose_nodes(nodes, Phase.DECODE, pin.prefill_nodes - prefill, protected)
+        return actions + [SwitchAction(n, Phase.PREFILL) for n in moved]
+    moved = choose_nodes(nodes, Phase.PREFILL, prefill - pin.prefill_nodes, protected)
+    return actions + [SwitchAction(n, Phase.DECODE) for n in moved]
+
+
 def reachable(nodes: Sequence[NodeState], current_prefill: int, protected: set[str]) -> tuple[int, int]:
     """[lo, hi] prefill counts reachable by moving only unprotected nodes."""
     movable_p = sum(1 for n in nodes if n.phase == Phase.PREFILL and n.node_id not in protected)

@@ -156,7 +156,7 @@ def _run(
         }
         rows = [0]
     else:
-        sds = {k: zeros for k in SD_FIELDS}
+        sds = dict.fromkeys(SD_FIELDS, zeros)
         rows = list(range(len(workloads)))
     return [
         SplitEstimate(

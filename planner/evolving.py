@@ -137,24 +137,10 @@ class EvolvingPlanner:
     # -- decide --------------------------------------------------------------
     def decide(self, view: ClusterView) -> Decision:
         cfg = self.config
-        self._last_tick_t = view.now if self._last_tick_t is None else max(self._last_tick_t, view.now)
-        if view.requests_arrived is not None:
-            self.arrivals.add(view.now, view.requests_arrived + (view.requests_rejected or 0))
+        self._observe(view)
         nodes = view.nodes
-        waiting = _waiting(nodes)
-        self.queues.add(view.now, *waiting)
-        if self.verifier is not None:
-            f = self._finished
-            self.verifier.add(TickCounts(view.now, int(f[0]), f[1], f[2], int(f[3]), waiting[0][0] + waiting[1][0]))
-        self._finished = [0, 0.0, 0.0, 0]
-        p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
-        tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
-        lo, hi = rule.reachable(nodes, p_cur, tick.protected)
-        tick.lo = max(lo, min(cfg.min_prefill, p_cur))
-        tick.hi = min(hi, max(len(nodes) - cfg.min_decode, p_cur))
-        if cfg.max_nodes_per_decision is not None:
-            tick.lo = max(tick.lo, p_cur - cfg.max_nodes_per_decision)
-            tick.hi = min(tick.hi, p_cur + cfg.max_nodes_per_decision)
+        tick = self._new_tick(view)
+        p_cur = tick.current[0]
         self._estimate(tick)
         pin_moves = rule.node_pin_actions(nodes, view.pin)
         if pin_moves:
@@ -183,6 +169,31 @@ class EvolvingPlanner:
             why = f"hold: checking the move at t={m.t:g} ({m.from_prefill}P -> {m.to_prefill}P)"
             return self._finish(tick, (), why, 0.0)
         return self._by_model(tick)
+
+    def _observe(self, view: ClusterView) -> None:
+        """Feed the tick's arrivals, queues and finished counts to the estimators and the verifier."""
+        self._last_tick_t = view.now if self._last_tick_t is None else max(self._last_tick_t, view.now)
+        if view.requests_arrived is not None:
+            self.arrivals.add(view.now, view.requests_arrived + (view.requests_rejected or 0))
+        waiting = _waiting(view.nodes)
+        self.queues.add(view.now, *waiting)
+        if self.verifier is not None:
+            f = self._finished
+            self.verifier.add(TickCounts(view.now, int(f[0]), f[1], f[2], int(f[3]), waiting[0][0] + waiting[1][0]))
+        self._finished = [0, 0.0, 0.0, 0]
+
+    def _new_tick(self, view: ClusterView) -> _Tick:
+        """The tick's current split and the prefill counts it may move to (pins, minimums, step limit)."""
+        cfg, nodes = self.config, view.nodes
+        p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
+        tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
+        lo, hi = rule.reachable(nodes, p_cur, tick.protected)
+        tick.lo = max(lo, min(cfg.min_prefill, p_cur))
+        tick.hi = min(hi, max(len(nodes) - cfg.min_decode, p_cur))
+        if cfg.max_nodes_per_decision is not None:
+            tick.lo = max(tick.lo, p_cur - cfg.max_nodes_per_decision)
+            tick.hi = min(tick.hi, p_cur + cfg.max_nodes_per_decision)
+        return tick
 
     def _revert(self, tick: _Tick, verdict: Verdict) -> Decision:
         """Back to the split a move left when it did not deliver
@@ -333,6 +344,26 @@ class EvolvingPlanner:
             tick, (), f"hold: early, {target}P not clear yet ({frac:.3f}, queues {q_gain:.1f}/{q_donor:.1f})", 0.0
         )
 
+    def _slo_repair(self, tick: _Tick, in_range: np.ndarray, floor: int, ceiling: int) -> Decision | None:
+        """The move back inside the SLO bounds when the breach held over the
+        persist window and costs no throughput; None: the objective decides."""
+        cfg, est, p_cur = self.config, tick.est, tick.current[0]
+        assert est is not None
+        p, i_cur = est.prefill_nodes, est.index(p_cur)
+        p_floor, p_ceiling = self._persisted_bounds(tick)
+        if p_floor <= p_cur <= p_ceiling:
+            tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
+            return None
+        repair = in_range & (p >= p_floor) & (p <= max(p_floor, p_ceiling))
+        target = objective.throughput_target(est, repair, p_cur)
+        if target is None:  # bounds outside what can move now: go as far as allowed
+            target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
+        if est.served_rps[est.index(target)] >= (1.0 - cfg.tie_frac) * est.served_rps[i_cur]:
+            why = "TTFT" if p_cur < p_floor else "TPOT"
+            return self._model_move(tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0, "throughput")
+        tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
+        return None
+
     def _by_model(self, tick: _Tick) -> Decision:
         if tick.early:
             return self._early(tick)
@@ -357,20 +388,9 @@ class EvolvingPlanner:
             capacity_current_rps=float(est.capacity_rps[i_cur]),
         )
         if p_cur < floor or p_cur > ceiling:
-            p_floor, p_ceiling = self._persisted_bounds(tick)
-            if p_cur < p_floor or p_cur > p_ceiling:
-                repair = in_range & (p >= p_floor) & (p <= max(p_floor, p_ceiling))
-                target = objective.throughput_target(est, repair, p_cur)
-                if target is None:  # bounds outside what can move now: go as far as allowed
-                    target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
-                if est.served_rps[est.index(target)] >= (1.0 - cfg.tie_frac) * est.served_rps[i_cur]:
-                    why = "TTFT" if p_cur < p_floor else "TPOT"
-                    return self._model_move(
-                        tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0, "throughput"
-                    )
-                tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
-            else:
-                tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
+            repaired = self._slo_repair(tick, in_range, floor, ceiling)
+            if repaired is not None:
+                return repaired
         candidates = in_range | (p == p_cur)
         held: list[str] = []
         target = objective.throughput_target(est, candidates, p_cur, cfg.tie_frac, allowed)

@@ -141,7 +141,7 @@ class EvolvingConfig:
     latency_hold_s: float = 60.0
     verify: VerifyConfig | None = field(default_factory=VerifyConfig)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 - a flat list of one check per field
         if self.horizon_s <= 0 or self.persist_s <= 0 or self.min_gain_frac < 0 or self.cooldown_s < 0:
             raise ValueError("horizon_s, persist_s must be > 0; min_gain_frac, cooldown_s >= 0")
         if self.tie_frac < 0 or (self.tie_frac > 0 and self.tie_frac >= self.min_gain_frac / (1 + self.min_gain_frac)):

@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -262,7 +262,7 @@ class Profile:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Profile:
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
         """Inverse of ``to_dict``; a profile saved before the host part
         (``*_host``) loads with a fresh band and share 1."""
         if data.get("version") != 1:
@@ -270,7 +270,7 @@ class Profile:
         models = []
         for kind in ("prefill", "decode"):
             m = IterationModel(kind)
-            m.rls = RecursiveLeastSquares.from_dict(data[kind])  # type: ignore[arg-type]
+            m.rls = RecursiveLeastSquares.from_dict(data[kind])
             m.memory = 1.0 / max(1.0 - m.rls.config.forgetting, 1e-6)
             host = data.get(f"{kind}_host")
             if isinstance(host, dict):

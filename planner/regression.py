@@ -21,7 +21,7 @@ number (``theta``, ``param_cov``, predictions) is in raw units.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -218,14 +218,14 @@ class RecursiveLeastSquares:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> RecursiveLeastSquares:
+    def from_dict(cls, data: dict[str, Any]) -> RecursiveLeastSquares:
         """Inverse of ``to_dict``."""
-        model = cls(tuple(data["scales"]), RLSConfig(**data["config"]))  # type: ignore[arg-type]
+        model = cls(tuple(data["scales"]), RLSConfig(**data["config"]))
         model._theta = np.asarray(data["theta_scaled"], dtype=float)
         model._p = np.asarray(data["p"], dtype=float)
-        model._sigma2 = float(data["sigma2"])  # type: ignore[arg-type]
-        model._weight = float(data["weight"])  # type: ignore[arg-type]
-        model._count = int(data["count"])  # type: ignore[call-overload]
+        model._sigma2 = float(data["sigma2"])
+        model._weight = float(data["weight"])
+        model._count = int(data["count"])
         buffer = cast("list[tuple[list[float], float]]", data["buffer"])
         model._buffer = [(np.asarray(x, dtype=float), float(y)) for x, y in buffer]
         return model

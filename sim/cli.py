@@ -36,7 +36,7 @@ def _schedule_spec(schedule: list[tuple[float, int]]) -> str:
     return "schedule:" + ",".join(f"{t:g}={p}" for t, p in schedule)
 
 
-def _run_all(tasks: list[tuple], jobs: int) -> list[dict[str, Any]]:
+def _run_all(tasks: list[tuple[Any, ...]], jobs: int) -> list[dict[str, Any]]:
     return run_all(run_one, tasks, jobs)
 
 
@@ -66,6 +66,48 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b > 0 else None
 
 
+def _tasks(
+    sc: Scenario, planners: list[str], *, seed: int, profile: str, extra: dict[str, Any]
+) -> dict[str, tuple[Any, ...]]:
+    """One `run_one` task per planner run the scenario asks for (fixed-4p5d:
+    async against layer-by-layer KV loading; static-best: every split)."""
+    tasks: dict[str, tuple[Any, ...]] = {}
+    if sc.name == "fixed-4p5d":
+        for name, lw in (("async", False), ("layerwise", True)):
+            tasks[name] = (sc, "none", profile, 4, seed, {**extra, "layerwise_kv": lw})
+        return tasks
+    for planner in ("evolving", "dynamo"):
+        if planner in planners:
+            tasks[planner] = (sc, planner, profile, sc.prefill_nodes, seed, extra)
+    if "static-best" in planners:
+        for p in range(1, sc.nodes):
+            tasks[f"static:{p}"] = (sc, "static", profile, p, seed, extra)
+    return tasks
+
+
+def _ratios(results: dict[str, Any]) -> dict[str, float | None]:
+    """Evolving against the others (throughput, and mean E2E the other way
+    round), its flaps, and fixed-4p5d's idle-time reduction."""
+    ratios: dict[str, float | None] = {}
+    if "evolving" in results:
+        ev, ev_e2e = results["evolving"]["throughput_rps"], results["evolving"]["mean_e2e_s"]
+        for other, key in (("static_best", "static_best"), ("dynamo", "dynamo")):
+            if other in results:
+                ratios[f"vs_{key}"] = _ratio(ev, results[other]["throughput_rps"])
+                ratios[f"e2e_vs_{key}"] = _ratio(results[other]["mean_e2e_s"], ev_e2e)
+        if "oracle" in results:
+            ratios["vs_oracle"] = _ratio(ev, results["oracle"]["throughput_rps"])
+        ratios["flaps"] = results["evolving"]["flaps"]
+    if "async" in results and "layerwise" in results:
+        lw = results["layerwise"]["prefill_idle_fraction"]
+        ratios["idle_fraction_reduction"] = round(1 - results["async"]["prefill_idle_fraction"] / lw, 4) if lw else None
+    if "oracle" in results and "static_best" in results:
+        ratios["oracle_vs_static_best"] = _ratio(
+            results["oracle"]["throughput_rps"], results["static_best"]["throughput_rps"]
+        )
+    return ratios
+
+
 def simulate(
     sc: Scenario,
     planners: list[str],
@@ -78,18 +120,7 @@ def simulate(
 ) -> dict[str, Any]:
     n = sc.nodes
     gpu = GpuProfile.from_json(profile)
-    tasks: dict[str, tuple] = {}
-    if sc.name == "fixed-4p5d":
-        for name, lw in (("async", False), ("layerwise", True)):
-            tasks[name] = (sc, "none", profile, 4, seed, {**extra, "layerwise_kv": lw})
-    else:
-        if "evolving" in planners:
-            tasks["evolving"] = (sc, "evolving", profile, sc.prefill_nodes, seed, extra)
-        if "dynamo" in planners:
-            tasks["dynamo"] = (sc, "dynamo", profile, sc.prefill_nodes, seed, extra)
-        if "static-best" in planners:
-            for p in range(1, n):
-                tasks[f"static:{p}"] = (sc, "static", profile, p, seed, extra)
+    tasks = _tasks(sc, planners, seed=seed, profile=profile, extra=extra)
     names = list(tasks)
     res = dict(zip(names, _run_all([tasks[k] for k in names], jobs), strict=True))
     if "oracle" in planners and sc.name != "fixed-4p5d":
@@ -103,27 +134,7 @@ def simulate(
             "split": [best, n - best],
             "all_splits": {str(p): statics[p]["throughput_rps"] for p in sorted(statics)},
         }
-    ratios: dict[str, float | None] = {}
-    if "evolving" in results:
-        ev = results["evolving"]["throughput_rps"]
-        if "static_best" in results:
-            ratios["vs_static_best"] = _ratio(ev, results["static_best"]["throughput_rps"])
-            ratios["e2e_vs_static_best"] = _ratio(
-                results["static_best"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"]
-            )
-        if "dynamo" in results:
-            ratios["vs_dynamo"] = _ratio(ev, results["dynamo"]["throughput_rps"])
-            ratios["e2e_vs_dynamo"] = _ratio(results["dynamo"]["mean_e2e_s"], results["evolving"]["mean_e2e_s"])
-        if "oracle" in results:
-            ratios["vs_oracle"] = _ratio(ev, results["oracle"]["throughput_rps"])
-        ratios["flaps"] = results["evolving"]["flaps"]
-    if "async" in results and "layerwise" in results:
-        lw = results["layerwise"]["prefill_idle_fraction"]
-        ratios["idle_fraction_reduction"] = round(1 - results["async"]["prefill_idle_fraction"] / lw, 4) if lw else None
-    if "oracle" in results and "static_best" in results:
-        ratios["oracle_vs_static_best"] = _ratio(
-            results["oracle"]["throughput_rps"], results["static_best"]["throughput_rps"]
-        )
+    ratios = _ratios(results)
     return {
         "scenario": sc.name,
         "note": sc.note,

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import gc
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from core import Phase
 from planner.types import SLO, ClusterView, IterationRecord, NodeState, Planner, RequestSample
-from routing import NodeLoad, RouterConfig, RouteRequest, pick_decode, route
+from routing import NodeLoad, RouteDecision, RouterConfig, RouteRequest, pick_decode, route
 from sim.directory import Directory, PrefixHits, make_directory
 from sim.events import EventLoop
 from sim.metrics import RunLog
 from sim.node import NodeStatus, SimNode
 from sim.profiles import GpuProfile
-from sim.state import RawRecord, SimRequest
+from sim.state import NodeConfig, RawRecord, SimRequest
 from sim.switching import Switcher
 from sim.workloads import Request, Workload
 
@@ -45,7 +45,7 @@ class SimConfig:
     sample_above: int = 16  # above this many serving nodes the router scores a sample (power of d choices):
     # ...this many random nodes of each phase, plus the 4 with the longest cached prefix. Two (the
     # power of two choices) routed better at 768 nodes than four: 1,054,325 vs 1,042,551 requests
-    # finished in 20 min, mean E2E 7.35 vs 7.57 s (docs/benchmarks-sim.md).
+    # finished in 20 min, mean E2E 7.35 vs 7.57 s (docs/benchmarks-history.md).
     sample_per_phase: int = 2
     host_blocks_per_node: int = 8_192  # host-store capacity, blocks
     records_per_node_tick: int = 32  # iteration records per node handed to the planner per tick...
@@ -139,7 +139,7 @@ class Cluster:
         self.log.finish(self.nodes.values(), self.switcher.events, self.loop.processed, self._horizon)
         return self.log
 
-    def _cached_on(self, node_id: str):
+    def _cached_on(self, node_id: str) -> Callable[[SimRequest], int]:
         """`node_id`'s schedule-time prefix lookup (`sim.node`): the request's
         cached tokens, extended by the blocks after them this node holds now."""
         bt = self.wl.block_tokens
@@ -188,7 +188,9 @@ class Cluster:
             serving = groups[0]
         return [n.load() for n in serving]
 
-    def _route(self, prompt: int, pool_cached: int, hits: PrefixHits | None, cap: int):
+    def _route(
+        self, prompt: int, pool_cached: int, hits: PrefixHits | None, cap: int
+    ) -> tuple[RouteDecision, dict[str, int]]:
         """Route over the candidates; also returns their cached tokens {node: tokens} (≤ cap)."""
         loads = self._candidates(hits)
         tokens = self._cached_tokens(loads, hits, cap)
@@ -408,7 +410,7 @@ def _rare_gc_passes() -> Iterator[None]:
     records) beside millions of live ones (the workload, finished rows).
     CPython's default thresholds (700, 10, 10) scan the young generation every
     700 allocations and the live ones often, a large share of a big run's
-    time (docs/benchmarks-sim.md, scale). Cycles are still collected, only
+    time (docs/benchmarks-history.md, scale). Cycles are still collected, only
     less often."""
     old = gc.get_threshold()
     gc.set_threshold(50_000, 50, 1_000)
@@ -418,7 +420,7 @@ def _rare_gc_passes() -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-def _with(cfg, **kw):
+def _with(cfg: NodeConfig, **kw: Any) -> NodeConfig:
     from dataclasses import replace
 
     return replace(cfg, **kw)

@@ -123,7 +123,9 @@ class DecodeEngine:
     def _cut(self, now: float) -> None:
         """End the running segment at the boundary of the iteration in
         progress at `now` (now or later), if that is before its end."""
-        t0, k, _, f0, g, extra = self._seg  # type: ignore[misc]
+        seg = self._seg
+        assert seg is not None  # only called while a segment runs
+        t0, k, blocks, f0, g, extra = seg
         elapsed = (now - t0) * 1000.0 - extra
         if g > 0:
             b = f0 - g / 2
@@ -136,7 +138,7 @@ class DecodeEngine:
         while self._T(j) < elapsed + extra:
             j += 1
         if j < k:
-            self._seg = (t0, j, *self._seg[2:])
+            self._seg = (t0, j, blocks, f0, g, extra)
             self._ver += 1
             self.loop.at(t0 + self._T(j) / 1000.0, self._boundary, self._ver)
 

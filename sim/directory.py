@@ -9,11 +9,15 @@ Block ids are the workload's opaque `block_hashes`.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Collection
 from itertools import compress, filterfalse, islice
 from operator import is_not
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from sim.lru import ChainLRU
+
+if TYPE_CHECKING:
+    from kvpool.directory.memory import MemoryDirectory
 
 
 class PrefixHits(Protocol):
@@ -126,11 +130,12 @@ class LocalDirectory:
 
     def lookup(self, hashes: tuple[int, ...]) -> tuple[int, PrefixHits]:
         self.lookups += 1
-        sets = list(map(self.holders.get, hashes))
+        found = list(map(self.holders.get, hashes))
         try:
-            pool = sets.index(None)
+            pool = found.index(None)
         except ValueError:
-            pool = len(sets)
+            pool = len(found)
+        sets = cast("list[frozenset[str]]", found)  # only its first `pool` entries are read: no None there
         layers: list[tuple[int, frozenset[str]]] = []  # (prefix blocks, nodes holding that many), shallow first
         if pool:
             live = sets[0]  # nodes holding every block so far
@@ -201,7 +206,7 @@ class LocalDirectory:
         prev = self._retained.get(branch_id, ())
         if prev and len(prev) <= len(hashes) and hashes[len(prev) - 1] == prev[-1]:
             # The next turn of a growing context: only its new blocks (ids name their prefix).
-            new = [h for h in hashes[len(prev) :] if h not in held]
+            new: Collection[int] = [h for h in hashes[len(prev) :] if h not in held]
         else:
             new = set(hashes).difference(held)
         held.update(new)
@@ -239,7 +244,9 @@ class PoolDirectory:
     would. Times come from `clock()` (the simulator's now).
     """
 
-    def __init__(self, directory, blocks_per_node: int, block_bytes: int, clock) -> None:
+    def __init__(
+        self, directory: MemoryDirectory, blocks_per_node: int, block_bytes: int, clock: Callable[[], float]
+    ) -> None:
         self.dir, self.cap, self.block_bytes, self.clock = directory, blocks_per_node, block_bytes, clock
         self.held: dict[str, set[str]] = {}
         self.free_slots: dict[str, list[int]] = {}
@@ -302,7 +309,9 @@ class PoolDirectory:
             self.dir.finish_branch(branch_id)
 
 
-def make_directory(blocks_per_node: int, block_bytes: int, clock, kind: str = "memory") -> Directory:
+def make_directory(
+    blocks_per_node: int, block_bytes: int, clock: Callable[[], float], kind: str = "memory"
+) -> Directory:
     """`memory`: the real kvpool in-memory directory (when importable);
     `local`: the simulator's faster index with the same semantics."""
     if kind == "local":

@@ -27,8 +27,9 @@ class _Run:
 
     def __init__(self, ref: tuple[int, ...], a: int, b: int) -> None:
         self.ref, self.a, self.b = ref, a, b  # blocks ref[a:b], positions a..b-1
+        # `prev` is None while the run is out of the list; `next` is only read while it is in.
         self.prev: _Run | None = None
-        self.next: _Run | None = None
+        self.next: _Run = self
 
 
 class ChainLRU:
@@ -132,7 +133,7 @@ class ChainLRU:
             return part, r
         part = _Run(r.ref, at, r.b)
         r.b = at
-        self._link_before(part, r.next)  # type: ignore[arg-type]
+        self._link_before(part, r.next)
         self._point(part)
         return r, part
 
@@ -148,6 +149,6 @@ class ChainLRU:
         prv.next = nxt.prev = r
 
     def _unlink(self, r: _Run) -> None:
-        assert r.prev is not None and r.next is not None
+        assert r.prev is not None
         r.prev.next, r.next.prev = r.next, r.prev
-        r.prev = r.next = None
+        r.prev = None

@@ -38,7 +38,7 @@ Definitions (over requests *finished* before the horizon unless said):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -92,6 +92,7 @@ class RunLog:
         self.move_checks: list[list[float]] = []  # [move t, from, to, predicted, realized, reverted]
 
     def done(self, sr: SimRequest) -> None:
+        assert sr.finish is not None  # called when the request finishes
         ft = sr.first_token if sr.first_token is not None else sr.finish
         self.rows.append(
             (
@@ -99,7 +100,7 @@ class RunLog:
                 ft,
                 sr.finish,
                 sr.req.prompt_tokens,
-                sr.req.output_tokens,  # type: ignore[arg-type]
+                sr.req.output_tokens,
                 sr.migrations,
             )
         )
@@ -133,7 +134,7 @@ class RunLog:
         good = int(np.count_nonzero((ttft <= self.ttft_slo_s) & (tpot <= self.tpot_slo_s)))
         moves = split_moves(self.switch_events, self.split[0][1] if self.split else 0)
 
-        def stat(x: np.ndarray, f) -> float:
+        def stat(x: np.ndarray, f: Callable[[np.ndarray], Any]) -> float:
             return round(float(f(x)), 4) if len(x) else 0.0
 
         edges = np.arange(0.0, h + window_s, window_s)

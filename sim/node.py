@@ -90,7 +90,7 @@ class PrefillEngine:
         self.waiting -= len(out)
         return out
 
-    def _step(self) -> None:
+    def _step(self) -> None:  # noqa: C901 - the simulator's hot loop, kept in one frame for speed
         now = self.loop.now
         q = self.queue
         while q and q[0].left <= 0:

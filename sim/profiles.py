@@ -12,8 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sim.state import NodeConfig
+
+if TYPE_CHECKING:
+    from planner.profile import Profile
 
 PROFILE_DIR = Path(__file__).resolve().parent / "gpu_profiles"
 DEFAULT_PROFILE = PROFILE_DIR / "gb300x4-glm45-fp8.json"
@@ -69,7 +73,7 @@ class GpuProfile:
         )
         return cls(d["name"], int(d["gpus_per_node"]), model, node, float(d["relaunch_s"]), dict(d["source"]))
 
-    def planner_profile(self):  # -> planner.profile.Profile (imported lazily: optional dependency order)
+    def planner_profile(self) -> Profile:  # imported lazily: optional dependency order
         from planner.profile import Profile
 
         return Profile.from_coefficients(self.model.prefill, self.model.decode)
@@ -77,10 +81,10 @@ class GpuProfile:
     @classmethod
     def from_planner_profile(
         cls,
-        profile,
+        profile: Profile,
         *,
         name: str,
-        node: NodeConfig,  # profile: planner.profile.Profile
+        node: NodeConfig,
         step_overhead_ms: float = 0.0,
         gpus_per_node: int = 1,
         relaunch_s: float = 60.0,
@@ -102,9 +106,9 @@ class GpuProfile:
             raise ValueError("expected 4 prefill and 3 decode coefficients")
         # A least-squares fit on a narrow range can give a slightly negative
         # slope; the simulator needs non-decreasing models (state.IterationModel).
-        prefill = (max(0.0, p[0]) + step_overhead_ms, *(max(0.0, x) for x in p[1:]))
-        decode = (max(0.0, q[0]) + step_overhead_ms, *(max(0.0, x) for x in q[1:]))
-        model = LinearIterationModel(prefill, decode)  # type: ignore[arg-type]
+        prefill = (max(0.0, p[0]) + step_overhead_ms, max(0.0, p[1]), max(0.0, p[2]), max(0.0, p[3]))
+        decode = (max(0.0, q[0]) + step_overhead_ms, max(0.0, q[1]), max(0.0, q[2]))
+        model = LinearIterationModel(prefill, decode)
         return cls(
             name,
             gpus_per_node,

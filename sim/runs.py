@@ -5,16 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sim.cluster import Cluster, SimConfig
 from sim.profiles import GpuProfile
 from sim.scenarios import Scenario
 
+if TYPE_CHECKING:
+    from planner.estimator_config import EstimatorConfig
+    from planner.types import Planner
+
 T = TypeVar("T")
 
 
-def sim_estimator_config():
+def sim_estimator_config() -> EstimatorConfig:
     """The planner's estimator told how this engine holds KV: the simulated
     decode engine reserves a request's whole output at admission."""
     from planner.estimator_config import EstimatorConfig
@@ -22,7 +26,7 @@ def sim_estimator_config():
     return EstimatorConfig(kv_output_reserved=1.0)
 
 
-def make_sim_planner(name: str, gpu: GpuProfile, prefill_nodes: int):
+def make_sim_planner(name: str, gpu: GpuProfile, prefill_nodes: int) -> Planner | None:
     """A planner by name: evolving (with the profile's prior), dynamo, static,
     none, or "schedule:0=2,3600=5" (a time table; picklable for the pool)."""
     from planner.registry import make_planner

@@ -58,6 +58,26 @@ def _refuse(name: str, given: dict[str, object], why: str) -> None:
             raise ValueError(f"--scenario {name} does not take {flag}: {why}")
 
 
+def _check_options(
+    name: str,
+    nodes: int | None,
+    initial_prefill: int | None,
+    duration_s: float | None,
+    scale: float | None,
+    mix: str | None,
+) -> None:
+    """ValueError naming the command-line flag of the first bad option."""
+    for flag, value in (("--nodes", nodes), ("--initial-prefill", initial_prefill)):
+        if value is not None and value < (2 if flag == "--nodes" else 0):
+            raise ValueError(f"{flag} must be >= {2 if flag == '--nodes' else 0}, got {value}")
+    if duration_s is not None and not duration_s > 0:
+        raise ValueError(f"--duration must be > 0 s, got {duration_s}")
+    if scale is not None and not scale > 0:
+        raise ValueError(f"--load must be > 0, got {scale}")
+    if mix is not None and name != "fixed-4p5d":
+        raise ValueError(f"--mix applies to fixed-4p5d only, not {name!r}")
+
+
 def build(
     name: str,
     *,
@@ -73,15 +93,7 @@ def build(
     """`scale` multiplies the agent count (so --nodes can grow the cluster
     with the same per-node load), a trace's sessions or an open-loop rate;
     `mix` picks fixed-4p5d's agent kind (module doc: what each takes)."""
-    for flag, value in (("--nodes", nodes), ("--initial-prefill", initial_prefill)):
-        if value is not None and value < (2 if flag == "--nodes" else 0):
-            raise ValueError(f"{flag} must be >= {2 if flag == '--nodes' else 0}, got {value}")
-    if duration_s is not None and not duration_s > 0:
-        raise ValueError(f"--duration must be > 0 s, got {duration_s}")
-    if scale is not None and not scale > 0:
-        raise ValueError(f"--load must be > 0, got {scale}")
-    if mix is not None and name != "fixed-4p5d":
-        raise ValueError(f"--mix applies to fixed-4p5d only, not {name!r}")
+    _check_options(name, nodes, initial_prefill, duration_s, scale, mix)
     k = 1.0 if scale is None else scale
     own = "it builds its own workload; replay a trace with --scenario trace --trace F"
     if name == "trace":
@@ -117,7 +129,7 @@ def _shift(seed: int, nodes: int | None, duration_s: float | None, k: float) -> 
     # (its best split is 1-2 prefill nodes) while computer use is
     # prefill-bound (7-8 prefill nodes). At 12 per node the math phase
     # barely loads the decode nodes and every split from 1P to 5P serves
-    # it equally, so the scenario would not be a shift (docs/benchmarks-sim.md).
+    # it equally, so the scenario would not be a shift (docs/benchmarks-history.md).
     wl = workloads.shift(seed=seed, duration_s=d, concurrency=int(SHIFT_AGENTS_PER_NODE * n * k))
     note = f"3 h, math agents -> computer-use agents, closed loop, {SHIFT_AGENTS_PER_NODE} agents/node"
     return Scenario("shift", wl, n, max(1, n // 3), note)

@@ -7,13 +7,13 @@ contract below names. Times are simulation seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sim.workloads import Request
 
 # An `IterationRecord`'s fields as a plain tuple: engines log one per
 # iteration (segment), the cluster builds records only for those it hands on.
-RawRecord = tuple
+RawRecord = tuple[Any, ...]
 
 
 class IterationModel(Protocol):

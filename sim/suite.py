@@ -117,7 +117,7 @@ def _probe(
     return out, done
 
 
-def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
+def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:  # noqa: C901 - to split (issue 32)
     t0 = time.perf_counter()
     gpu = GpuProfile.from_json(profile)
     planned, same = plan_trace_cases(cfg, gpu)
@@ -125,7 +125,7 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
     for name, load in cfg.synthetic:
         sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
-        info = {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s}
+        info: dict[str, Any] = {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s}
         groups.append((("synthetic", name, load), [sc.prefill_nodes], info))
     every = set(cfg.convergence)
     for case in trace_cases:
@@ -157,7 +157,10 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     # Placebo: the best static split with one node away for 10 s at mid-run. How far that alone
     # moves throughput is how far the case's measurement can be trusted (queue-order chaos).
     # Evolving started at the best static split of each stationary case: staying put is right there.
-    placebo_tasks, placebo_of, best_tasks, best_of = [], {}, [], {}
+    placebo_tasks: list[Task] = []
+    best_tasks: list[Task] = []
+    placebo_of: dict[int, int] = {}
+    best_of: dict[int, int] = {}
     for g, (spec, _, info) in enumerate(groups):
         best = max(range(1, info["nodes"]), key=lambda p: by[(g, "static", p)][METRIC])
         if _stationary(spec) and (g, "evolving", best) not in by:
@@ -348,8 +351,5 @@ def _settled(split_over_time: list[list[float]], near: set[int]) -> float | None
     for t, p, _d, other in split_over_time:
         if other:
             continue  # mid-switch samples say nothing about the split's target
-        if p in near:
-            entered = t if entered is None else entered
-        else:
-            entered = None
+        entered = (t if entered is None else entered) if p in near else None
     return entered

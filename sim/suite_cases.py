@@ -87,10 +87,14 @@ def discover(root: Path) -> list[Path]:
             continue
         files = sorted(p for p in folder.iterdir() if p.suffix in (".jsonl", ".csv"))
         nonempty = [p for p in files if p.stat().st_size > 0]
-        if files and all(p.suffix == ".jsonl" for p in files) and nonempty:
-            if traces.trace_format(nonempty[0]) == "agent-text":
-                units.append(folder)
-                continue
+        if (
+            files
+            and all(p.suffix == ".jsonl" for p in files)
+            and nonempty
+            and traces.trace_format(nonempty[0]) == "agent-text"
+        ):
+            units.append(folder)
+            continue
         units += [p for p in files if p.stat().st_size > 0]
     return units
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -64,7 +64,7 @@ __all__ = [
 
 def _from_zero(raw: list[RawRow]) -> list[RawRow]:
     t0 = min((r[0] for r in raw), default=0.0)
-    return [(t - t0, *rest) for t, *rest in raw]
+    return [(t - t0, session, prompt, output, hashes) for t, session, prompt, output, hashes in raw]
 
 
 def load_mooncake(path: str | Path, *, limit: int | None = None, closed_loop: bool = True) -> Workload:
@@ -249,7 +249,7 @@ def load_servegen(
         if not ds_path.exists():
             continue
         dataset = _servegen_dataset(ds_path)
-        pdfs: dict[int, tuple] = {}
+        pdfs: dict[int, tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
         trace = folder / f"chunk-{c}-trace.csv"
         for _line, row in _servegen_rows(trace):
             w0, rate, cv = row[0], row[1] * rate_scale, row[2]
@@ -274,7 +274,7 @@ def load_servegen(
     return sessionize(raw, "servegen-r1", False, MOONCAKE_BLOCK_TOKENS)
 
 
-def _servegen_rows(path: Path):
+def _servegen_rows(path: Path) -> Iterator[tuple[int, tuple[float, float, float]]]:
     """(line, (window start, rate, cv)) of a ServeGen client trace CSV (no header)."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -318,7 +318,7 @@ def trace_format(path: str | Path) -> str:
     )
 
 
-def load_any(path: str | Path, **kw) -> Workload:
+def load_any(path: str | Path, **kw: Any) -> Workload:
     """Dispatch on `trace_format`; a folder's empty agent files are named in
     `Workload.notes`. kw: seed (ServeGen), limit, tokenizer (agent text)."""
     kind = trace_format(path)

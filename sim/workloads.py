@@ -22,6 +22,7 @@ import itertools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -95,9 +96,14 @@ class _Ids:
         return [base + i for i in range(shape.system_tokens // block_tokens)]
 
 
-def _u(rng: np.random.Generator, lo_hi: tuple[float, float], integer: bool = True) -> float:
+def _u(rng: np.random.Generator, lo_hi: tuple[int, int]) -> int:
     lo, hi = lo_hi
-    return int(rng.integers(lo, hi + 1)) if integer else float(rng.uniform(lo, hi))
+    return int(rng.integers(lo, hi + 1))
+
+
+def _uf(rng: np.random.Generator, lo_hi: tuple[float, float]) -> float:
+    lo, hi = lo_hi
+    return float(rng.uniform(lo, hi))
 
 
 def _extend(blocks: list[int], tokens: int, block_tokens: int, ids: _Ids) -> list[int]:
@@ -138,7 +144,7 @@ def _branch(
         blocks = _extend(blocks, context, block_tokens, ids)
         o = _u(rng, shape.output_tokens)
         dep = after if k == 0 else (out[-1].req_id,)
-        g = gap_s if k == 0 else _u(rng, shape.tool_gap_s, integer=False)
+        g = gap_s if k == 0 else _uf(rng, shape.tool_gap_s)
         t = t + g
         out.append(
             Request(next(ids.req), session, branch, t, context, o, tuple(blocks), parent, dep, g, False, shape.kind)
@@ -206,7 +212,8 @@ def agents(
 
     if concurrency is not None:
         for slot in range(concurrency):
-            t, after, n = float(rng.uniform(0, 30.0)), (), 0
+            after: tuple[int, ...] = ()
+            t, n = float(rng.uniform(0, 30.0)), 0
             while t < duration_s:
                 br = _branch(
                     rng,
@@ -316,7 +323,7 @@ def shift(*, seed: int, duration_s: float = 10_800.0, concurrency: int = 160) ->
     return agents(shift_mix(duration_s), duration_s=duration_s, seed=seed, concurrency=concurrency, name="shift")
 
 
-def constant(kind: str, **kw) -> Workload:
+def constant(kind: str, **kw: Any) -> Workload:
     return agents(lambda t: {kind: 1.0}, name=kind, **kw)
 
 

@@ -144,7 +144,7 @@ class ChartCluster:
         sts = find_object(renders[0], "StatefulSet", f"{full}-worker")
         peers = f"{full}-worker-peers"
         workers = []
-        hosts = {h: "127.0.0.1" for h in service_hosts(renders[0], NAMESPACE)}
+        hosts = dict.fromkeys(service_hosts(renders[0], NAMESPACE), "127.0.0.1")
         for i, objects in enumerate(renders):
             pod = f"{full}-worker-{i}"
             workers += pod_containers(find_object(objects, "StatefulSet", f"{full}-worker"), pod, secrets_of(objects))

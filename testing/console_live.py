@@ -58,8 +58,8 @@ class FakeClusterControl:
             fake.nodes[node_id] = NodeSnapshot(
                 node_id=node_id,
                 url=f"http://127.0.0.1:{9100 + i}",
-                phase=phase,
-                draining_to=(draining or {}).get(node_id),
+                phase=Phase(phase),
+                draining_to=Phase(to) if (to := (draining or {}).get(node_id)) else None,
                 healthy=True,
                 pinned_phase=None,
                 queue=3 * i % 7,
@@ -129,20 +129,20 @@ class FakeClusterControl:
         if prefill_nodes is None:
             return
         for i, node_id in enumerate(sorted(self.nodes)):
-            want = "prefill" if i < prefill_nodes else "decode"
+            want = Phase.PREFILL if i < prefill_nodes else Phase.DECODE
             if self.nodes[node_id].phase != want:
                 await self.switch(node_id, want, reason="split pin", who="fake")
 
-    async def pin_node(self, node_id: str, phase: str | None) -> None:
-        self.nodes[node_id] = replace(self.nodes[node_id], pinned_phase=phase)
+    async def pin_node(self, node_id: str, phase: Phase | None) -> None:
+        self.nodes[node_id] = replace(self.nodes[node_id], pinned_phase=Phase(phase) if phase else None)
         if phase is not None and self.nodes[node_id].phase != phase:
             await self.switch(node_id, phase, reason="node pin", who="fake")
 
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+    async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
         node = self.nodes[node_id]
         if node.phase == to_phase:
             return SwitchOutcome(node_id, node.phase, to_phase, 0.0, 0.0, 0.0, "noop", "already there")
-        self.nodes[node_id] = replace(node, phase=to_phase, draining_to=None)
+        self.nodes[node_id] = replace(node, phase=Phase(to_phase), draining_to=None)
         outcome = SwitchOutcome(
             node_id,
             node.phase,
@@ -156,7 +156,9 @@ class FakeClusterControl:
         self.switches.append(outcome)
         return outcome
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
+    async def restore_pins(
+        self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str
+    ) -> list[SwitchOutcome]:
         self.split_pin = split_pin
         return []
 

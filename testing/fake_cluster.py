@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import Phase
 from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
 from gateway.store.records import SwitchOutcome
 from planner.types import PlannerMode
@@ -25,10 +26,10 @@ class FakeClusterControl:
             NodeSnapshot(
                 node_id=n,
                 url=f"http://{n}",
-                phase=p,
+                phase=Phase(p),
                 draining_to=None,
                 healthy=True,
-                pinned_phase=self.node_pins.get(n),
+                pinned_phase=Phase(pin) if (pin := self.node_pins.get(n)) else None,
                 queue=1,
                 running=2,
                 kv_usage=0.5,
@@ -54,18 +55,20 @@ class FakeClusterControl:
     async def pin_split(self, prefill_nodes: int | None) -> None:
         self.split_pin = prefill_nodes
 
-    async def pin_node(self, node_id: str, phase: str | None) -> None:
+    async def pin_node(self, node_id: str, phase: Phase | None) -> None:
         if phase is None:
             self.node_pins.pop(node_id, None)
         else:
             self.node_pins[node_id] = phase
 
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+    async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
         self.calls.append(("switch", node_id, to_phase, reason, who))
         before, self.phases[node_id] = self.phases[node_id], to_phase
         return SwitchOutcome(node_id, before, to_phase, drain_s=0.5, migrate_s=1.0, total_s=1.6, outcome="ok")
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
+    async def restore_pins(
+        self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str
+    ) -> list[SwitchOutcome]:
         self.split_pin, self.node_pins = split_pin, dict(node_pins)
         return []
 

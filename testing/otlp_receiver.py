@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gzip
 import json
 import threading
@@ -150,13 +151,13 @@ class OTLPReceiver:
                 return
 
         self._server = ThreadingHTTPServer((host, port), Handler)
+        self._host = host
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self._host}:{self._server.server_port}"
 
     def start(self) -> OTLPReceiver:
         self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
@@ -225,10 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args(argv)
     rx = OTLPReceiver(args.host, args.port, keep=False)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         rx._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -3,6 +3,8 @@ from known coefficients, Poisson request samples, cluster views. Seeded."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from core import Phase
@@ -26,27 +28,27 @@ def synthetic_records(
             u, c = int(rng.integers(64, 8192)), int(rng.integers(0, 32_000))
             a, b, cc, d = TRUE_PREFILL
             ms = a + b * u + cc * c + d * u * (u + c) / 1e4
-            rec = dict(
-                phase=Phase.PREFILL,
-                batch_size=int(rng.integers(1, 8)),
-                uncached_prompt_tokens=u,
-                cached_prompt_tokens=c,
-                generated_tokens=1,
-                context_tokens=0,
-            )
+            rec: dict[str, Any] = {
+                "phase": Phase.PREFILL,
+                "batch_size": int(rng.integers(1, 8)),
+                "uncached_prompt_tokens": u,
+                "cached_prompt_tokens": c,
+                "generated_tokens": 1,
+                "context_tokens": 0,
+            }
         else:
             bsz = int(rng.integers(1, 128))
             ctx = int(bsz * rng.integers(500, 20_000))
             a, b, cc = TRUE_DECODE
             ms = a + b * bsz + cc * ctx
-            rec = dict(
-                phase=Phase.DECODE,
-                batch_size=bsz,
-                uncached_prompt_tokens=0,
-                cached_prompt_tokens=0,
-                generated_tokens=bsz,
-                context_tokens=ctx,
-            )
+            rec = {
+                "phase": Phase.DECODE,
+                "batch_size": bsz,
+                "uncached_prompt_tokens": 0,
+                "cached_prompt_tokens": 0,
+                "generated_tokens": bsz,
+                "context_tokens": ctx,
+            }
         ms *= max(1.0 + noise * rng.standard_normal(), 0.05)
         if outlier_rate and rng.random() < outlier_rate:
             ms *= rng.uniform(3.0, 10.0)

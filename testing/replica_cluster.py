@@ -15,6 +15,7 @@ token the cluster sets in `EVOLVING_ADMIN_TOKEN`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pathlib
 import secrets
@@ -60,7 +61,7 @@ def _pg(sql: str) -> None:
     import psycopg
 
     with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
+        conn.execute(sql)
 
 
 def pg_available() -> bool:
@@ -105,11 +106,10 @@ class Proc:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Proc:
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        out.close()
+        with open(self.log, "ab") as out:  # the child holds its own copy
+            self.proc = subprocess.Popen(
+                self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return self
 
     @property
@@ -185,7 +185,9 @@ class ReplicaCluster:
             argv += ["--switch-delay-s", str(self.switch_delay_s), "--block-size", str(BLOCK), "--vocab", str(vocab)]
             self.workers.append(Proc(f"w{i}", port, argv, dict(os.environ), self.tmp / f"w{i}.log").start())
         for w in self.workers:
-            wait_until(lambda w=w: self._ok(w.url + "/readyz"), ready_timeout_s, every_s=0.1, what=f"{w.name} ready")
+            wait_until(
+                functools.partial(self._ok, w.url + "/readyz"), ready_timeout_s, every_s=0.1, what=f"{w.name} ready"
+            )
         self.gateways = [self._gateway(i) for i in range(self.replicas)]
         for g in self.gateways:
             g.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -45,15 +46,16 @@ class WorkerProcess:
         ]
         if self.threads_bind:
             cmd += ["--threads-bind", self.threads_bind]
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        # Own process group: stopping it takes vLLM's engine children along.
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-        )
+        # Own process group: stopping it takes vLLM's engine children along. The child holds
+        # its own copy of the log file.
+        with open(self.log_path or os.devnull, "ab") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+            )
         return self
 
     def wait_ready(self, timeout: float = 240.0) -> float:
@@ -81,10 +83,8 @@ class WorkerProcess:
             os.killpg(pgid, signal.SIGKILL)
             self.proc.wait(5)
         # vLLM's engine children may outlive the server by a moment.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def kill(self) -> None:
         """Hard crash (SIGKILL the whole group): for fault tests."""

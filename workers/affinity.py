@@ -8,7 +8,7 @@ its own threads to other cores when asked (`--http-cpus auto|LIST`), which
 steadies step times when one worker computes at a time. It is off by
 default: with two workers on two cores, "the other core" is the other
 engine's, and a busy neighbour then starves this worker's output handling
-(both measured in docs/benchmarks.md).
+(both measured in docs/benchmarks-history.md).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def init_demo(directory: str | pathlib.Path) -> pathlib.Path:
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.bfloat16)
     # The dequantized weights are plain tensors now: the folder must not claim GGUF quantization.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # typed as set; None is how transformers says "none"
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.dtype = torch.bfloat16

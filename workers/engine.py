@@ -16,7 +16,7 @@ import pathlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from core import FinishReason, Role
 from kvpool.events import StepTimed
@@ -36,6 +36,12 @@ from workers.protocol import (
     TokenLogprobs,
 )
 from workers.telemetry import WorkerTracing
+
+if TYPE_CHECKING:
+    from vllm.config.model import ModelDType
+    from vllm.config.structured_outputs import StructuredOutputsBackend
+    from vllm.outputs import RequestOutput
+    from vllm.v1.engine.async_llm import AsyncLLM
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
@@ -134,7 +140,7 @@ class WorkerEngine:
         self.request_timings = IndexedLog(RequestTimingWire)
         self.inflight: dict[str, Inflight] = {}
         self._phase_of = phase_of
-        self._llm = None
+        self._llm: AsyncLLM | None = None
         self.vocab_size = 0
         self.max_model_len = 0  # known once the engine is up
         self.kv_capacity_tokens = 0  # known once started
@@ -179,9 +185,10 @@ class WorkerEngine:
             }
         args = AsyncEngineArgs(
             model=cfg.model,
-            dtype=resolve_dtype(cfg.dtype),
+            dtype=cast("ModelDType", resolve_dtype(cfg.dtype)),  # vLLM's config validates the name
             block_size=cfg.block_size,
-            max_model_len=cfg.max_model_len,
+            # vLLM annotates it int; its own default is None too (the model's length).
+            max_model_len=cfg.max_model_len,  # type: ignore[arg-type]
             hf_overrides=dict(cfg.hf_overrides or {}),
             max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -191,7 +198,8 @@ class WorkerEngine:
             distributed_executor_backend=cfg.executor,
             enable_logging_iteration_details=True,
             disable_log_stats=False,
-            kv_transfer_config=kv_transfer_config,
+            # A dict: vLLM's pydantic config validates it into a KVTransferConfig.
+            kv_transfer_config=kv_transfer_config,  # type: ignore[arg-type]
             # Seeded requests with a chunked prefill kill vLLM-CPU's own
             # worker (workers/seeded_cpu.py); elsewhere vLLM picks its own.
             worker_cls="workers.seeded_cpu.SeededCPUWorker"
@@ -199,9 +207,12 @@ class WorkerEngine:
             else "auto",
             otlp_traces_endpoint=cfg.otlp_traces_endpoint,
             structured_outputs_config=StructuredOutputsConfig(
-                backend="xgrammar"
-                if cfg.json_no_whitespace and cfg.structured_outputs_backend == "auto"
-                else cfg.structured_outputs_backend,
+                backend=cast(  # vLLM's config validates the name
+                    "StructuredOutputsBackend",
+                    "xgrammar"
+                    if cfg.json_no_whitespace and cfg.structured_outputs_backend == "auto"
+                    else cfg.structured_outputs_backend,
+                ),
                 disable_any_whitespace=cfg.json_no_whitespace,
             ),
         )
@@ -212,16 +223,16 @@ class WorkerEngine:
         # executor): the engine-core process inherits the bind when spawned.
         bind = affinity.engine_cpus(cfg.threads_bind) if cfg.executor == "uni" else None
         with affinity.spawning_on(bind):  # ValueError if the bind names CPUs this process may not use
-            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+            self._llm = llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
         # The engine process is bound now; move this process's threads if asked.
         cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, os.sched_getaffinity(0))
         if cpus:
             affinity.pin_own_threads(cpus)
-        self.vocab_size = self._llm.model_config.get_vocab_size()
+        self.vocab_size = llm.model_config.get_vocab_size()
         # The context length the engine really serves (the model's own unless overridden).
-        self.max_model_len = int(self._llm.model_config.max_model_len)
+        self.max_model_len = int(llm.model_config.max_model_len)
         # Device KV the engine core allocated (the client learns it at start-up).
-        blocks = self._llm.vllm_config.cache_config.num_gpu_blocks or 0
+        blocks = llm.vllm_config.cache_config.num_gpu_blocks or 0
         self.kv_capacity_tokens = int(blocks) * cfg.block_size
         self.started = True
 
@@ -253,6 +264,12 @@ class WorkerEngine:
         # vLLM's own error says only "EngineCore encountered an issue"; the
         # core's traceback is in this worker's log.
         return "the engine core has stopped (its traceback is in the worker log)"
+
+    def _live(self) -> AsyncLLM:
+        """The engine, for callers that checked `ready` (EngineError if it went)."""
+        if self._llm is None:
+            raise self._engine_dead()
+        return self._llm
 
     def _engine_dead(self, *, under_request: bool = False) -> EngineError:
         kind = ENGINE_DIED if under_request else ENGINE_DEAD
@@ -342,7 +359,7 @@ class WorkerEngine:
         kv.update(rid=req.request_id, salt=req.tenant_salt)
         return kv
 
-    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:  # noqa: C901 - to split (issue 32)
         """Run one request; yields delta chunks, the last with finish_reason."""
         if self._llm is None and not self.started:
             raise EngineError("engine not ready", status=503, retryable=True)
@@ -356,12 +373,14 @@ class WorkerEngine:
         self.inflight[req.request_id] = state
         finished = False
         span = self.tracing.start(req)  # None unless the gateway traces this call
-        last = None
+        last: RequestOutput | None = None
         try:
             prompt = TokensPrompt(prompt_token_ids=req.prompt_token_ids)
             if req.tenant_salt:
                 prompt["cache_salt"] = req.tenant_salt  # tenants never share device cache either
-            stream = self._llm.generate(prompt, params, req.request_id, trace_headers=self.tracing.vllm_headers(span))
+            stream = self._live().generate(
+                prompt, params, req.request_id, trace_headers=self.tracing.vllm_headers(span)
+            )
             loop = asyncio.get_running_loop()
             async for out in stream:
                 last = out
@@ -405,12 +424,15 @@ class WorkerEngine:
 
             if isinstance(exc, VLLMClientError):
                 raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
-            if self.state is EngineState.DEAD:  # EngineDeadError, or the core went while this ran
+            # mypy keeps the narrowing from the check at the top; the core may have gone since.
+            if self.state is EngineState.DEAD:  # type: ignore[comparison-overlap]  # EngineDeadError, or the core went while this ran
                 raise self._engine_dead(under_request=True) from exc
             raise
         finally:
             reason = (
-                FinishReason.MIGRATED.value if state.migrate else (last.outputs[0].finish_reason if finished else None)
+                FinishReason.MIGRATED.value
+                if state.migrate
+                else (last.outputs[0].finish_reason if finished and last is not None else None)
             )
             self.tracing.end(span, req.request_id, out=last, generated=state.generated, finish=reason)
             if not finished:
@@ -419,7 +441,7 @@ class WorkerEngine:
             state.done.set()
             if not finished and self.ready:
                 # The client went away (or we failed): free the engine's slot.
-                await self._llm.abort(req.request_id)
+                await self._live().abort(req.request_id)
 
     def _first_token_timing(self, req: GenerateRequest, out) -> dict | None:
         ttft = getattr(out.metrics, "first_token_latency", None)  # None when vLLM keeps no request stats
@@ -461,7 +483,7 @@ class WorkerEngine:
     async def abort(self, request_id: str) -> bool:
         if request_id not in self.inflight or not self.ready:
             return False
-        await self._llm.abort(request_id)
+        await self._live().abort(request_id)
         return True
 
     async def migrate(self, request_ids: list[str]) -> list[str]:
@@ -472,7 +494,7 @@ class WorkerEngine:
         for r in targets:
             r.migrate = True
         if targets and self.ready:
-            await self._llm.abort([r.request_id for r in targets])
+            await self._live().abort([r.request_id for r in targets])
         for r in targets:
             await asyncio.wait_for(r.done.wait(), timeout=30.0)
         return [r.request_id for r in targets]

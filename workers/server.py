@@ -27,6 +27,7 @@ from workers.protocol import (
     ENGINE_DEAD,
     AbortRequest,
     AbortResponse,
+    BlockLocation,
     EngineState,
     ErrorBody,
     ErrorResponse,
@@ -52,7 +53,7 @@ def _error(status: int, type_: str, message: str, retryable: bool = False) -> JS
     return JSONResponse(body.model_dump(), status_code=status)
 
 
-def create_app(
+def create_app(  # noqa: C901 - a route table: each handler is its own small function
     config: EngineConfig,
     initial_phase: Phase,
     *,
@@ -182,7 +183,10 @@ def create_app(
     @app.get("/internal/stats", response_model=WorkerStats)
     async def stats(since: int = 0):
         saved, dropped = eng.kv_events.drain() if eng.kv_events else ([], [])
-        loc = lambda h, s: {"block_hash": h, "node_id": config.node_id, "slot": s}  # noqa: E731
+
+        def loc(h: str, s: int) -> BlockLocation:
+            return BlockLocation(block_hash=h, node_id=config.node_id, slot=s)
+
         running, waiting, kv_usage = eng.iterations.scheduler
         return WorkerStats(
             node_id=config.node_id,

@@ -104,7 +104,8 @@ def init_tiny(directory: str | pathlib.Path, cfg: TinyModelConfig = TinyModelCon
         dtype="bfloat16",
     )
     torch.manual_seed(cfg.seed)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    # transformers wraps `to` in a decorator typed for the model argument only.
+    model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
     # Larger logits spread than the default init makes greedy decoding less
     # prone to ending at once, so streams have tokens to compare.
     with torch.no_grad():

@@ -154,10 +154,10 @@ def manage_tab(tenant: JSON, writable: bool) -> None:
     tid = str(tenant["id"])
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     name = c1.text_input("Name", value=str(tenant.get("name", "")), key=f"rename_{tid}", disabled=not writable)
-    if c2.button("Rename", key="rename_tenant", disabled=not writable or name.strip() == tenant.get("name")):
-        if fetch(client.update_tenant, tid, {"name": name.strip()}) is not None:
-            st.success("Renamed.")
-            st.rerun()
+    renamed = c2.button("Rename", key="rename_tenant", disabled=not writable or name.strip() == tenant.get("name"))
+    if renamed and fetch(client.update_tenant, tid, {"name": name.strip()}) is not None:
+        st.success("Renamed.")
+        st.rerun()
     confirmed_action(
         "delete_tenant",
         "Delete tenant",

@@ -10,6 +10,7 @@ the calling host's namespace (`Testbed.call_in`), the gateway's seat.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -100,10 +101,9 @@ class Cluster:
         return p
 
     def start(self, p: Proc) -> Proc:
-        out = open(p.log, "ab")
         cwd = str(pathlib.Path(__file__).resolve().parents[2])  # the repository: `-m workers.cli` resolves
-        p.proc = self.tb.popen(p.host, p.argv, env=p.env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
-        out.close()
+        with open(p.log, "ab") as out:  # the child holds its own copy
+            p.proc = self.tb.popen(p.host, p.argv, env=p.env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
         p.starts += 1
         return p
 
@@ -165,7 +165,5 @@ def _answers(url: str) -> bool:
 def _signal_group(p: Proc, sig: int) -> None:
     if p.proc is None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(os.getpgid(p.proc.pid), sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -97,10 +97,10 @@ def _link(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from cli.demo_key import demo_api_key
+    from cli.demo_key import demo_key
+    from cli.startup_text import SNIPPET
     from cli.testbed.cluster import Cluster
     from cli.testbed.relay import expose, relay_services
-    from cli.up import SNIPPET
     from gateway.compose import ControlPlane
     from gateway.settings import GatewaySettings
 
@@ -134,7 +134,7 @@ def _up(args: argparse.Namespace) -> int:
         settings = GatewaySettings.from_env(
             {**os.environ, **gw_env}, model_dir=args.model, data_dir=str(data / "run" / "gateway")
         )
-        key = demo_api_key(ControlPlane.build(settings), settings.data_dir) or "sk-local"
+        key = demo_key(ControlPlane.build(settings), settings.data_dir).secret or "sk-local"
         cluster.start(gateway)
         cluster.wait_ready([gateway])
         url = f"http://127.0.0.1:{expose(tb, 'gw', 8000, args.port).port}"

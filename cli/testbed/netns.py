@@ -288,7 +288,7 @@ class Testbed:
         t.join()
         if "error" in box:
             raise box["error"]
-        return box["value"]  # type: ignore[no-any-return]
+        return box["value"]
 
     def set_link(self, host: str, up: bool) -> None:
         """Plug or pull `host`'s cable (its port on the bridge)."""

@@ -21,7 +21,7 @@ _PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,10}$")
 _HOST = re.compile(r"^[a-z][a-z0-9]{0,10}$")
 
 # TCP only, on the host's own interface. Bigger segments: 16 MiB reads went
-# from 0.17 to ~1.3 GB/s across namespaces (docs/benchmarks.md).
+# from 0.17 to ~1.3 GB/s across namespaces (docs/benchmarks-history.md).
 NETWORK_UCX_ENV = {
     "UCX_TLS": "tcp",
     "UCX_NET_DEVICES": IFNAME,

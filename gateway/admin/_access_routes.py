@@ -12,7 +12,7 @@ from gateway import errors
 from gateway.admin import schemas
 from gateway.admin._deps import AdminContext, Limit, Offset, RoleDependency, Since, Until, unix_s
 from gateway.admin.auth import OPERATOR, AdminPrincipal
-from gateway.control.bus import ADMIN_TOKEN_REVOKED
+from gateway.control.bus import AdminTokenRevoked
 from gateway.store import repository
 
 
@@ -27,7 +27,7 @@ def access_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
 
     @router.get("/whoami", summary="The caller's admin identity", response_model=schemas.WhoAmI)
     async def whoami(who: Viewer) -> schemas.WhoAmI:
-        return schemas.WhoAmI(name=who.name, role=who.role)  # type: ignore[arg-type]
+        return schemas.WhoAmI(name=who.name, role=who.role)
 
     @router.get(
         "/audit", summary="Audit log of admin actions, newest first", response_model=schemas.Page[schemas.AuditOut]
@@ -107,7 +107,7 @@ def access_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDepen
 
         row = await ctx.db.run_async(revoke)
         ctx.auth.forget(token_id)
-        await ctx.bus.publish(ADMIN_TOKEN_REVOKED, {"token_id": token_id})  # the other replicas' caches
+        await ctx.bus.publish(AdminTokenRevoked(token_id))  # the other replicas' caches
         return row
 
     return router

@@ -82,7 +82,7 @@ def planner_out(state: PlannerState) -> schemas.PlannerOut:
     )
 
 
-def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDependency) -> APIRouter:
+def cluster_routes(ctx: AdminContext, viewer: RoleDependency, operator: RoleDependency) -> APIRouter:  # noqa: C901 - a route table
     router = APIRouter(tags=["cluster"])
     Viewer = Annotated[AdminPrincipal, Depends(viewer)]
     Operator = Annotated[AdminPrincipal, Depends(operator)]

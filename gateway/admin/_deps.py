@@ -15,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import errors
 from gateway.admin.auth import AdminAuthenticator, AdminPrincipal
+from gateway.control.bus import BusEvent
 from gateway.control.overrides import OverridesService
 from gateway.control.ports import ClusterControl, ClusterHistory
 from gateway.store.db import Database
@@ -28,11 +29,11 @@ class AdminControl(ClusterControl, ClusterHistory, Protocol):
 class ChangeNotices(Protocol):
     """The overrides bus (`gateway.control.bus`): tells every replica about a change."""
 
-    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> Any: ...
+    async def publish(self, published: BusEvent) -> Any: ...
 
 
 class _NoNotices:
-    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> None:
+    async def publish(self, published: BusEvent) -> None:
         return None
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Session
 
 from gateway import errors
 from gateway.store import repository
@@ -66,8 +67,8 @@ class AdminAuthenticator:
         if cached is not None and now - cached[1] < self.cache_ttl_s:
             return cached[0]
 
-        def lookup(session: object) -> AdminPrincipal | None:
-            row = repository.find_admin_token(session, secret=token, pepper=self.db.pepper)  # type: ignore[arg-type]
+        def lookup(session: Session) -> AdminPrincipal | None:
+            row = repository.find_admin_token(session, secret=token, pepper=self.db.pepper)
             return None if row is None else AdminPrincipal(token_id=row.id, name=row.name, role=row.role)
 
         try:
@@ -88,10 +89,10 @@ class AdminAuthenticator:
             del self._cache[digest]
 
 
-def _free_name(session: object, base: str, role: str) -> str:
+def _free_name(session: Session, base: str, role: str) -> str:
     """`base`, or `base-2`, `base-3`, ... : the first name no active token of `role` has."""
     name, n = base, 1
-    while repository.active_admin_token_named(session, name=name, role=role) is not None:  # type: ignore[arg-type]
+    while repository.active_admin_token_named(session, name=name, role=role) is not None:
         n += 1
         name = f"{base}-{n}"
     return name

@@ -6,15 +6,18 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core import Phase
+from gateway.control.ports import NodeSnapshot
 from gateway.store.records import MAX_PRIORITY, Policy
 
 # Policy numbers fit a signed 64-bit column; larger ones are client errors, not 500s.
 MAX_POLICY_INT = 2**62
 
 T = TypeVar("T")
-Phase = Literal["prefill", "decode"]
 Mode = Literal["auto", "advisory", "manual"]
-Role = Literal["viewer", "operator"]
+# What an admin token may do (gateway.admin.auth): a viewer reads, an operator
+# also changes things. The wire field keeps its name, `role`.
+AccessLevel = Literal["viewer", "operator"]
 
 
 class Page(BaseModel, Generic[T]):
@@ -24,29 +27,14 @@ class Page(BaseModel, Generic[T]):
 
 class WhoAmI(BaseModel):
     name: str
-    role: Role
+    role: AccessLevel
 
 
 # -- cluster -----------------------------------------------------------------
 
 
-class NodeOut(BaseModel):
-    node_id: str
-    url: str
-    phase: str
-    draining_to: str | None
-    healthy: bool
-    pinned_phase: str | None
-    queue: int
-    running: int
-    kv_usage: float
-    tokens_per_s: float
-    health: str = Field("healthy", description="healthy | engine_dead | unreachable")
-    engine: str = Field("alive", description="the worker's engine core: alive | dead | starting")
-
-
 class ClusterOut(BaseModel):
-    nodes: list[NodeOut]
+    nodes: list[NodeSnapshot]
     split: tuple[int, int] = Field(description="(prefill nodes, decode nodes)")
     split_pin: int | None
     directory: dict[str, float]
@@ -294,14 +282,14 @@ class AuditOut(BaseModel):
 class AdminTokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
-    role: Role
+    role: AccessLevel
 
 
 class AdminTokenOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: str
     name: str
-    role: Role
+    role: AccessLevel
     prefix: str
     created_at: float
     revoked_at: float | None
@@ -310,6 +298,6 @@ class AdminTokenOut(BaseModel):
 class AdminTokenCreated(BaseModel):
     id: str
     name: str
-    role: Role
+    role: AccessLevel
     prefix: str
     secret: str = Field(description="shown once; only a hash is stored")

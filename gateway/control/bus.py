@@ -24,32 +24,90 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
-# Event kinds
-MODE = "mode"  # data: {mode, version}
-PINS = "pins"  # data: {split, nodes, version}  (the whole pin set)
-KEY_REVOKED = "key.revoked"  # data: {key_id, tenant_id}
-TENANT_CHANGED = "tenant.changed"  # data: {tenant_id, deleted?}  (policy, keys, name, deletion)
-ADMIN_TOKEN_REVOKED = "admin_token.revoked"  # data: {token_id}
+# Event kinds on the wire (`ClusterEvent.kind`); the typed events below carry their fields.
+KEY_REVOKED = "key.revoked"
+TENANT_CHANGED = "tenant.changed"
+ADMIN_TOKEN_REVOKED = "admin_token.revoked"
+OVERRIDE = "override"
+
+
+@dataclass(frozen=True)
+class KeyRevoked:
+    """An API key was revoked: every replica drops it from its cache."""
+
+    KIND: ClassVar[str] = KEY_REVOKED
+    key_id: str
+    tenant_id: str = ""
+
+
+@dataclass(frozen=True)
+class TenantChanged:
+    """A tenant's policy, keys or name changed, or it was deleted."""
+
+    KIND: ClassVar[str] = TENANT_CHANGED
+    tenant_id: str
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class AdminTokenRevoked:
+    KIND: ClassVar[str] = ADMIN_TOKEN_REVOKED
+    token_id: str
+
+
+@dataclass(frozen=True)
+class OverrideChanged:
+    """A planner mode or pin (`gateway.store.records` keys) set at `version`."""
+
+    KIND: ClassVar[str] = OVERRIDE
+    key: str
+    value: Any  # JSON: the mode, the split pin, a node's phase, or None (cleared)
+    version: float
+
+
+BusEvent = KeyRevoked | TenantChanged | AdminTokenRevoked | OverrideChanged
+_EVENT_TYPES: dict[str, type[BusEvent]] = {
+    t.KIND: t for t in (KeyRevoked, TenantChanged, AdminTokenRevoked, OverrideChanged)
+}
 
 
 @dataclass(frozen=True)
 class ClusterEvent:
+    """One published event as it travels: its kind and fields (`data`), who
+    published it and when. `payload()` is the typed event."""
+
     kind: str
     data: dict[str, Any] = field(default_factory=dict)
     origin: str = ""  # the replica that published it
     t: float = 0.0  # unix seconds at publication
+
+    @classmethod
+    def of(cls, event: BusEvent, origin: str, t: float) -> ClusterEvent:
+        return cls(event.KIND, dataclasses.asdict(event), origin, t)
+
+    def payload(self) -> BusEvent | None:
+        """The typed event; None for an unknown kind or malformed fields
+        (a newer replica's event: ignored, not fatal)."""
+        event_type = _EVENT_TYPES.get(self.kind)
+        if event_type is None:
+            return None
+        try:
+            return event_type(**self.data)
+        except TypeError:
+            return None
 
     def to_json(self) -> str:
         return json.dumps({"kind": self.kind, "data": self.data, "origin": self.origin, "t": self.t})
@@ -66,7 +124,7 @@ class ClusterEvent:
 
 
 Handler = Callable[[ClusterEvent], Awaitable[None]]
-Resync = Callable[[], Awaitable[None]]
+Resync = Callable[[], Awaitable[object]]  # its result is not read
 
 
 class _Handlers:
@@ -104,8 +162,8 @@ class LocalBus(_Handlers):
         self.replica = replica
         self._clock = clock
 
-    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> ClusterEvent:
-        event = ClusterEvent(kind, dict(data or {}), self.replica, self._clock())
+    async def publish(self, published: BusEvent) -> ClusterEvent:
+        event = ClusterEvent.of(published, self.replica, self._clock())
         await self.deliver(event)
         return event
 
@@ -138,15 +196,15 @@ class RedisBus(_Handlers):
         self.subscribed = asyncio.Event()
         self.publish_failures = 0
 
-    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> ClusterEvent:
-        event = ClusterEvent(kind, dict(data or {}), self.replica, self._clock())
+    async def publish(self, published: BusEvent) -> ClusterEvent:
+        event = ClusterEvent.of(published, self.replica, self._clock())
         await self.deliver(event)  # this replica at once
         try:
             await self._r.publish(self.channel, event.to_json())
         except (RedisError, OSError) as exc:
             # The others heal at their next reconciliation from the store.
             self.publish_failures += 1
-            log.warning("overrides bus unreachable (%s): %s reaches other replicas by reconciliation", exc, kind)
+            log.warning("overrides bus unreachable (%s): %s reaches other replicas by reconciliation", exc, event.kind)
         return event
 
     async def start(self) -> None:

@@ -8,6 +8,7 @@ default); `StoredDecision.latest` reads the newest one, cached for
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -28,9 +29,7 @@ class StoredDecision:
         now = self._clock()
         if self._read_at is not None and now - self._read_at < self.cache_s:
             return self._cached
-        try:
+        with contextlib.suppress(StoreUnavailable):  # keep the last one seen
             self._cached = await self.db.run_async(lambda s: repository.latest_decision(s))
-        except StoreUnavailable:
-            pass  # keep the last one seen
         self._read_at = now
         return self._cached

@@ -30,15 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.control.bus import ClusterEvent
+from core import Phase
+from gateway.control.bus import BusEvent, ClusterEvent, OverrideChanged
 from gateway.control.ports import ClusterControl
 from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides
 from planner.types import PlannerMode
 
 log = logging.getLogger(__name__)
-
-OVERRIDE = "override"  # bus event kind: data {key, value, version}
 
 
 class OverrideRecorder(Protocol):
@@ -56,7 +55,7 @@ class OverrideRecorder(Protocol):
 class Publisher(Protocol):
     """The overrides bus as this service uses it (`LocalBus`, `RedisBus`)."""
 
-    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> ClusterEvent: ...
+    async def publish(self, published: BusEvent) -> ClusterEvent: ...
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ class OverridesService:
         )
         return await self.pins()
 
-    async def pin_node(self, node_id: str, phase: str | None, *, who: str, actor_id: str | None = None) -> Pins:
+    async def pin_node(self, node_id: str, phase: Phase | None, *, who: str, actor_id: str | None = None) -> Pins:
         if node_id not in {n.node_id for n in (await self._control.snapshot()).nodes}:
             raise NotFound(f"No node {node_id!r}.", param="node_id")
         before = (await self.pins()).nodes.get(node_id)
@@ -144,7 +143,7 @@ class OverridesService:
         )
         self._recorder.kick()
         if self._bus is not None:
-            await self._bus.publish(OVERRIDE, {"key": key, "value": value, "version": version})
+            await self._bus.publish(OverrideChanged(key, value, version))
 
     # -- start-up, other replicas, reconciliation ---------------------------------------
     async def restore(self, overrides: Overrides, *, default_mode: str) -> None:
@@ -156,19 +155,20 @@ class OverridesService:
             return
         log.info("restoring pins: split=%s nodes=%s", overrides.split_pin, overrides.node_pins)
         try:
-            await self._control.restore_pins(overrides.split_pin, dict(overrides.node_pins), who="restore")
+            pins = {node: Phase(phase) for node, phase in overrides.node_pins.items()}
+            await self._control.restore_pins(overrides.split_pin, pins, who="restore")
         except GatewayError as exc:  # an unhealthy node at startup: the pin stays, realised by the next pin action
             log.warning("could not realise the persisted pins yet: %s", exc.message)
 
     async def on_event(self, event: ClusterEvent) -> None:
         """Bus handler: a change made through another replica."""
-        if event.kind != OVERRIDE:
+        if event.kind != OverrideChanged.KIND:
             return
-        try:
-            key, value, version = str(event.data["key"]), event.data.get("value"), float(event.data["version"])
-        except (KeyError, TypeError, ValueError):
+        change = event.payload()
+        if not isinstance(change, OverrideChanged):
             log.warning("malformed override event from %s ignored", event.origin)
             return
+        key, value, version = change.key, change.value, float(change.version)
         # In the background: realising a pin on the leader waits for switches;
         # the bus keeps delivering meanwhile (versions keep the order right).
         asyncio.get_running_loop().create_task(self.apply(key, value, version), name=f"override-{key}")
@@ -200,7 +200,7 @@ class OverridesService:
                 elif key == SPLIT_PIN:
                     await self._control.pin_split(None if value is None else int(value))
                 elif key.startswith(NODE_PIN_PREFIX):
-                    await self._control.pin_node(key[len(NODE_PIN_PREFIX) :], None if value is None else str(value))
+                    await self._control.pin_node(key[len(NODE_PIN_PREFIX) :], None if value is None else Phase(value))
                 else:
                     return False
             except GatewayError as exc:  # e.g. a node this replica does not know: kept as versioned, logged

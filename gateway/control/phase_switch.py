@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 
 from core import Phase
 from gateway.control.registry import WorkerRegistry
-from gateway.errors import Conflict, InvalidRequest
+from gateway.errors import Conflict
 from gateway.store.records import SwitchOutcome
 from gateway.telemetry import SwitchTrace, Tracing
 from gateway.worker_client import WorkerAPI, WorkerError, WorkerRejected
@@ -73,17 +73,16 @@ class PhaseSwitcher:
     def switching(self) -> set[str]:
         return set(self._busy)
 
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+    async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
         with self.tracing.switch(node_id, to_phase, reason=reason, who=who) as trace:
             outcome = await self._switch(node_id, to_phase, reason=reason, who=who, trace=trace)
             trace.outcome(outcome)
             return outcome
 
-    async def _switch(self, node_id: str, to_phase: str, *, reason: str, who: str, trace: SwitchTrace) -> SwitchOutcome:
-        try:
-            target = Phase(to_phase)
-        except ValueError as exc:
-            raise InvalidRequest(f"phase must be 'prefill' or 'decode', not {to_phase!r}", param="phase") from exc
+    async def _switch(
+        self, node_id: str, to_phase: Phase, *, reason: str, who: str, trace: SwitchTrace
+    ) -> SwitchOutcome:
+        target = Phase(to_phase)  # the member itself, also for a caller that passed its value
         node = self._registry.get(node_id)
         from_phase = node.phase
         if node_id in self._busy:

@@ -30,11 +30,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from core import Phase
 from gateway.control.workload_feed import WorkloadFeed
 from planner.cadence import StepCadence, coalesce_decode_steps
-from planner.types import SLO, ClusterView, Decision, NodeState, Pin, Planner, PlannerMode
+from planner.types import SLO, ClusterView, Decision, Planner, PlannerMode
+
+if TYPE_CHECKING:
+    from gateway.control.runtime import ClusterRuntime
 
 log = logging.getLogger(__name__)
 
@@ -63,26 +66,9 @@ class PlannerLoop:
         self.cadence = StepCadence()
         self.last_switch_t: float | None = None
 
-    def view(self, runtime) -> ClusterView:
-        nodes = tuple(
-            NodeState(
-                node_id=n.node_id,
-                phase=Phase(n.phase.value),
-                draining=n.draining_to is not None,
-                pinned=n.node_id in runtime.node_pins,
-                queue=n.num_waiting,
-                running=n.running,
-                kv_usage=n.kv_usage,
-                kv_capacity_tokens=n.kv_capacity_tokens or self.kv_capacity_tokens,
-                max_batch=n.max_num_seqs,
-                token_budget=n.max_num_batched_tokens,
-            )
-            for n in runtime.registry.nodes()
-            if n.healthy
-        )
-        pin = None
-        if runtime.split_pin is not None or runtime.node_pins:
-            pin = Pin(prefill_nodes=runtime.split_pin, node_phases={k: Phase(v) for k, v in runtime.node_pins.items()})
+    def view(self, runtime: ClusterRuntime) -> ClusterView:
+        nodes = runtime.node_states(self.kv_capacity_tokens)
+        pin = runtime.pin()
         arrived, rejected = self.workload.counts()
         return ClusterView(
             now=self.clock(),
@@ -95,7 +81,7 @@ class PlannerLoop:
             requests_rejected=rejected,
         )
 
-    async def tick(self, runtime) -> None:
+    async def tick(self, runtime: ClusterRuntime) -> None:
         records = coalesce_decode_steps(self.cadence.apply(runtime.registry.drain_iterations()))
         self.planner.observe_iterations(records)
         self.planner.observe_requests(self.workload.drain())
@@ -108,7 +94,7 @@ class PlannerLoop:
         with runtime.tracing.decision(decision):  # a span; the switches ordered below are its children
             await self._apply(runtime, decision, view)
 
-    async def _apply(self, runtime, decision: Decision, view: ClusterView) -> None:
+    async def _apply(self, runtime: ClusterRuntime, decision: Decision, view: ClusterView) -> None:
         runtime.planner_name = self.planner.name
         runtime.record_decision(decision)
         if view.mode is not PlannerMode.MANUAL:
@@ -119,7 +105,7 @@ class PlannerLoop:
             try:
                 outcome = await runtime.switch(
                     action.node_id,
-                    action.to_phase.value,
+                    action.to_phase,
                     reason=f"planner: {decision.reason}",
                     who=f"planner:{self.planner.name}",
                 )

@@ -10,26 +10,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core import Phase
+from gateway.control.health import NodeHealth
 from gateway.store.records import SwitchOutcome
 from planner.types import Decision, PlannerMode, SplitPrediction
+from workers.protocol import EngineState
 
 
 @dataclass(frozen=True)
 class NodeSnapshot:
+    """One worker as the admin API shows it (its `/admin/cluster` node model)."""
+
     node_id: str
     url: str
-    phase: str  # "prefill" | "decode"
-    draining_to: str | None
+    phase: Phase
+    draining_to: Phase | None  # the phase it is switching to
     healthy: bool
-    pinned_phase: str | None
-    queue: int
+    pinned_phase: Phase | None
+    queue: int  # waiting requests
     running: int
-    kv_usage: float
+    kv_usage: float  # 0..1 of device KV in use
     tokens_per_s: float
-    # gateway.control.health: "healthy" | "engine_dead" | "unreachable", and the
-    # engine state the worker last reported ("alive" | "dead" | "starting").
-    health: str = "healthy"
-    engine: str = "alive"
+    health: NodeHealth = NodeHealth.HEALTHY  # gateway.control.health
+    engine: EngineState = EngineState.ALIVE  # the engine core, as the worker last reported it
 
 
 @dataclass(frozen=True)
@@ -104,14 +107,16 @@ class ClusterControl(Protocol):
     async def pin_split(self, prefill_nodes: int | None) -> None:
         """Pin the number of prefill nodes (None unpins). Realised by switches."""
 
-    async def pin_node(self, node_id: str, phase: str | None) -> None:
+    async def pin_node(self, node_id: str, phase: Phase | None) -> None:
         """Pin one node's phase (None unpins). Switches it now if needed."""
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
+    async def restore_pins(
+        self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str
+    ) -> list[SwitchOutcome]:
         """Set both pins at once (pins of nodes that are not workers are
         dropped with a warning) and realise them with switches."""
 
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome: ...
+    async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome: ...
 
 
 class ClusterHistory(Protocol):

@@ -10,7 +10,8 @@ Planner seam: `ClusterRuntime(planner_tick=...)` takes a coroutine function
 `runtime.view()` / `registry.drain_iterations()`, decides, calls
 `runtime.record_decision(...)`, and, in mode "auto", `runtime.switch(...)`.
 Pins always win: `switch` refuses a switch that contradicts a node pin, and
-`enforce_pins` realises pins with switches (`pin_switches` is the pure rule).
+`enforce_pins` realises pins with switches (the planner's rule,
+`planner.decision.pin_actions`).
 
 Leadership (`leadership`, a `ports.Leadership`; None: a lone gateway that
 always leads): only the leader realises pins and runs the planner's
@@ -30,6 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from core import Phase
 from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.ports import ClusterSnapshot, Leadership, NodeSnapshot, PlannerState, SplitSample
 from gateway.control.registry import WorkerRegistry
@@ -37,38 +39,14 @@ from gateway.directory import Directory
 from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.store.records import SwitchOutcome
 from gateway.telemetry import Tracing
-from planner.types import Decision, PlannerMode, SplitPrediction
+from planner.decision import pin_actions
+from planner.types import Decision, NodeState, Pin, PlannerMode, SplitPrediction, SwitchAction
+from workers.protocol import EngineState
 
 log = logging.getLogger(__name__)
 
 PlannerTick = Callable[["ClusterRuntime"], Awaitable[None]]
 DecisionSource = Callable[[], Awaitable[Decision | None]]
-
-
-def pin_switches(
-    nodes: list[tuple[str, str, bool]], split_pin: int | None, node_pins: dict[str, str]
-) -> list[tuple[str, str]]:
-    """Switches that realise the pins. `nodes`: (node_id, phase, healthy).
-
-    Node pins first; then the split pin moves unpinned healthy nodes (by id
-    order) until the number of prefill nodes equals the pin (capped by what
-    unpinned nodes allow).
-    """
-    phases = {n: p for n, p, ok in nodes if ok}
-    out = [(n, node_pins[n]) for n in sorted(phases) if n in node_pins and phases[n] != node_pins[n]]
-    for n, p in out:
-        phases[n] = p
-    if split_pin is None:
-        return out
-    prefill = sum(1 for p in phases.values() if p == "prefill")
-    free = sorted(n for n in phases if n not in node_pins)
-    if prefill < split_pin:
-        for n in [n for n in free if phases[n] == "decode"][: split_pin - prefill]:
-            out.append((n, "prefill"))
-    elif prefill > split_pin:
-        for n in [n for n in reversed(free) if phases[n] == "prefill"][: prefill - split_pin]:
-            out.append((n, "decode"))
-    return out
 
 
 class ClusterRuntime:
@@ -95,7 +73,7 @@ class ClusterRuntime:
         self.planner_name = planner_name
         self.planner_tick = planner_tick
         self.split_pin: int | None = None
-        self.node_pins: dict[str, str] = {}
+        self.node_pins: dict[str, Phase] = {}
         self.last_decision: Decision | None = None
         # The newest prediction per split and when it was made: kept while later
         # decisions (no data, say) carry none, so an idle planner still shows it.
@@ -117,16 +95,16 @@ class ClusterRuntime:
             NodeSnapshot(
                 node_id=n.node_id,
                 url=n.url,
-                phase=n.phase.value,
-                draining_to=n.draining_to.value if n.draining_to else None,
+                phase=n.phase,
+                draining_to=n.draining_to,
                 healthy=n.healthy,
                 pinned_phase=self.node_pins.get(n.node_id),
                 queue=n.num_waiting,
                 running=n.running,
                 kv_usage=n.kv_usage,
                 tokens_per_s=n.tokens_per_s,
-                health=n.health.value,
-                engine=n.engine,
+                health=n.health,
+                engine=EngineState(n.engine),
             )
             for n in self.registry.nodes()
         ]
@@ -171,26 +149,28 @@ class ClusterRuntime:
         if self.leads():
             await self.enforce_pins(who="pin")
 
-    async def pin_node(self, node_id: str, phase: str | None) -> None:
+    async def pin_node(self, node_id: str, phase: Phase | None) -> None:
         self.registry.get(node_id)
         if phase is None:
             self.node_pins.pop(node_id, None)
             return
         if phase not in ("prefill", "decode"):
             raise InvalidRequest(f"phase must be 'prefill' or 'decode', not {phase!r}", param="phase")
-        self.node_pins[node_id] = phase
+        self.node_pins[node_id] = Phase(phase)
         if self.leads():
             await self.enforce_pins(who="pin")
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
+    async def restore_pins(
+        self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str
+    ) -> list[SwitchOutcome]:
         known = {n.node_id for n in self.registry.nodes()}
         for node in sorted(set(node_pins) - known):
             log.warning("persisted pin for unknown node %s ignored (not among the workers)", node)
         self.split_pin = split_pin
-        self.node_pins = {n: p for n, p in node_pins.items() if n in known}
+        self.node_pins = {n: Phase(p) for n, p in node_pins.items() if n in known}
         return await self.enforce_pins(who=who) if self.leads() else []
 
-    async def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> SwitchOutcome:
+    async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
         pinned = self.node_pins.get(node_id)
         if pinned is not None and pinned != to_phase:
             raise Conflict(f"node {node_id} is pinned to {pinned}; unpin it first", code="node_pinned")
@@ -199,9 +179,33 @@ class ClusterRuntime:
     def pins_realised(self) -> bool:
         return not self.pin_switches()
 
-    def pin_switches(self) -> list[tuple[str, str]]:
-        return pin_switches(
-            [(n.node_id, n.phase.value, n.healthy) for n in self.registry.nodes()], self.split_pin, self.node_pins
+    def pin_switches(self) -> list[SwitchAction]:
+        return pin_actions(self.node_states(), self.pin())
+
+    def pin(self) -> Pin | None:
+        """The operator's pins as the planner reads them (None: no pin)."""
+        if self.split_pin is None and not self.node_pins:
+            return None
+        return Pin(prefill_nodes=self.split_pin, node_phases=dict(self.node_pins))
+
+    def node_states(self, kv_capacity_tokens: int = 0) -> tuple[NodeState, ...]:
+        """The healthy workers as the planner sees them; `kv_capacity_tokens`
+        stands in for a worker that does not report its device KV."""
+        return tuple(
+            NodeState(
+                node_id=n.node_id,
+                phase=n.phase,
+                draining=n.draining_to is not None,
+                pinned=n.node_id in self.node_pins,
+                queue=n.num_waiting,
+                running=n.running,
+                kv_usage=n.kv_usage,
+                kv_capacity_tokens=n.kv_capacity_tokens or kv_capacity_tokens,
+                max_batch=n.max_num_seqs,
+                token_budget=n.max_num_batched_tokens,
+            )
+            for n in self.registry.nodes()
+            if n.healthy
         )
 
     async def enforce_pins(self, *, who: str) -> list[SwitchOutcome]:
@@ -211,10 +215,10 @@ class ClusterRuntime:
         the old term and the workers refuse them."""
         out: list[SwitchOutcome] = []
         busy = self.switcher.switching()
-        for n, p in self.pin_switches():
-            if n in busy:
+        for action in self.pin_switches():
+            if action.node_id in busy:
                 continue
-            outcome = await self.switcher.switch(n, p, reason="pin", who=who)
+            outcome = await self.switcher.switch(action.node_id, action.to_phase, reason="pin", who=who)
             out.append(outcome)
             if outcome.outcome == "fenced":
                 break

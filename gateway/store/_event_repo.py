@@ -119,10 +119,7 @@ def latest_decision(session: Session) -> Decision | None:
     if row is None:
         return None
     predictions = tuple(
-        # json_safe stored non-finite numbers (an infeasible split's TTFT) as null
-        SplitPrediction(**{k: (math.inf if v is None else v) for k, v in p.items() if k in _PREDICTION_FIELDS})
-        for p in row.predictions or []
-        if isinstance(p, dict) and _PREDICTION_FIELDS <= p.keys()
+        _prediction(p) for p in row.predictions or [] if isinstance(p, dict) and p.keys() >= _PREDICTION_FIELDS
     )
     actions = tuple(
         SwitchAction(node_id=str(a["node_id"]), to_phase=Phase(a["to_phase"]))
@@ -159,12 +156,14 @@ def latest_predictions(session: Session) -> tuple[float, tuple[SplitPrediction, 
     row = session.scalars(stmt).first()
     if row is None or not row.predictions:
         return None
-    names = {f.name for f in dataclasses.fields(SplitPrediction)}
-    preds = tuple(
-        SplitPrediction(**{k: (math.inf if v is None else v) for k, v in p.items() if k in names})
-        for p in row.predictions
-    )
-    return row.t, preds
+    return row.t, tuple(_prediction(p) for p in row.predictions)
+
+
+def _prediction(stored: dict[str, Any]) -> SplitPrediction:
+    """A stored prediction: json_safe wrote non-finite numbers (an infeasible
+    split's TTFT) as null, and fields a newer planner added are left out."""
+    fields: dict[str, Any] = {k: (math.inf if v is None else v) for k, v in stored.items() if k in _PREDICTION_FIELDS}
+    return SplitPrediction(**fields)
 
 
 # -- switch events -----------------------------------------------------------

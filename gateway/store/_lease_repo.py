@@ -10,6 +10,8 @@ See `gateway.control.lease` for what a replica does with the answer.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -67,4 +69,4 @@ def release_lease(session: Session, *, holder: str, term: int, name: str = PLANN
         .values(expires_at=_db_now(session))
         .execution_options(synchronize_session=False)
     )
-    return bool(result.rowcount)
+    return bool(cast("sa.CursorResult[Any]", result).rowcount)  # an UPDATE's result is a CursorResult

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets as _random
 import time
 from collections.abc import Sequence
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -72,7 +73,8 @@ def delete_tenant(session: Session, *, tenant_id: str) -> bool:
     """Delete a tenant with its keys and policy (usage rows are kept)."""
     session.execute(sa.delete(ApiKey).where(ApiKey.tenant_id == tenant_id))
     session.execute(sa.delete(TenantPolicy).where(TenantPolicy.tenant_id == tenant_id))
-    return session.execute(sa.delete(Tenant).where(Tenant.id == tenant_id)).rowcount > 0
+    result = session.execute(sa.delete(Tenant).where(Tenant.id == tenant_id))
+    return cast("sa.CursorResult[Any]", result).rowcount > 0  # a DELETE's result is a CursorResult
 
 
 # -- policies ----------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -199,7 +200,7 @@ class EventSink:
             written += self._write_one(entry)
             batch.remove(entry)
         for key, counts in list(usage.items()):
-            written += self._write_one(lambda s, k=key, c=counts: self._write_usage(s, k, c))
+            written += self._write_one(functools.partial(self._write_usage, key=key, counts=counts))
             del usage[key]
         return written
 

@@ -5,7 +5,7 @@ Why not the SDK's encoder (`opentelemetry.exporter.otlp.proto.common`): it
 builds one generated message object per span, attribute and value before
 serialising; on the gateway's request path that was the larger part of what
 tracing cost (~2/3 of the CPU of a traced request's spans here,
-docs/benchmarks.md). Writing the bytes costs a fraction of it. The output is
+docs/benchmarks-history.md). Writing the bytes costs a fraction of it. The output is
 checked against the SDK's encoder, decoded with the OpenTelemetry proto
 package (tests/unit/gateway/telemetry/test_encode.py).
 

@@ -4,7 +4,7 @@ The SDK's `Tracer.start_span` builds, per span, locks, bounded and
 validated attribute, event and link containers, and runs the processors'
 start hooks: ~90 µs of CPU per span on this machine under load, against
 ~6 µs for the finished `ReadableSpan` that is all an exporter ever reads
-(docs/benchmarks.md, "bench gateway", tracing). A request makes six to ten
+(docs/benchmarks-history.md, "bench gateway", tracing). A request makes six to ten
 spans, so the request path records `LeanSpan`s: plain slots while open, one
 SDK `ReadableSpan` handed to the same batch processor when ended. What stays
 the SDK's: the sampler (its decision for each new trace), the resource, the

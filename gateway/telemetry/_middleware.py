@@ -10,6 +10,7 @@ Other paths (health, metrics, admin) are not traced.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -20,6 +21,17 @@ from gateway.telemetry._turn import _TURN, OPERATIONS, Turn
 
 if TYPE_CHECKING:
     from gateway.telemetry.tracing import Tracing
+
+
+def _trace_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
+    """(traceparent, tracestate) of an ASGI request's headers."""
+    traceparent = tracestate = None
+    for name, value in headers:
+        if name == b"traceparent":
+            traceparent = value.decode("latin-1")
+        elif name == b"tracestate":
+            tracestate = value.decode("latin-1")
+    return traceparent, tracestate
 
 
 class TracingMiddleware:
@@ -34,13 +46,7 @@ class TracingMiddleware:
         if scope["type"] != "http" or scope["method"] != "POST" or not path.startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        traceparent = tracestate = None
-        for name, value in scope["headers"]:
-            if name == b"traceparent":
-                traceparent = value.decode("latin-1")
-            elif name == b"tracestate":
-                tracestate = value.decode("latin-1")
-        remote = parse_traceparent(traceparent, tracestate)
+        remote = parse_traceparent(*_trace_headers(scope["headers"]))
         operation = OPERATIONS.get(path, "chat")
         span = self.sink.root(
             f"POST {path}",

@@ -114,7 +114,9 @@ class PoolConnector(KVConnectorBase_V1):
         self._worker.begin_step(connector_metadata.plan)
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
-        self._worker.start_step(self._get_connector_metadata().plan)
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, PoolMetadata)  # build_connector_meta builds no other kind
+        self._worker.start_step(meta.plan)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         self._worker.layer_reached(layer_name)

@@ -48,7 +48,7 @@ from kvpool.events import PullDone, StepTimed, publish
 from kvpool.hashing import hash_tag
 from kvpool.plan import LoadItem, RemoteRead, StepPlan
 from kvpool.store import HostBlockStore, StoreConfig
-from kvpool.transport.base import TransferError, TransferTimeout
+from kvpool.transport.base import BlockTransport, TransferError, TransferTimeout
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class WorkerSide:
         self.cluster_token = os.environ.get(CLUSTER_TOKEN_ENV) or None
         self.layers: list[tuple[str, torch.Tensor, int]] = []  # (layer, u8 view [blocks, bytes], offset)
         self.store: HostBlockStore | None = None
-        self.transport = None
+        self.transport: BlockTransport | None = None
         self.links: PeerLinks | None = None
         self._quarantined: list[int] = []  # staging slots to report as quarantined / released
         self._released: list[int] = []
@@ -109,17 +109,17 @@ class WorkerSide:
         if self.use_nixl:
             from kvpool.transport.nixl import NixlTransport, NixlTransportConfig
 
-            self.transport = NixlTransport(self.node_id, self.store, NixlTransportConfig(timeout_s=self.pull_timeout_s))
-            self.attach(self.transport)
+            nixl = NixlTransport(self.node_id, self.store, NixlTransportConfig(timeout_s=self.pull_timeout_s))
+            self.attach(nixl)
             info = dataclasses.replace(
                 info,
                 agent_name=self.node_id,
                 region_base=self.store.buffer.data_ptr(),
-                metadata_b64=base64.b64encode(self.transport.local_descriptor()).decode(),
+                metadata_b64=base64.b64encode(nixl.local_descriptor()).decode(),
             )
         info.write(self.run_dir)
 
-    def attach(self, transport) -> None:
+    def attach(self, transport: BlockTransport) -> None:
         """Pull through `transport` (a BlockTransport over this side's store)
         and start the recovery loop."""
         self.transport = transport
@@ -256,10 +256,7 @@ class WorkerSide:
         by_node: dict[str, list[RemoteRead]] = {}
         for r in load.remote:
             by_node.setdefault(r.node_id, []).append(r)
-        for node, reads in by_node.items():
-            if not self._pull_from(load, node, reads):
-                return False
-        return True
+        return all(self._pull_from(load, node, reads) for node, reads in by_node.items())
 
     def _pull_from(self, load: LoadItem, node: str, reads: list[RemoteRead]) -> bool:
         """One peer's share of a load: True when read and verified."""

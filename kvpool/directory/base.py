@@ -316,10 +316,7 @@ def build_prefix_hit(
             per_node[n] = i + 1
     locations = []
     for nodes in holders:
-        if prefer is not None and prefer in nodes:
-            node = prefer
-        else:
-            node = min(nodes, key=lambda n: (-per_node.get(n, 0), n))
+        node = prefer if prefer is not None and prefer in nodes else min(nodes, key=lambda n: (-per_node.get(n, 0), n))
         locations.append(Location(node, nodes[node]))
     return PrefixHit(len(holders), per_node, locations, holders)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -77,7 +78,8 @@ class AsyncRedisDirectory:
         except (RedisError, OSError) as exc:  # TimeoutError is an OSError
             raise DirectoryUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
 
-    async def _run(self, name: str, *args: object) -> object:
+    async def _run(self, name: str, *args: str | int) -> Any:
+        """A Lua script's reply (its shape is the script's: the caller reads it)."""
         async with self._guard():
             return await self._scripts[name](args=[self._p, *args])
 
@@ -92,7 +94,7 @@ class AsyncRedisDirectory:
 
     # -- locations -----------------------------------------------------
     async def publish(self, node_id: str, locations: Sequence[tuple[str, int]], block_bytes: int, now: float) -> None:
-        flat: list[object] = []
+        flat: list[str | int] = []
         for h, slot in locations:
             flat += [h, int(slot)]
         await self._run("PUBLISH", node_id, int(block_bytes), _t(now), *flat)
@@ -102,7 +104,7 @@ class AsyncRedisDirectory:
             await self._run("UNPUBLISH", node_id, *block_hashes)
 
     async def drop_node(self, node_id: str) -> list[str]:
-        return sorted(await self._run("DROP_NODE", node_id))  # type: ignore[call-overload]
+        return sorted(await self._run("DROP_NODE", node_id))
 
     async def longest_prefix(
         self,
@@ -162,7 +164,7 @@ class AsyncRedisDirectory:
             self._not_active(branch_id, BranchEvent.TOUCH)
 
     async def reference(self, branch_id: str, block_hashes: Sequence[str], now: float) -> int:
-        added = int(await self._run("REFERENCE", branch_id, _t(now), *block_hashes))  # type: ignore[call-overload]
+        added = int(await self._run("REFERENCE", branch_id, _t(now), *block_hashes))
         if added == -1:
             self._not_active(branch_id, BranchEvent.REFERENCE)
         return added
@@ -172,7 +174,7 @@ class AsyncRedisDirectory:
         if not flat:
             return None
         state = next_branch_state(BranchState.ACTIVE, event, branch_id)
-        return _info(branch_id, _pairs(flat), state)  # type: ignore[arg-type]
+        return _info(branch_id, _pairs(flat), state)
 
     async def finish_branch(self, branch_id: str) -> BranchInfo | None:
         return await self._release(branch_id, "", BranchEvent.FINISH)
@@ -180,7 +182,8 @@ class AsyncRedisDirectory:
     async def expire(self, now: float, idle_ttl_s: float) -> list[str]:
         cutoff = _t(now - idle_ttl_s)
         async with self._guard():
-            stale = await self._r.zrangebyscore(self._k("active"), "-inf", cutoff)
+            # decode_responses=True: members and fields come back as str (redis-py types every reply shape).
+            stale = cast("list[str]", await self._r.zrangebyscore(self._k("active"), "-inf", cutoff))
         return sorted([b for b in stale if await self._release(b, cutoff, BranchEvent.EXPIRE)])
 
     async def branch(self, branch_id: str) -> BranchInfo | None:
@@ -188,10 +191,10 @@ class AsyncRedisDirectory:
             pipe = self._r.pipeline(transaction=True)
             pipe.hgetall(self._k("br", branch_id))
             pipe.zscore(self._k("size"), branch_id)
-            fields, size = await pipe.execute()
+            fields, size = cast("tuple[dict[str, str], float | None]", await pipe.execute())
         if not fields:
             return None
-        return _info(branch_id, {**fields, "size": size or 0}, BranchState.ACTIVE)
+        return _info(branch_id, {**fields, "size": repr(size or 0.0)}, BranchState.ACTIVE)
 
     async def ref_counts(self, block_hashes: Sequence[str]) -> list[int]:
         if not block_hashes:
@@ -215,7 +218,7 @@ class AsyncRedisDirectory:
 
     async def top_branches(self, n: int) -> list[BranchInfo]:
         async with self._guard():
-            sizes = await self._r.zrange(self._k("size"), 0, -1, withscores=True)
+            sizes = cast("list[tuple[str, float]]", await self._r.zrange(self._k("size"), 0, -1, withscores=True))
         ranked = sorted(sizes, key=lambda kv: (-kv[1], kv[0]))[: max(n, 0)]
         infos = [await self.branch(b) for b, _ in ranked]
         return [i for i in infos if i is not None]
@@ -223,7 +226,9 @@ class AsyncRedisDirectory:
     # -- eviction and stats ---------------------------------------------
     async def choose_victims(self, node_id: str, n: int) -> list[str]:
         async with self._guard():
-            held = await self._r.zrange(self._k("held", node_id), 0, -1, withscores=True)
+            held = cast(
+                "list[tuple[str, float]]", await self._r.zrange(self._k("held", node_id), 0, -1, withscores=True)
+            )
         refs = await self.ref_counts([h for h, _ in held])
         entries = [(h, at, r) for (h, at), r in zip(held, refs, strict=False)]
         return order_victims(entries)[: max(n, 0)]

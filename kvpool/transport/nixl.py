@@ -1,7 +1,7 @@
 """NIXL BlockTransport: READs of peers' host stores over UCX.
 
 Why it looks like this (nixl 1.5.1, UCX 1.23, CPU hosts; measured in
-docs/benchmarks.md):
+docs/benchmarks-history.md):
 - Descriptor lists are prepared once: ours (data slots, then tag slots, then
   a private probe tag) at construction, each peer's when it is added. A read
   is `makeXferReq(indices)` on the prepared lists, one request per phase
@@ -25,6 +25,7 @@ locking).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -69,7 +70,7 @@ def _bindings() -> Any:
     """NIXL's pybind module (import is slow and probes CUDA: done lazily)."""
     import sys
 
-    from nixl._api import nixl_agent
+    from nixl._api import nixl_agent  # noqa: PLC2701 - NIXL exposes its bindings module through no public name
 
     return sys.modules[nixl_agent.__module__.rsplit(".", 1)[0] + "._bindings"]
 
@@ -300,7 +301,7 @@ class NixlTransport:
         """read_blocks + wait, straight-line: no handle object, and no status
         call at all when UCX completes inside post (CMA on one host). This is
         the pool's hot path: a 64 KiB read costs ~20 µs, of which the Python
-        here was ~5 µs before it was trimmed (docs/benchmarks.md)."""
+        here was ~5 µs before it was trimmed (docs/benchmarks-history.md)."""
         peer = self._live_peer(node_id)
         lidx, ridx, ltag, rtag = self._indices(peer, remote_slots, local_slots)
         if len(lidx) == 0:
@@ -422,25 +423,19 @@ class NixlTransport:
                 raise self._translate(peer, err) from err
 
     def _release(self, h: int) -> None:
-        with self._lock:
-            try:
-                self._a.releaseXferReq(h)
-            except self._errors:
-                pass  # NIXL could not cancel it; the agent frees it at teardown
+        # NIXL could not cancel it: the agent frees it at teardown.
+        with self._lock, contextlib.suppress(*self._errors):
+            self._a.releaseXferReq(h)
 
     def _release_dlist(self, dlist: int) -> None:
-        try:
+        with contextlib.suppress(*self._errors):  # already gone with its agent
             self._a.releasedDlistH(dlist)
-        except self._errors:
-            pass  # already gone with its agent
 
     def _forget(self, peer: _Peer) -> None:
         """Drop NIXL's side of a peer (lock held; no stuck reads to it)."""
         self._release_dlist(peer.dlist)
-        try:
+        with contextlib.suppress(*self._errors):  # already gone on NIXL's side; nothing left to release
             self._a.invalidateRemoteMD(peer.agent_name)
-        except self._errors:
-            pass  # already gone on NIXL's side; nothing left to release
 
     def _quarantine(self, peer: _Peer, h: int, slots: Any) -> TransferTimeout:
         with self._lock:

@@ -117,8 +117,8 @@ def _start_gateway(
         "--data-dir",
         data_dir,
     ]
-    out = open(log_path, "ab")  # the child writes to it for its whole life
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with open(log_path, "ab") as out:  # the child writes to its own copy for its whole life
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600  # it imports vLLM (chat rendering): slow on a busy host
     while time.monotonic() < deadline:

@@ -95,16 +95,16 @@ def _stop_and_tool_call(api: str, events: list[dict[str, Any]]) -> tuple[str | N
         if api == "chat":
             for choice in e.get("choices") or []:
                 stop = choice.get("finish_reason") or stop
-                message = choice.get("delta") or choice.get("message") or {}
-                tool = tool or bool(message.get("tool_calls"))
+                delta = choice.get("delta") or choice.get("message") or {}
+                tool = tool or bool(delta.get("tool_calls"))
         elif api == "responses":
-            response = e.get("response") if isinstance(e.get("response"), dict) else e
+            response: dict[str, Any] = e["response"] if isinstance(e.get("response"), dict) else e
             if e.get("type") in (None, "response.completed", "response.incomplete", "response.failed"):
                 stop = response.get("status") or stop
                 for item in response.get("output") or []:
                     tool = tool or item.get("type") == "function_call"
         elif api == "messages":
-            message = e.get("message") if isinstance(e.get("message"), dict) else e
+            message: dict[str, Any] = e["message"] if isinstance(e.get("message"), dict) else e
             stop = (e.get("delta") or {}).get("stop_reason") or message.get("stop_reason") or stop
             blocks = [e.get("content_block") or {}, *(message.get("content") or [])]
             tool = tool or any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks)

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from gateway import errors
 from gateway.circuit import CircuitBreaker
-from gateway.control.bus import ClusterEvent, RedisBus
+from gateway.control.bus import ClusterEvent, KeyRevoked, RedisBus
 from gateway.control.workload_feed import LocalWorkloadFeed
 from gateway.control.workload_stream import RedisWorkloadFeed
 from gateway.serving.policy.cluster_limits import ClusterLimits
@@ -203,7 +203,7 @@ async def test_bus_reaches_the_other_replicas_and_the_publisher_at_once(base: st
         bus.subscribe(handler)
         await bus.start()
     try:
-        event = await buses[1].publish("key.revoked", {"key_id": "key_9"})
+        event = await buses[1].publish(KeyRevoked("key_9"))
         assert seen["g1"] == [event]  # the publisher's own handlers ran before publish returned
         for name in ("g0", "g2"):
             for _ in range(100):

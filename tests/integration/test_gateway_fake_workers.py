@@ -181,7 +181,7 @@ async def test_killed_worker_mid_stream(tokenizer):
 
 
 @pytest.mark.parametrize(
-    "body,status,code",
+    ("body", "status", "code"),
     [
         (b"{not json", 400, None),
         (b'{"model": "demo"}', 400, None),
@@ -196,26 +196,23 @@ async def test_killed_worker_mid_stream(tokenizer):
     ],
 )
 async def test_malformed_requests_get_openai_errors_and_gateway_stays_up(tokenizer, body, status, code):
-    async with stack(tokenizer, [Phase.DECODE]) as s:
-        async with httpx.AsyncClient() as h:
-            r = await h.post(f"{s.url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
-            assert r.status_code == status, r.text
-            err = r.json()["error"]
-            assert err["type"] == "invalid_request_error" and err["message"]
-            if code:
-                assert err["code"] == code
-            bad_branch = await h.post(
-                f"{s.url}/v1/chat/completions",
-                headers={"X-Branch-ID": "a/b"},
-                json={"model": "demo", "messages": MESSAGES},
-            )
-            assert bad_branch.status_code == 400
-            assert (await h.get(f"{s.url}/v1/nothing")).json()["error"]["code"] == "not_found"
-            ok = await h.post(
-                f"{s.url}/v1/chat/completions", json={"model": "demo", "messages": MESSAGES, "max_tokens": 2}
-            )
-            assert ok.status_code == 200
-            assert (await h.get(f"{s.url}/healthz")).status_code == 200
-            assert (await h.get(f"{s.url}/readyz")).status_code == 200
-            metrics = (await h.get(f"{s.url}/metrics")).text
-            assert "evolving_requests_total" in metrics and "evolving_node_queue_depth" in metrics
+    async with stack(tokenizer, [Phase.DECODE]) as s, httpx.AsyncClient() as h:
+        r = await h.post(f"{s.url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == status, r.text
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["message"]
+        if code:
+            assert err["code"] == code
+        bad_branch = await h.post(
+            f"{s.url}/v1/chat/completions",
+            headers={"X-Branch-ID": "a/b"},
+            json={"model": "demo", "messages": MESSAGES},
+        )
+        assert bad_branch.status_code == 400
+        assert (await h.get(f"{s.url}/v1/nothing")).json()["error"]["code"] == "not_found"
+        ok = await h.post(f"{s.url}/v1/chat/completions", json={"model": "demo", "messages": MESSAGES, "max_tokens": 2})
+        assert ok.status_code == 200
+        assert (await h.get(f"{s.url}/healthz")).status_code == 200
+        assert (await h.get(f"{s.url}/readyz")).status_code == 200
+        metrics = (await h.get(f"{s.url}/metrics")).text
+        assert "evolving_requests_total" in metrics and "evolving_node_queue_depth" in metrics

@@ -83,7 +83,9 @@ MALFORMED: list[tuple[str, str, bytes | str | None]] = [
 ]
 
 
-@pytest.mark.parametrize("method,path,body", MALFORMED, ids=[f"{m} {p} #{i}" for i, (m, p, _) in enumerate(MALFORMED)])
+@pytest.mark.parametrize(
+    ("method", "path", "body"), MALFORMED, ids=[f"{m} {p} #{i}" for i, (m, p, _) in enumerate(MALFORMED)]
+)
 def test_malformed_traffic_gets_a_clear_4xx(
     vllm_cluster: Any, method: str, path: str, body: bytes | str | None
 ) -> None:

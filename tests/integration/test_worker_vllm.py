@@ -119,7 +119,7 @@ def test_requests_during_switch_all_complete(vllm_cluster):
 
 
 @pytest.mark.parametrize(
-    "body,status",
+    ("body", "status"),
     [
         ({"request_id": "bad-1", "prompt_token_ids": [10**7], "role": "decode"}, 400),
         ({"request_id": "bad-2", "prompt_token_ids": [], "role": "decode"}, 400),

@@ -6,13 +6,16 @@ conversation; the next turn adds a user message to the same conversation.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from testing.harnesses.runners._tools import DESCRIPTION, INSTRUCTIONS, list_files
 from testing.harnesses.scratch import Scratch, TurnOutcome
 from testing.harnesses.target import Target
 
-TOOL = {
+if TYPE_CHECKING:
+    from anthropic.types import MessageParam, ToolChoiceParam, ToolParam, ToolResultBlockParam
+
+TOOL: ToolParam = {
     "name": "list_files",
     "description": DESCRIPTION,
     "input_schema": {"type": "object", "properties": {}, "additionalProperties": False},
@@ -31,14 +34,14 @@ class AnthropicSDK:
         self.client = anthropic.Anthropic(
             base_url=target.base_url, api_key=target.api_key, max_retries=0, timeout=target.timeout_s
         )
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[MessageParam] = []
 
     def turn(self, n: int, prompt: str) -> TurnOutcome:
         start = time.monotonic()
         calls = 0
         self.messages.append({"role": "user", "content": prompt})
         try:
-            choice: dict[str, Any] = {"type": "any"} if n == 0 else {"type": "auto"}
+            choice: ToolChoiceParam = {"type": "any"} if n == 0 else {"type": "auto"}
             for _ in range(MAX_TOOL_ROUNDS + 1):
                 with self.client.messages.stream(
                     model=self.target.model,
@@ -54,7 +57,7 @@ class AnthropicSDK:
                 if message.stop_reason != "tool_use" or not uses:
                     break
                 calls += len(uses)
-                results = [
+                results: list[ToolResultBlockParam] = [
                     {"type": "tool_result", "tool_use_id": u.id, "content": list_files(self.scratch.workdir)}
                     for u in uses
                 ]

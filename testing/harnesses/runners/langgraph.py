@@ -7,11 +7,14 @@ with tool_choice "any" (a tool round trip happens); after it, "auto".
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testing.harnesses.runners._tools import DESCRIPTION, INSTRUCTIONS, list_files
 from testing.harnesses.scratch import Scratch, TurnOutcome
 from testing.harnesses.target import Target
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 
 class LangGraph:
@@ -24,6 +27,7 @@ class LangGraph:
         from langchain_openai import ChatOpenAI
         from langgraph.checkpoint.memory import InMemorySaver
         from langgraph.prebuilt import create_react_agent
+        from pydantic import SecretStr
 
         self.target, self.scratch = target, scratch
         self.calls = 0
@@ -36,8 +40,8 @@ class LangGraph:
         llm = ChatOpenAI(
             model=target.model,
             base_url=target.v1,
-            api_key=target.api_key,
-            max_tokens=target.max_output_tokens,
+            api_key=SecretStr(target.api_key),
+            max_completion_tokens=target.max_output_tokens,  # the field `max_tokens`, by its alias
             max_retries=0,
             timeout=target.timeout_s,
         )
@@ -48,7 +52,7 @@ class LangGraph:
             return free if any(isinstance(m, ToolMessage) for m in state["messages"]) else forced
 
         self.agent = create_react_agent(pick, [tool], prompt=INSTRUCTIONS, checkpointer=InMemorySaver())
-        self.config = {"configurable": {"thread_id": "harness"}, "recursion_limit": 10}
+        self.config: RunnableConfig = {"configurable": {"thread_id": "harness"}, "recursion_limit": 10}
 
     def turn(self, n: int, prompt: str) -> TurnOutcome:
         start = time.monotonic()

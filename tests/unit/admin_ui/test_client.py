@@ -87,7 +87,9 @@ def test_openai_shaped_error_becomes_readable_message() -> None:
     assert str(err) == "HTTP 400: priority must be 0..3 (field `priority`)"
 
 
-@pytest.mark.parametrize("status,expected", [(401, "log in again"), (503, "unavailable"), (418, "Unexpected HTTP 418")])
+@pytest.mark.parametrize(
+    ("status", "expected"), [(401, "log in again"), (503, "unavailable"), (418, "Unexpected HTTP 418")]
+)
 def test_error_without_body_uses_a_hint(status: int, expected: str) -> None:
     client, _ = client_for(lambda r: httpx.Response(status, text="<html>oops</html>"))
     with pytest.raises(AdminApiError, match=expected):

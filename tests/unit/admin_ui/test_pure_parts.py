@@ -45,7 +45,7 @@ def test_valid_policy_passes_through() -> None:
 
 
 @pytest.mark.parametrize(
-    "field,value,problem",
+    ("field", "value", "problem"),
     [
         ("requests_per_minute", 0, "at least 1"),
         ("max_concurrent", -2, "at least 1"),

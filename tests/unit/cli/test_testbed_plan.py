@@ -25,7 +25,7 @@ def test_layout_names_and_addresses() -> None:
 
 
 @pytest.mark.parametrize(
-    "prefix,hosts",
+    ("prefix", "hosts"),
     [
         ("Bad", ["a"]),
         ("ei-tb", ["has space"]),

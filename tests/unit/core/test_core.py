@@ -18,7 +18,7 @@ def test_role_phase() -> None:
 
 
 @pytest.mark.parametrize(
-    "reason,ends_request,resumable",
+    ("reason", "ends_request", "resumable"),
     [
         (FinishReason.STOP, True, False),
         (FinishReason.LENGTH, True, False),

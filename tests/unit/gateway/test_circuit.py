@@ -29,7 +29,7 @@ def test_backoff_doubles_per_consecutive_failure_up_to_the_cap() -> None:
     assert b.trips == 1  # one outage, however many probes
 
 
-@pytest.mark.parametrize("initial,cap", [(0.0, 1.0), (2.0, 1.0)])
+@pytest.mark.parametrize(("initial", "cap"), [(0.0, 1.0), (2.0, 1.0)])
 def test_config_is_validated(initial: float, cap: float) -> None:
     with pytest.raises(ValueError):
         CircuitBreaker(initial_s=initial, max_s=cap)

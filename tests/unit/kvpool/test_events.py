@@ -72,7 +72,7 @@ WIRE = [
 ]
 
 
-@pytest.mark.parametrize("event,wire", WIRE)
+@pytest.mark.parametrize(("event", "wire"), WIRE)
 def test_wire_form_has_type_first(event: KVEvent, wire: dict[str, object]) -> None:
     body = json.loads(encode(event))
     assert body == wire

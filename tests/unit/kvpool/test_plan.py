@@ -145,7 +145,7 @@ L0, L1, R2, R3 = (0, "h0", None, 0), (1, "h1", None, 1), (2, "h2", "n7", 5), (3,
 
 
 @pytest.mark.parametrize(
-    "start,max_blocks,remote,expected",
+    ("start", "max_blocks", "remote", "expected"),
     [
         (0, 4, {}, [L0, L1]),  # local hits, then nothing for h2: the walk stops
         (0, 4, OFFERS, [L0, L1, R2, R3]),  # remote offers continue the prefix

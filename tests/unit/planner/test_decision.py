@@ -16,6 +16,7 @@ from planner.decision import (
     net_gain,
     node_pin_actions,
     normal_confidence,
+    pin_actions,
     protected_ids,
     reachable,
     slo_bounds,
@@ -41,7 +42,7 @@ def test_net_gain_is_gain_times_horizon_minus_cost_with_its_lower_bound() -> Non
 
 
 @pytest.mark.parametrize(
-    "net,capacity,horizon,expected",
+    ("net", "capacity", "horizon", "expected"),
     [
         (50.0, 10.0, 100.0, 0.05),
         (-100.0, 2.0, 100.0, -0.5),
@@ -59,7 +60,7 @@ def test_gain_fraction(net: float, capacity: float, horizon: float, expected: fl
 
 
 @pytest.mark.parametrize(
-    "mean,sd,expected",
+    ("mean", "sd", "expected"),
     [
         (0.0, 1.0, 0.5),
         (1.0, 1.0, 0.8413447460685429),
@@ -76,7 +77,7 @@ def test_normal_confidence(mean: float, sd: float, expected: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "arrays,margin,z,bounds",
+    ("arrays", "margin", "z", "bounds"),
     [
         ({"ttft_s": [5.0, 1.5, 0.5], "tpot_s": [0.1, 0.15, 0.3]}, 1.0, 0.0, (2, 2)),
         ({"ttft_s": [5.0, 1.5, 0.5], "tpot_s": [0.1, 0.15, 0.18]}, 1.0, 0.0, (2, 3)),
@@ -94,7 +95,7 @@ def test_slo_bounds(arrays: dict[str, list[float]], margin: float, z: float, bou
 
 
 @pytest.mark.parametrize(
-    "score,allowed,current,expected",
+    ("score", "allowed", "current", "expected"),
     [
         ([1.0, 3.0, 3.0, 2.0], [1, 1, 1, 1], 3, 3),  # tie: the current split
         ([1.0, 3.0, 3.0, 2.0], [1, 1, 1, 1], 1, 2),  # tie: nearest the current split
@@ -119,7 +120,7 @@ NODES = [
 
 
 @pytest.mark.parametrize(
-    "pin,expected",
+    ("pin", "expected"),
     [
         (None, {"a", "b"}),
         (Pin(prefill_nodes=1), {"a", "b"}),
@@ -131,7 +132,7 @@ def test_protected_ids(pin: Pin | None, expected: set[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "pin,expected",
+    ("pin", "expected"),
     [
         (None, []),
         (Pin(prefill_nodes=2), []),
@@ -144,6 +145,27 @@ def test_protected_ids(pin: Pin | None, expected: set[str]) -> None:
 )
 def test_node_pin_actions(pin: Pin | None, expected: list[SwitchAction]) -> None:
     assert node_pin_actions(NODES, pin) == expected
+
+
+@pytest.mark.parametrize(
+    ("pin", "expected"),
+    [
+        (None, []),
+        (Pin(node_phases={"a": D}), [("a", D)]),
+        # the split pin takes the least loaded decode node (c waits 3, b 0)
+        (Pin(prefill_nodes=2), [("b", P)]),
+        (Pin(prefill_nodes=0), [("a", D)]),
+        # a pinned to prefill cannot be moved by the split pin
+        (Pin(prefill_nodes=0, node_phases={"a": P}), []),
+        # node pins first; the split pin then counts b as decode and moves c
+        (Pin(prefill_nodes=2, node_phases={"b": D}), [("c", P)]),
+        # only as far as unpinned nodes allow
+        (Pin(prefill_nodes=3, node_phases={"b": D}), [("c", P)]),
+    ],
+)
+def test_pin_actions_node_pins_then_the_split_pin(pin: Pin | None, expected: list[tuple[str, Phase]]) -> None:
+    nodes = [NodeState("a", P), NodeState("b", D), NodeState("c", D, queue=3)]
+    assert pin_actions(nodes, pin) == [SwitchAction(n, p) for n, p in expected]
 
 
 def test_reachable_counts_only_unprotected_nodes() -> None:
@@ -163,7 +185,7 @@ LOADED = [
 
 
 @pytest.mark.parametrize(
-    "phase,count,protected,expected",
+    ("phase", "count", "protected", "expected"),
     [
         (D, 3, set(), ["e", "f", "d"]),  # fewest requests, then least KV, then id
         (D, 9, set(), ["e", "f", "d", "c"]),
@@ -178,7 +200,7 @@ def test_choose_nodes(phase: Phase, count: int, protected: set[str], expected: l
 
 
 @pytest.mark.parametrize(
-    "current,target,protected,expected",
+    ("current", "target", "protected", "expected"),
     [
         (1, 1, set(), ()),
         (1, 3, set(), (SwitchAction("e", P), SwitchAction("f", P))),
@@ -193,7 +215,7 @@ def test_move_actions(current: int, target: int, protected: set[str], expected: 
 
 
 @pytest.mark.parametrize(
-    "actions,expected",
+    ("actions", "expected"),
     [
         ([], (2, 2)),
         ([SwitchAction("c", P)], (3, 1)),

@@ -75,28 +75,28 @@ def test_early_decode_queues_need_the_shorter_span_only() -> None:
 
 
 def _w(**kw: float) -> WorkloadEstimate:
-    base = dict(
-        window_s=60.0,
-        n=120,
-        rate_rps=2.0,
-        uncached_mean=1000.0,
-        uncached_std=500.0,
-        cached_mean=2000.0,
-        cached_std=100.0,
-        output_mean=100.0,
-        output_std=50.0,
-        local_fraction=0.0,
-        n_remote=120,
-        remote_uncached_mean=1000.0,
-        remote_uncached_std=500.0,
-        remote_cached_mean=2000.0,
-        remote_cached_std=100.0,
-        local_uncached_mean=0.0,
-        local_cached_mean=0.0,
-        remote_pairs_mean=4.0e6,
-        prompt_output_mean=3.0e5,
-        output_sq_mean=1.25e4,
-    )
+    base = {
+        "window_s": 60.0,
+        "n": 120,
+        "rate_rps": 2.0,
+        "uncached_mean": 1000.0,
+        "uncached_std": 500.0,
+        "cached_mean": 2000.0,
+        "cached_std": 100.0,
+        "output_mean": 100.0,
+        "output_std": 50.0,
+        "local_fraction": 0.0,
+        "n_remote": 120,
+        "remote_uncached_mean": 1000.0,
+        "remote_uncached_std": 500.0,
+        "remote_cached_mean": 2000.0,
+        "remote_cached_std": 100.0,
+        "local_uncached_mean": 0.0,
+        "local_cached_mean": 0.0,
+        "remote_pairs_mean": 4.0e6,
+        "prompt_output_mean": 3.0e5,
+        "output_sq_mean": 1.25e4,
+    }
     base.update(kw)
     return WorkloadEstimate(**base)  # type: ignore[arg-type]
 

@@ -140,7 +140,7 @@ def _one_request_run(prompt: int, out: int, node: NodeConfig) -> tuple[float, fl
 
 
 @pytest.mark.parametrize(
-    "handoff,answer,e_in,e_out,pull",
+    ("handoff", "answer", "e_in", "e_out", "pull"),
     [
         (0.0, 0.0, 0.0, 0.0, 0.0),
         (0.05, 0.0, 0.0, 0.0, 0.0),
@@ -170,7 +170,7 @@ def test_cluster_disaggregated_request_exact_with_latencies(
     assert finish == pytest.approx(e_in + 0.310 + e_out + handoff + e_in + pull + 0.012 + e_out, abs=1e-6)
 
 
-@pytest.mark.parametrize("e_in,e_out,lag", [(0.0, 0.0, 0.0), (0.003, 0.004, 0.0), (0.003, 0.004, 0.02)])
+@pytest.mark.parametrize(("e_in", "e_out", "lag"), [(0.0, 0.0, 0.0), (0.003, 0.004, 0.0), (0.003, 0.004, 0.02)])
 def test_cluster_local_prefill_exact_with_engine_latencies(e_in: float, e_out: float, lag: float) -> None:
     """200 uncached tokens: the decode node computes the prompt in its first
     iteration (210 ms of prefill + a 6 ms decode step), then 2 more steps;

@@ -30,7 +30,7 @@ def test_explicit_list_is_kept_within_the_available_cores():
 
 
 @pytest.mark.parametrize(
-    "spec,bind",
+    ("spec", "bind"),
     [
         (None, "1"),
         ("none", "1"),

@@ -32,7 +32,7 @@ def test_observe_raises_the_fence_without_an_order() -> None:
 
 
 @pytest.mark.parametrize(
-    "seen,order,accepted",
+    ("seen", "order", "accepted"),
     [(0, None, True), (0, 0, True), (1, None, False), (1, 0, False), (1, 1, True), (9, 10, True)],
 )
 def test_an_order_without_a_term_counts_as_term_0(seen: int, order: int | None, accepted: bool) -> None:

@@ -47,7 +47,7 @@ def test_the_table_covers_every_pair_once() -> None:
     assert len({(s, e) for s, e, _ in TRANSITION_TABLE}) == len(PhaseState) * len(PhaseEvent) == 16
 
 
-@pytest.mark.parametrize("state,event,expected", TRANSITION_TABLE)
+@pytest.mark.parametrize(("state", "event", "expected"), TRANSITION_TABLE)
 def test_next_state(state: PhaseState, event: PhaseEvent, expected: PhaseState | None) -> None:
     if expected is not None:
         assert next_state(state, event) is expected
@@ -63,7 +63,7 @@ def test_invalid_transition_message_names_event_and_state() -> None:
 
 
 @pytest.mark.parametrize(
-    "state,takes_prefill,takes_decode",
+    ("state", "takes_prefill", "takes_decode"),
     [(P, True, False), (D, False, True), (TO_P, True, False), (TO_D, False, True)],
 )
 def test_accepts(state: PhaseState, takes_prefill: bool, takes_decode: bool) -> None:
@@ -72,7 +72,7 @@ def test_accepts(state: PhaseState, takes_prefill: bool, takes_decode: bool) -> 
 
 
 @pytest.mark.parametrize(
-    "state,stable,leaving",
+    ("state", "stable", "leaving"),
     [
         (P, Phase.PREFILL, None),
         (D, Phase.DECODE, None),
@@ -85,7 +85,7 @@ def test_stable_and_leaving_phase(state: PhaseState, stable: Phase, leaving: Pha
     assert leaving_phase(state) is leaving
 
 
-@pytest.mark.parametrize("phase,event,state", [(Phase.PREFILL, BEGIN_P, P), (Phase.DECODE, BEGIN_D, D)])
+@pytest.mark.parametrize(("phase", "event", "state"), [(Phase.PREFILL, BEGIN_P, P), (Phase.DECODE, BEGIN_D, D)])
 def test_begin_event_and_from_phase(phase: Phase, event: PhaseEvent, state: PhaseState) -> None:
     assert begin_event(phase) is event
     assert from_phase(phase) is state

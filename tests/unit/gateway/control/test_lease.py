@@ -38,13 +38,13 @@ def test_failover_bound_is_ttl_plus_one_attempt_interval() -> None:
 
 
 @pytest.mark.parametrize(
-    "ttl,renew,drift", [(0.0, 0.5, 0.1), (2.0, 0.0, 0.1), (2.0, 1.5, 0.1), (2.0, 0.5, 0.5), (2.0, 0.5, -0.1)]
+    ("ttl", "renew", "drift"), [(0.0, 0.5, 0.1), (2.0, 0.0, 0.1), (2.0, 1.5, 0.1), (2.0, 0.5, 0.5), (2.0, 0.5, -0.1)]
 )
 def test_config_is_validated(ttl: float, renew: float, drift: float) -> None:
     with pytest.raises(ValueError):
         LeaseConfig(ttl_s=ttl, renew_s=renew, drift=drift)
 
 
-@pytest.mark.parametrize("term,seen,newer", [(2, 1, True), (1, 1, False), (0, 3, False), (10, 9, True)])
+@pytest.mark.parametrize(("term", "seen", "newer"), [(2, 1, True), (1, 1, False), (0, 3, False), (10, 9, True)])
 def test_term_comparison(term: int, seen: int, newer: bool) -> None:
     assert newer_term(term, seen) is newer

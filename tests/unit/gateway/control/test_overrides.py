@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gateway.control.bus import BusEvent, OverrideChanged
 from gateway.control.overrides import OverridesService, Pins
 from gateway.errors import InvalidRequest, NotFound, Unavailable
 from gateway.store.records import Overrides, SwitchOutcome
@@ -160,10 +161,10 @@ class Bus:
     """The Publisher port, collecting events."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[BusEvent] = []
 
-    async def publish(self, kind: str, data: dict[str, Any] | None = None) -> Any:
-        self.events.append((kind, dict(data or {})))
+    async def publish(self, published: BusEvent) -> Any:
+        self.events.append(published)
 
 
 async def test_every_change_is_published_with_the_version_it_was_recorded_at() -> None:
@@ -174,9 +175,9 @@ async def test_every_change_is_published_with_the_version_it_was_recorded_at() -
     await svc.set_mode("auto", who="a")  # same clock reading: the version still grows
     await svc.pin_node("n0", "decode", who="a")
     assert bus.events == [
-        ("override", {"key": "planner_mode", "value": "manual", "version": 100.0}),
-        ("override", {"key": "planner_mode", "value": "auto", "version": pytest.approx(100.000001)}),
-        ("override", {"key": "node_pin:n0", "value": "decode", "version": 250.0}),
+        OverrideChanged("planner_mode", "manual", 100.0),
+        OverrideChanged("planner_mode", "auto", pytest.approx(100.000001)),
+        OverrideChanged("node_pin:n0", "decode", 250.0),
     ]
     assert rec.versions == [100.0, pytest.approx(100.000001), 250.0]
 

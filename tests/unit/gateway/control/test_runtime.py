@@ -7,23 +7,14 @@ import pytest
 from core import Phase
 from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.registry import WorkerRegistry
-from gateway.control.runtime import ClusterRuntime, pin_switches
+from gateway.control.runtime import ClusterRuntime
 from gateway.directory import GatewayDirectory
 from gateway.errors import Conflict, InvalidRequest
 from kvpool.directory import MemoryDirectory
 from planner.types import PlannerMode
 from testing.fake_worker import FakeWorker, InProcessWorkerClient
 
-
-def test_pin_switches_node_pins_then_split():
-    nodes = [("a", "prefill", True), ("b", "decode", True), ("c", "decode", True), ("d", "decode", False)]
-    assert pin_switches(nodes, None, {}) == []
-    assert pin_switches(nodes, None, {"a": "decode"}) == [("a", "decode")]
-    assert pin_switches(nodes, 2, {}) == [("b", "prefill")]
-    assert pin_switches(nodes, 0, {}) == [("a", "decode")]
-    # a pinned to prefill cannot be moved by the split pin
-    assert pin_switches(nodes, 0, {"a": "prefill"}) == []
-    assert pin_switches(nodes, 3, {"b": "decode"}) == [("c", "prefill")]
+# The pin rule itself: planner.decision.pin_actions (tests/unit/planner/test_decision.py).
 
 
 async def runtime(phases: list[Phase]) -> tuple[ClusterRuntime, dict[str, FakeWorker], list]:

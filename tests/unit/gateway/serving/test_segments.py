@@ -26,7 +26,7 @@ def _absorb(
 
 
 @pytest.mark.parametrize(
-    "reason,outcome",
+    ("reason", "outcome"),
     [
         (None, None),
         (FinishReason.STOP, SegmentOutcome.FINISHED),
@@ -98,7 +98,7 @@ def test_cached_is_set_by_an_ending_finish_without_tokens() -> None:
 
 
 @pytest.mark.parametrize(
-    "reason,role,next_,just_prefilled",
+    ("reason", "role", "next_", "just_prefilled"),
     [
         (FinishReason.STOP, Role.PREFILL, Next.DONE, False),
         (FinishReason.STOP, Role.DECODE, Next.DONE, False),

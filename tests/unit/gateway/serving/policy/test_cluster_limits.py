@@ -9,7 +9,7 @@ from gateway.store.records import Policy
 
 
 @pytest.mark.parametrize(
-    "replicas,rpm,tpm,conc,branches",
+    ("replicas", "rpm", "tpm", "conc", "branches"),
     [
         (1, 60, 6000, 8, 10),
         (3, 20, 2000, 3, 4),  # 8/3 and 10/3 round up: never below the limit in total
