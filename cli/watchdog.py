@@ -21,60 +21,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
 
+from workers.restart_policy import RestartBook, RestartPolicy, Verdict
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    base_delay_s: float = 1.0  # before the first restart
-    factor: float = 2.0  # each later restart within the window waits this much longer
-    max_delay_s: float = 30.0
-    max_restarts: int = 5  # within window_s; then the worker stays down (a person must look)
-    window_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if self.base_delay_s < 0 or self.factor < 1 or self.max_delay_s < self.base_delay_s:
-            raise ValueError("need 0 <= base_delay_s <= max_delay_s and factor >= 1")
-        if self.max_restarts < 0 or self.window_s <= 0:
-            raise ValueError("need max_restarts >= 0 and window_s > 0")
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait before restart number `attempt` (1-based) within the window."""
-        return min(self.max_delay_s, self.base_delay_s * self.factor ** max(0, attempt - 1))
-
-
-@dataclass(frozen=True)
-class Verdict:
-    restart: bool
-    delay_s: float = 0.0
-    attempt: int = 0  # restarts of this worker within the window, this one included
-    gave_up: bool = False
-
-
-@dataclass
-class RestartBook:
-    """The restarts of one worker (times, unix s) and the rule over them."""
-
-    policy: RestartPolicy
-    times: list[float] = field(default_factory=list)
-    gave_up: bool = False
-
-    def decide(self, cause: str | None, now: float) -> Verdict:
-        """`cause`: why the worker is down (None: it is fine)."""
-        if cause is None or self.gave_up:
-            return Verdict(restart=False)
-        self.times = [t for t in self.times if now - t < self.policy.window_s]
-        if len(self.times) >= self.policy.max_restarts:
-            self.gave_up = True
-            return Verdict(restart=False, gave_up=True, attempt=len(self.times))
-        attempt = len(self.times) + 1
-        self.times.append(now)
-        return Verdict(restart=True, delay_s=self.policy.delay(attempt), attempt=attempt)
 
 
 class ProcessGroup(Protocol):
