@@ -64,12 +64,11 @@ class EngineHealer:
         self.book = RestartBook(policy)
         self.interval_s, self.drain_s = interval_s, drain_s
         self.stats = HealStats()
-        self._running = False
 
     @property
     def will_restart(self) -> bool:
-        """A dead engine here gets a new core (the loop runs, within its limit)."""
-        return self._running and self.policy.max_restarts > 0 and not self.stats.gave_up
+        """A dead engine here gets a new core (within the policy's limit)."""
+        return self.policy.max_restarts > 0 and not self.stats.gave_up
 
     def state(self) -> EngineState:
         """The engine's state as this process reports it: a dead core that
@@ -79,7 +78,6 @@ class EngineHealer:
         return EngineState.RESTARTING if s is EngineState.DEAD and self.will_restart else s
 
     async def run(self) -> None:
-        self._running = True
         while True:
             await asyncio.sleep(self.interval_s)
             if self.engine.state is EngineState.DEAD and not self.stats.gave_up:
@@ -90,7 +88,7 @@ class EngineHealer:
         verdict = self.book.decide(CAUSE, time.time())
         if verdict.gave_up:
             self.stats.gave_up = True
-            log.error("engine core died: %d in-place restarts in the window, leaving it to the supervisor", verdict.attempt)
+            log.error("engine core died: %d in-place restarts in the window; left to the supervisor", verdict.attempt)
             return
         if not verdict.restart:
             return
@@ -104,7 +102,7 @@ class EngineHealer:
             await asyncio.sleep(0.02)
         try:
             await self.engine.restart()
-        except Exception:  # noqa: BLE001 - a start that fails leaves the engine dead; the policy decides again
+        except Exception:  # a start that fails (any reason) leaves the engine dead; the policy decides again
             self.stats.failed_restarts += 1
             log.exception("engine restart %d failed", verdict.attempt)
             return

@@ -42,7 +42,7 @@ class NodeOut(BaseModel):
     kv_usage: float
     tokens_per_s: float
     health: str = Field("healthy", description="healthy | engine_dead | unreachable")
-    engine: str = Field("alive", description="the worker's engine core: alive | dead | starting")
+    engine: str = Field("alive", description="the worker's engine core: alive | dead | starting | restarting")
 
 
 class ClusterOut(BaseModel):
