@@ -274,6 +274,7 @@ async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     watch.stop()
     await watching
     extra["engines_died"] = len(watch.deaths)
+    extra["detect_gaps_s"] = watch.gaps()
     if name == "poison":
         extra["engines_killed"] = len(watch.deaths)
     if name != "gateway_restart":  # measured from the engine's death, not from the fault's start

@@ -81,14 +81,20 @@ class DeathWatch:
     def detect_s(self) -> float | None:
         """The longest a dead engine stayed in routing (None: none died, or
         the gateway never took its node out)."""
-        gaps = []
+        # Each node's first exit from routing after (or up to 1 s before) the
+        # engine's last sign of life: a crashing core reports before it exits.
+        gaps = self.gaps()
+        return max(0.0, max(gaps)) if gaps else None
+
+    def gaps(self) -> list[float]:
+        """Per engine that died and was taken out: out-of-routing time minus
+        its last sign of life, signed (negative: out before its process exited)."""
+        out = []
         for node, died in self.deaths:
-            # The node's first exit from routing after the engine's last sign of life
-            # (a small slack: its clock read and ours are a few ms apart).
             outs = [t for t in self.out_at.get(node, []) if t >= died - 1.0]
             if outs:
-                gaps.append(max(0.0, min(outs) - died))
-        return max(gaps) if gaps else None
+                out.append(round(min(outs) - died, 3))
+        return out
 
     def first_death(self) -> float | None:
         return min(t for _, t in self.deaths) if self.deaths else None

@@ -436,6 +436,12 @@ class WorkerEngine:
                 if now - self._last_yield >= YIELD_EVERY_S:
                     self._last_yield = now
                     await asyncio.sleep(0)
+            if not finished and self.state is not EngineState.ALIVE and not state.migrate:
+                # vLLM ends some streams of a dead core without an error once its
+                # client shuts down (a request in its first prefill chunk): it
+                # died under the request all the same (the gateway counts it
+                # toward quarantine and continues it elsewhere).
+                raise self._engine_dead(under_request=True)
         except EngineError:
             raise
         except (ValueError, TypeError) as exc:  # input the engine refused

@@ -58,7 +58,7 @@ class EngineHealer:
         policy: RestartPolicy = RestartPolicy(base_delay_s=0.2),
         *,
         interval_s: float = 0.1,
-        drain_s: float = 5.0,
+        drain_s: float = 2.0,
     ) -> None:
         self.engine, self.policy = engine, policy
         self.book = RestartBook(policy)
@@ -96,7 +96,8 @@ class EngineHealer:
         await asyncio.sleep(verdict.delay_s)
         # The requests that ran on the dead core end with `engine_died` on
         # their own (vLLM fails their streams); let them, before the client
-        # they hold is shut down.
+        # they hold is shut down. The few vLLM leaves open end when it shuts
+        # down, as `engine_died` too (`WorkerEngine.generate`).
         deadline = time.monotonic() + self.drain_s
         while self.engine.inflight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
