@@ -26,9 +26,11 @@ no outage window, see `--db`).
 4. Engine faults (`_chaos_engine`, issue 31; `--no-engine-faults` skips
    them, `--engine-faults-only` skips step 2): a poison request, an engine
    death inside a live worker, an OOM-style kill of an engine process and a
-   gateway restart mid-stream, each under agent load with switches, with a
-   watchdog restarting workers as `up` does; then harness-shaped fuzzing
-   (`_chaos_fuzz`) and the number of engines dead at the end. Keys:
+   gateway restart mid-stream, each under agent load with switches; the
+   workers restart dead engines in place and a watchdog relaunches exited
+   ones as `up` does (`_chaos_stage`); detect_s is measured by
+   `_chaos_watch`. Then harness-shaped fuzzing (`_chaos_fuzz`) and the
+   number of engines dead at the end. Keys:
    `faults: {name: {sent, completed, failed, lost, duplicated_tokens,
    detect_s, back_in_service_s, ...}}`, `fuzz_cases`, `fuzz_5xx`,
    `engines_dead_after`.
