@@ -90,6 +90,12 @@ def start_workers(cfg: ChaosConfig, run_dir: str, log_dir: pathlib.Path) -> dict
                 "32",
                 "--max-model-len",
                 "4096",  # room for a prompt over the chunked-prefill budget (the poison request)
+                # Streams are compared token by token with a reference run: in
+                # bfloat16 (what "auto" picks on a CPU with native bf16) greedy
+                # argmaxes flip with the batch's composition, which would show
+                # as mismatched and "duplicated" tokens that no fault caused.
+                "--dtype",
+                "float32",
                 *(["--stock-cpu-sampler"] if cfg.engine_faults else []),
             ],
         )
