@@ -11,7 +11,8 @@ request is a real poison request; the gateway runs in-process.
   takes it back.
 - The issue's request (a seeded long prompt with a grammar) kills an
   engine, then the second one it is retried on, then it is quarantined:
-  500 `request_quarantined`; its retry reaches no engine.
+  500 `request_quarantined`; its retry reaches no engine. It runs first:
+  an engine restarted in place gets the fixed sampler.
 """
 
 from __future__ import annotations
@@ -96,6 +97,31 @@ def _wait(cond, timeout_s: float, what: str) -> float:
     return time.monotonic() - t0
 
 
+def test_poison_request_kills_two_engines_at_most_and_is_quarantined(stack: Stack):
+    _wait(lambda: stack.ready()["workers"] == 2, 240, "both workers in service")
+    rng = random.Random(31)
+    words = " ".join(f"w{rng.randrange(100_000)}" for _ in range(700))
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": words}],
+        "response_format": {"type": "json_object"},
+        "temperature": 0.8,
+        "max_tokens": 16,
+    }
+    before = len(stack.events)
+    r = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=300)
+    assert r.status_code == 500, r.text
+    err = r.json()["error"]
+    assert err["code"] == "request_quarantined" and "quarantined" in err["message"]
+    t0 = time.monotonic()
+    again = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=60)
+    assert again.status_code == 500 and again.json()["error"]["code"] == "request_quarantined"
+    assert time.monotonic() - t0 < 5  # refused before any engine ran it
+    _wait(lambda: len(stack.events) - before >= 2, 240, "both engines restarted in place")
+    time.sleep(2)
+    assert [e.cause for e in stack.events[before:]] == ["engine core died"] * 2  # never a third
+
+
 def test_engine_killed_mid_stream_continues_then_worker_restarts(stack: Stack):
     body = {
         "model": MODEL,
@@ -106,6 +132,8 @@ def test_engine_killed_mid_stream_continues_then_worker_restarts(stack: Stack):
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    _wait(lambda: stack.ready()["workers"] == 2, 240, "both workers in service")
+    before = len(stack.events)
     killed: dict[str, float] = {}
     events: list[dict] = []
     with httpx.stream("POST", stack.url + "/v1/chat/completions", json=body, timeout=300) as r:
@@ -135,33 +163,8 @@ def test_engine_killed_mid_stream_continues_then_worker_restarts(stack: Stack):
     assert usage["completion_tokens"] == 3000  # every token once: none lost, none twice
     name = next(iter(killed))
     back = _wait(lambda: stack.ready()["workers"] == 2, 240, "the restarted worker to rejoin")
-    _wait(lambda: any(e.node_id == name for e in stack.events), 5, "the watchdog to record the restart")
-    assert any(e.node_id == name and e.cause == "engine core died" and e.in_place for e in stack.events)
+    _wait(lambda: any(e.node_id == name for e in stack.events[before:]), 5, "the watchdog to record the restart")
+    assert any(e.node_id == name and e.cause == "engine core died" and e.in_place for e in stack.events[before:])
     assert stack.pid(name) == pid_before  # the engine restarted inside the live process
     assert engine_core_pids(stack.pid(name))
     print(f"engine kill: back in service after {time.monotonic() - killed[name]:.1f} s (waited {back:.1f} s)")
-
-
-def test_poison_request_kills_two_engines_at_most_and_is_quarantined(stack: Stack):
-    _wait(lambda: stack.ready()["workers"] == 2, 240, "both workers in service")
-    rng = random.Random(31)
-    words = " ".join(f"w{rng.randrange(100_000)}" for _ in range(700))
-    body = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": words}],
-        "response_format": {"type": "json_object"},
-        "temperature": 0.8,
-        "max_tokens": 16,
-    }
-    before = len(stack.events)
-    r = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=300)
-    assert r.status_code == 500, r.text
-    err = r.json()["error"]
-    assert err["code"] == "request_quarantined" and "quarantined" in err["message"]
-    t0 = time.monotonic()
-    again = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=60)
-    assert again.status_code == 500 and again.json()["error"]["code"] == "request_quarantined"
-    assert time.monotonic() - t0 < 5  # refused before any engine ran it
-    _wait(lambda: len(stack.events) - before >= 2, 240, "both engines restarted in place")
-    time.sleep(2)
-    assert [e.cause for e in stack.events[before:]] == ["engine core died"] * 2  # never a third
