@@ -222,15 +222,20 @@ class WorkerEngine:
         # "uni" has no vLLM thread binding (that lives in the multiprocess
         # executor): the engine-core process inherits the bind when spawned.
         bind = affinity.engine_cpus(cfg.threads_bind) if cfg.executor == "uni" else None
-        with affinity.spawning_on(bind):  # ValueError if the bind names CPUs this process may not use
-            if self.started:
-                # A restart: the model load (seconds to a minute) runs off the
-                # event loop so this process keeps answering heartbeats and
-                # /healthz meanwhile. vLLM starts its output handler on the
-                # first request when it is built outside a running loop.
-                self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args, stat_loggers=[factory])
-            else:
-                self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+
+        def build() -> AsyncLLM:
+            # The bind applies to the calling thread and what it spawns.
+            with affinity.spawning_on(bind):  # ValueError if the bind names CPUs this process may not use
+                return AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+
+        if self.started:
+            # A restart: the model load (seconds to a minute) runs off the
+            # event loop so this process keeps answering heartbeats and
+            # /healthz meanwhile. vLLM starts its output handler on the
+            # first request when it is built outside a running loop.
+            self._llm = await asyncio.to_thread(build)
+        else:
+            self._llm = build()
         # The engine process is bound now; move this process's threads if asked.
         cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, os.sched_getaffinity(0))
         if cpus:
