@@ -3,20 +3,20 @@
 The workers start with vLLM's stock CPU sampler (`--stock-cpu-sampler`),
 under which a seeded prompt longer than the chunked-prefill budget kills
 the engine: that makes the poison request and the engine death real vLLM
-failures, not simulated ones. A watchdog (`cli.watchdog`, what `up` runs)
-restarts a worker whose engine died or whose process exited; every restart
-brings the fixed sampler, as a rollout of the fix would, so the fuzz at the
-end runs against fixed workers.
+failures, not simulated ones. Every restart (an engine in place, or a
+relaunched process) brings the fixed sampler, as a rollout of the fix
+would, so the fuzz at the end runs against fixed workers.
 
 Each fault runs under the agent load (a subset of the agents, the same
 prompts as the reference run) with the phase switcher running, and reports
 `sent, completed, failed, lost, duplicated_tokens` for the window's
-requests, `detect_s` (an upper bound on the longest a dead engine stayed in
-routing: from its worker's last alive answer on /healthz before its first
-`engine_dead`, polled in a loop with the gateway's view, to the gateway
-taking the node out) and `back_in_service_s` (from the first
-engine death to every node serving again; for the gateway restart, from
-its stop to its serving again):
+requests, `detect_s` (the longest a dead engine stayed in routing: from its
+engine-core process's death to the gateway's own out-of-routing timestamp,
+`bench._chaos_watch`), `engines_died` and `back_in_service_s` (from the
+first engine death to every node serving again; for the gateway restart,
+from its stop to its serving again). A worker restarts a dead engine in
+place (`workers.engine_heal`); the watchdog relaunches a process that
+exited or gave up.
 
 - `poison`: the issue's request (seeded long prompt + json_object) through
   the gateway: it kills an engine, then the one it is retried on, then is
@@ -44,6 +44,7 @@ import httpx
 
 from bench._chaos_log import ChaosLog
 from bench._chaos_switch import switcher
+from bench._chaos_watch import DeathWatch
 from cli.watchdog import RestartEvent, RestartPolicy, WorkerSpec, WorkerWatchdog
 from testing.engine_faults import kill_engine
 
@@ -72,7 +73,14 @@ class WorkerProcesses:
         w.start()
 
     def stock(self, name: str) -> bool:
-        return STOCK_FLAG in self.workers[name].extra
+        """Its engine still runs the stock sampler: the first process, never restarted in place."""
+        w = self.workers[name]
+        if STOCK_FLAG not in w.extra:
+            return False
+        try:
+            return int(httpx.get(w.url + "/healthz", timeout=5).json().get("engine_restarts", 0)) == 0
+        except (httpx.HTTPError, ValueError):
+            return False
 
 
 def watchdog(workers: dict[str, Any], events: list[RestartEvent]) -> WorkerWatchdog:
@@ -112,6 +120,7 @@ class Ctx:
     workers: dict[str, Any]
     procs: WorkerProcesses
     restart_gateway: Callable[[], Awaitable[None]]
+    registry: Callable[[], Any]  # the gateway's WorkerRegistry (in this process)
     served_model: str
     api_key: str
     events: list[RestartEvent] = field(default_factory=list)
@@ -179,13 +188,18 @@ async def poison(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float |
     retry = await _post(ctx, poison_body(ctx.served_model))
     extra["poison_retry_status"], extra["poison_retry_code"] = retry
     back = await wait_until(lambda: _all_in(ctx), 300)
-    extra["engines_killed"] = sum(e.cause == "engine core died" for e in ctx.events[before:])
+    await asyncio.sleep(1.0)  # the watchdog's next look reports the in-place restarts
+    extra["engine_restarts_seen"] = sum(e.cause == "engine core died" for e in ctx.events[before:])
     return since(t0, detected), since(t0, back)
 
 
 async def engine_death(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float | None]:
     nodes = await ctx.nodes()
-    stock = [n for n in nodes.values() if n["healthy"] and not n["draining_to"] and ctx.procs.stock(n["node_id"])]
+    stock = [
+        n
+        for n in nodes.values()
+        if n["healthy"] and not n["draining_to"] and await asyncio.to_thread(ctx.procs.stock, n["node_id"])
+    ]
     if not stock:
         extra["skipped"] = "no worker left with the stock sampler"
         return None, None
@@ -243,53 +257,6 @@ FAULTS: dict[str, Fault] = {
 }
 
 
-class DeathWatch:
-    """Polls every worker's /healthz and the gateway's cluster view in a loop
-    (every 50 ms plus the calls): when each worker last answered alive
-    before it first said its engine was dead (or stopped answering), and
-    when the gateway first took it out of routing. `detect_s` of a window is
-    the longest gap between the two over the workers that died: an upper
-    bound on how long a dead engine stayed in routing (the death came after
-    the last alive answer; the loop's own period is included)."""
-
-    def __init__(self, ctx: Ctx) -> None:
-        self.ctx = ctx
-        self.dead_at: dict[str, float] = {}  # the last alive answer before the first dead one
-        self.alive_at: dict[str, float] = {}
-        self.out_at: dict[str, float] = {}
-        self._stop = asyncio.Event()
-
-    async def run(self) -> None:
-        async with httpx.AsyncClient(timeout=1.0) as c:
-            while not self._stop.is_set():
-                for name, w in self.ctx.workers.items():
-                    if name in self.dead_at:
-                        continue
-                    asked = time.monotonic()
-                    try:
-                        down = (await c.get(w.url + "/healthz")).status_code == 503
-                    except httpx.HTTPError:
-                        down = True
-                    if down:
-                        self.dead_at[name] = self.alive_at.get(name, asked)
-                    else:
-                        self.alive_at[name] = asked
-                for node_id, n in (await self.ctx.nodes()).items():
-                    if not n["healthy"] and node_id not in self.out_at:
-                        self.out_at[node_id] = time.monotonic()
-                await asyncio.sleep(0.05)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def detect_s(self) -> float | None:
-        gaps = [max(0.0, self.out_at[n] - t) for n, t in self.dead_at.items() if n in self.out_at]
-        return max(gaps) if gaps else None
-
-    def first_death(self) -> float | None:
-        return min(self.dead_at.values()) if self.dead_at else None
-
-
 async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     """One fault under the agent load with switches; the window's record."""
     log, stop = ChaosLog(), asyncio.Event()
@@ -300,12 +267,17 @@ async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     retries = 4 if name == "gateway_restart" else 0
     load = asyncio.create_task(ctx.run_agents(ctx.client(retries), ctx.cfg, ctx.plan, ctx.reference))
     await asyncio.sleep(ctx.cfg.fault_at_s)
-    watch = DeathWatch(ctx)
+    watch = DeathWatch(ctx.workers, ctx.registry)
     watching = asyncio.create_task(watch.run())
-    t_fault = time.monotonic()
+    await asyncio.sleep(0.2)  # its first look: every engine core known alive
+    t_fault = time.time()
     detect, back = await fault(ctx, extra)
     watch.stop()
     await watching
+    extra["engines_died"] = len(watch.deaths)
+    extra["detect_gaps_s"] = watch.gaps()
+    if name == "poison":
+        extra["engines_killed"] = len(watch.deaths)
     if name != "gateway_restart":  # measured from the engine's death, not from the fault's start
         died = watch.first_death()
         detect = watch.detect_s()

@@ -26,9 +26,11 @@ no outage window, see `--db`).
 4. Engine faults (`_chaos_engine`, issue 31; `--no-engine-faults` skips
    them, `--engine-faults-only` skips step 2): a poison request, an engine
    death inside a live worker, an OOM-style kill of an engine process and a
-   gateway restart mid-stream, each under agent load with switches, with a
-   watchdog restarting workers as `up` does; then harness-shaped fuzzing
-   (`_chaos_fuzz`) and the number of engines dead at the end. Keys:
+   gateway restart mid-stream, each under agent load with switches; the
+   workers restart dead engines in place and a watchdog relaunches exited
+   ones as `up` does (`_chaos_stage`); detect_s is measured by
+   `_chaos_watch`. Then harness-shaped fuzzing (`_chaos_fuzz`) and the
+   number of engines dead at the end. Keys:
    `faults: {name: {sent, completed, failed, lost, duplicated_tokens,
    detect_s, back_in_service_s, ...}}`, `fuzz_cases`, `fuzz_5xx`,
    `engines_dead_after`.
@@ -41,25 +43,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import difflib
 import json
 import os
 import pathlib
 import secrets
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from bench._chaos_cluster import GatewayThread, leftovers, seed_store, start_workers, usage_in_store
 from bench._chaos_db import database, db_outage
 from bench._chaos_kill import killer
+from bench._chaos_load import Outcome, agents, run_agents, score
 from bench._chaos_log import ChaosLog
+from bench._chaos_stage import engine_stage
 from bench._chaos_switch import switcher
 from testing.stacks import control_plane_app
 
@@ -100,220 +101,6 @@ class ChaosConfig:
             raise ValueError("sessions >= 1, turns >= 2, max_tokens >= 1")
         if self.db not in ("auto", "postgres", "sqlite"):
             raise ValueError("db must be auto, postgres or sqlite")
-
-
-# -- workload ------------------------------------------------------------------
-@dataclass(frozen=True)
-class Agent:
-    branch: str
-    session: str
-    parent: str | None
-    task: str
-    turns: int
-
-
-@dataclass
-class Outcome:
-    status: str  # completed | failed | lost
-    text: str = ""
-    finish: str | None = None
-    usage: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-
-
-def agents(cfg: ChaosConfig) -> list[Agent]:
-    out = []
-    for s in range(cfg.sessions):
-        task = f"Agent {s}: refactor module m{s} so its cache keys include the tenant; run the tests."
-        out.append(Agent(f"agent-{s}", f"run-{s}", None, task, cfg.turns))
-        if s % 4 == 0:
-            out.append(Agent(f"agent-{s}-sub", f"run-{s}", f"agent-{s}", f"Sub-agent of {s}: read file f{s}.py", 2))
-    return out
-
-
-def tool_result(agent: Agent, turn: int) -> str:
-    return f"Tool result {turn} for {agent.branch}: exit code {turn % 3}, {10 + turn} lines of output."
-
-
-async def stream_one(
-    client: Any, cfg: ChaosConfig, agent: Agent, messages: list[dict[str, str]], last: bool
-) -> Outcome:
-    import openai
-
-    headers = {"X-Branch-ID": agent.branch, "X-Session-ID": agent.session}
-    if agent.parent:
-        headers["X-Parent-Branch-ID"] = agent.parent
-    if last:
-        headers["X-Branch-Finished"] = "true"
-    out = Outcome("lost")
-    try:
-        stream = await client.chat.completions.create(
-            model=client.served_model,
-            messages=messages,
-            max_tokens=cfg.max_tokens,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_headers=headers,
-        )
-        async for chunk in stream:
-            if chunk.usage is not None:
-                out.usage = chunk.usage.model_dump()
-            for c in chunk.choices:
-                out.text += c.delta.content or ""
-                out.finish = c.finish_reason or out.finish
-    except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-        out.error = {"client": type(exc).__name__}  # no answer from the gateway: lost
-        return out
-    except openai.APIError as exc:
-        out.status = "failed"
-        out.error = exc.body if isinstance(exc.body, dict) else {"message": str(exc), "body": repr(exc.body)}
-        out.error = out.error.get("error", out.error) if isinstance(out.error.get("error"), dict) else out.error
-        return out
-    if out.finish is not None and out.usage is not None:
-        out.status = "completed"
-    return out
-
-
-async def run_agents(
-    client: Any, cfg: ChaosConfig, plan: list[Agent], reference: dict[tuple[str, int], Outcome] | None
-) -> dict[tuple[str, int], Outcome]:
-    """Every agent's turns in order, agents concurrently. With `reference`,
-    assistant turns are the reference answers (so every prompt is known)."""
-    results: dict[tuple[str, int], Outcome] = {}
-
-    async def one(agent: Agent) -> None:
-        messages = [
-            {"role": "system", "content": "You are a coding agent. Be terse."},
-            {"role": "user", "content": agent.task},
-        ]
-        for turn in range(agent.turns):
-            got = await stream_one(client, cfg, agent, messages, last=turn == agent.turns - 1)
-            results[(agent.branch, turn)] = got
-            answer = reference[(agent.branch, turn)].text if reference is not None else got.text
-            messages = messages + [
-                {"role": "assistant", "content": answer},
-                {"role": "user", "content": tool_result(agent, turn)},
-            ]
-            await asyncio.sleep(cfg.tool_time_s)
-
-    await asyncio.gather(*(one(a) for a in plan))
-    return results
-
-
-def compare(tokenizer: Any, ref: str, got: str) -> tuple[int, int, int]:
-    """(duplicated, missing, mismatched) tokens of `got` against `ref`."""
-    if ref == got:
-        return 0, 0, 0
-    a = tokenizer.encode_text(ref, add_special_tokens=False)
-    b = tokenizer.encode_text(got, add_special_tokens=False)
-    dup = miss = wrong = 0
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op == "insert":
-            dup += j2 - j1
-        elif op == "delete":
-            miss += i2 - i1
-        elif op == "replace":
-            wrong += max(i2 - i1, j2 - j1)
-    return dup, miss, wrong
-
-
-class GatewayThread:
-    """uvicorn serving `app` on its own event loop in a thread."""
-
-    def __init__(self, app: Any, port: int, graceful_s: float = 3.0) -> None:
-        self.app, self.port, self.graceful_s = app, port, graceful_s
-        self.url = f"http://127.0.0.1:{port}"
-        self._server: Any = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="gateway", daemon=True)
-        self._error: BaseException | None = None
-
-    def call(self, coro: Any, timeout_s: float = 10.0) -> Any:
-        """Run a coroutine on the gateway's loop (its directory is async)."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
-
-    async def _main(self) -> None:
-        import uvicorn
-
-        self._loop = asyncio.get_running_loop()
-        try:
-            self._server = uvicorn.Server(
-                uvicorn.Config(
-                    self.app,
-                    host="127.0.0.1",
-                    port=self.port,
-                    log_level="warning",
-                    access_log=False,
-                    # uvicorn annotates int; it hands the value to asyncio.wait_for, which takes seconds as float.
-                    timeout_graceful_shutdown=self.graceful_s,  # type: ignore[arg-type]
-                )
-            )
-            await self._server.serve()
-        except BaseException as exc:  # noqa: BLE001 - any failure (SystemExit too) is re-raised by start()
-            self._error = exc
-
-    def start(self, timeout_s: float = 120.0) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not (self._server is not None and self._server.started):
-            if self._error is not None or not self._thread.is_alive():
-                raise RuntimeError(f"gateway failed to start: {self._error!r}")
-            if time.monotonic() > deadline:
-                raise TimeoutError("gateway did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        self._thread.join(20)
-
-
-# -- the run ------------------------------------------------------------------------
-def start_workers(cfg: ChaosConfig, run_dir: str, log_dir: pathlib.Path) -> dict[str, Any]:
-    from testing.worker_process import WorkerProcess
-
-    cores = max(1, os.cpu_count() or 1)
-    workers = {}
-    for i in range(cfg.workers):
-        node = f"c{i}"
-        workers[node] = WorkerProcess(
-            cfg.first_port + i,
-            "prefill" if i == 0 else "decode",
-            cfg.model,
-            node,
-            threads_bind=str(i % cores),
-            log_path=str(log_dir / f"worker-{node}.log"),
-            extra=[
-                "--run-dir",
-                run_dir,
-                "--kvcache-gib",
-                "1",
-                "--kv-store-gib",
-                "0.05",
-                "--max-num-seqs",
-                "32",
-                "--max-model-len",
-                "4096",  # room for a prompt over the chunked-prefill budget (the poison request)
-                *(["--stock-cpu-sampler"] if cfg.engine_faults else []),
-            ],
-        )
-    return workers
-
-
-def seed_store(db: Any) -> dict[str, str]:
-    """Tenants `chaos-ref` and `chaos` with one key each, and an operator token."""
-    from gateway.admin import bootstrap_admin_token
-    from gateway.store import Policy, repository
-
-    keys = {}
-    with db.session() as s:
-        for tid in ("chaos-ref", "chaos"):
-            repository.create_tenant(s, name=tid, tenant_id=tid, policy=Policy())
-            _, keys[tid] = repository.create_api_key(s, tenant_id=tid, pepper=db.pepper)
-    token = bootstrap_admin_token(db, None)
-    assert token is not None
-    keys["admin"] = token
-    return keys
 
 
 async def drive(
@@ -375,80 +162,6 @@ async def drive(
         chaos_events=log.events,
     )
     return report, reference
-
-
-def score(
-    tokenizer: Any, reference: dict[tuple[str, int], Outcome], results: dict[tuple[str, int], Outcome]
-) -> dict[str, Any]:
-    counts = Counter(o.status for o in results.values())
-    dup = miss = wrong = mismatched = usage_bad = 0
-    errors: Counter[str] = Counter()
-    shaped = True
-    completion_tokens = 0
-    for (branch, turn), got in results.items():
-        ref = reference[(branch.removeprefix("healed/"), turn)]
-        if got.status == "failed":
-            errors[str((got.error or {}).get("code") or (got.error or {}).get("type"))] += 1
-            shaped = shaped and {"message", "type"} <= set(got.error or {})
-        if got.status != "completed":
-            continue
-        d, m, w = compare(tokenizer, ref.text, got.text)
-        dup, miss, wrong = dup + d, miss + m, wrong + w
-        mismatched += bool(d or m or w)
-        assert got.usage is not None and ref.usage is not None
-        completion_tokens += got.usage["completion_tokens"]
-        usage_bad += (
-            got.usage["completion_tokens"] != ref.usage["completion_tokens"]
-            or got.usage["prompt_tokens"] != ref.usage["prompt_tokens"]
-        )
-    return {
-        "sent": len(results),
-        "completed": counts["completed"],
-        "failed": counts["failed"],
-        "lost": counts["lost"],
-        "duplicated_tokens": dup,
-        "missing_tokens": miss,
-        "mismatched_tokens": wrong,
-        "mismatched_requests": mismatched,
-        "usage_mismatch": usage_bad,
-        "errors": dict(errors),
-        "errors_openai_shaped": shaped,
-        "completion_tokens": completion_tokens,
-        "lost_detail": [f"{b}#{t}: {o.error or o.finish}" for (b, t), o in results.items() if o.status == "lost"][:10],
-    }
-
-
-def usage_in_store(db: Any, sink: Any, tenant: str, timeout_s: float = 60.0) -> dict[str, int]:
-    from gateway.store import StoreUnavailable, repository
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        st = sink.stats
-        if not st.pending_usage_rows and not st.pending_events:
-            break
-        time.sleep(0.5)
-    try:
-        rows = db.run(lambda s: repository.list_usage(s, tenant_id=tenant))
-    except StoreUnavailable:
-        return {"requests": -1, "completion_tokens": -1}
-    return {"requests": sum(r.requests for r in rows), "completion_tokens": sum(r.completion_tokens for r in rows)}
-
-
-def leftovers(gw: GatewayThread, workers: dict[str, Any]) -> dict[str, Any]:
-    runtime = gw.app.state.runtime
-    stats = gw.call(runtime.directory.stats())
-    inflight = {}
-    for node, w in workers.items():
-        try:
-            p = httpx.get(w.url + "/internal/phase", timeout=5).json()
-            inflight[node] = p["inflight_prefill"] + p["inflight_decode"]
-        except (httpx.HTTPError, KeyError, ValueError):
-            inflight[node] = -1
-    return {
-        "directory_active_branches_after": int(stats["branches"]),
-        "directory_referenced_blocks_after": int(stats["referenced"]),
-        "worker_inflight_after": inflight,
-    }
 
 
 def run(cfg: ChaosConfig) -> dict[str, Any]:
@@ -535,73 +248,6 @@ def run(cfg: ChaosConfig) -> dict[str, Any]:
         for w in workers.values():
             w.stop()
     return report
-
-
-def engine_stage(
-    cfg: ChaosConfig,
-    holder: dict[str, GatewayThread],
-    fresh_gateway: Any,
-    keys: dict[str, str],
-    workers: dict[str, Any],
-    tokenizer: Any,
-    reference: dict[tuple[str, int], Outcome],
-    settings: Any,
-) -> dict[str, Any]:
-    """Step 4: the engine faults, the fuzz, the engines dead at the end."""
-    import openai
-
-    from bench import _chaos_engine as ce
-    from bench._chaos_fuzz import fuzz
-
-    def client(retries: int) -> Any:
-        c = openai.AsyncOpenAI(
-            base_url=f"{holder['gw'].url}/v1", api_key=keys["chaos"], max_retries=retries, timeout=cfg.request_timeout_s
-        )
-        c.served_model = settings.served_model  # type: ignore[attr-defined]  # the agents read the model off their client
-        return c
-
-    async def restart_gateway() -> None:
-        old = holder["gw"]
-        old.graceful_s = 60.0  # streams in flight finish before it exits
-        await asyncio.to_thread(old.stop)
-        new = fresh_gateway()
-        await asyncio.to_thread(new.start)
-        holder["gw"] = new
-
-    events: list[Any] = []
-    ctx = ce.Ctx(
-        cfg=cfg,
-        gateway_url=lambda: holder["gw"].url,
-        admin_token=keys["admin"],
-        client=client,
-        run_agents=run_agents,
-        score=score,
-        tokenizer=tokenizer,
-        plan=agents(cfg)[: cfg.fault_agents],
-        reference=reference,
-        workers=workers,
-        procs=ce.WorkerProcesses(workers),
-        restart_gateway=restart_gateway,
-        served_model=settings.served_model,
-        api_key=keys["chaos"],
-        events=events,
-    )
-    dog = ce.watchdog(workers, events)
-    dog.start()
-    try:
-        faults = asyncio.run(ce.run_faults(ctx))
-        dead_before_fuzz = asyncio.run(ce.engines_dead(ctx))
-        fuzzed = fuzz(holder["gw"].url, keys["chaos"], settings.served_model, cfg.fuzz_cases)
-        dead_after = asyncio.run(ce.engines_dead(ctx))
-    finally:
-        dog.stop()
-    return {
-        "faults": faults,
-        **fuzzed,
-        "engines_dead_before_fuzz": dead_before_fuzz,
-        "engines_dead_after": dead_after,
-        "worker_restarts_by_watchdog": [dataclasses.asdict(e) for e in events],
-    }
 
 
 def build_parser() -> argparse.ArgumentParser:

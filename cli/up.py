@@ -7,9 +7,11 @@ it, then serves the gateway in this process with SQLite under the data
 folder; with `--load` it also runs `evolving-infra load` against itself.
 Ctrl-C or SIGTERM stops the gateway, then every child's whole process group
 (`cli.supervisor`): SIGTERM, a grace period, SIGKILL for stragglers.
-Meanwhile a watchdog (`cli.watchdog`) restarts a worker whose process exited
-or whose engine died, with backoff and a retry limit (`--max-restarts`);
-each restart is a switch-history entry and an audit-log entry.
+A worker restarts its own dead engine core in place (`workers.engine_heal`);
+meanwhile a watchdog (`cli.watchdog`) relaunches a worker whose process
+exited or that gave up restarting its engine, with backoff and a retry
+limit (`--max-restarts`); every restart, in place or not, is a
+switch-history entry and an audit-log entry.
 
 `gateway.compose.compose_app(settings)` builds the product as one: the control plane
 (store, tenant gate, admin API, event sink,
@@ -361,8 +363,9 @@ def record_restart(control_plane: ControlPlane, event: RestartEvent) -> None:
     from gateway.store.records import SwitchOutcome
 
     outcome = "failed" if event.gave_up else "restarted"
+    where = "engine restarted in place" if event.in_place else "process relaunched"
     detail = f"{event.cause}; " + (
-        f"gave up after {event.attempt} restarts" if event.gave_up else f"restart {event.attempt}"
+        f"gave up after {event.attempt} restarts" if event.gave_up else f"{where}, restart {event.attempt}"
     )
     control_plane.sink.record_switch(
         SwitchOutcome(event.node_id, event.phase, event.phase, 0.0, 0.0, event.delay_s, outcome, detail),
@@ -375,5 +378,5 @@ def record_restart(control_plane: ControlPlane, event: RestartEvent) -> None:
         action="worker.restart" if not event.gave_up else "worker.restart_given_up",
         target=event.node_id,
         before={"cause": event.cause},
-        after={"phase": event.phase, "attempt": event.attempt, "delay_s": event.delay_s},
+        after={"phase": event.phase, "attempt": event.attempt, "delay_s": event.delay_s, "in_place": event.in_place},
     )

@@ -1,8 +1,15 @@
 """`up` restarts a worker whose process exited or whose engine died.
 
+A worker restarts its own dead engine core in place (`workers.engine_heal`;
+/healthz says `restarting`, then counts it in `engine_restarts`): the
+watchdog records each such restart as an event and relaunches the process
+only when it exited, or when its /healthz says `engine_dead` (the worker
+gave up restarting in place, or was started with `--engine-restarts 0`).
+
 Pure part: `RestartPolicy` (exponential backoff, a retry limit within a
-window) and `RestartBook.decide`, which turns one look at a worker into
-"leave it", "restart after d seconds" or "give up". Shell: `WorkerWatchdog`,
+window) and `RestartBook.decide` (`workers.restart_policy`), which turn one
+look at a worker into "leave it", "restart after d seconds" or "give up".
+Shell: `WorkerWatchdog`,
 a thread that every `interval_s` polls each worker's process and /healthz
 (decide), stops and restarts the process group (one I/O step) and reports
 the restart through `on_event` (apply: `up` writes an entry in the switch
@@ -21,60 +28,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
 
+from workers.restart_policy import RestartBook, RestartPolicy, Verdict
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    base_delay_s: float = 1.0  # before the first restart
-    factor: float = 2.0  # each later restart within the window waits this much longer
-    max_delay_s: float = 30.0
-    max_restarts: int = 5  # within window_s; then the worker stays down (a person must look)
-    window_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if self.base_delay_s < 0 or self.factor < 1 or self.max_delay_s < self.base_delay_s:
-            raise ValueError("need 0 <= base_delay_s <= max_delay_s and factor >= 1")
-        if self.max_restarts < 0 or self.window_s <= 0:
-            raise ValueError("need max_restarts >= 0 and window_s > 0")
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait before restart number `attempt` (1-based) within the window."""
-        return min(self.max_delay_s, self.base_delay_s * self.factor ** max(0, attempt - 1))
-
-
-@dataclass(frozen=True)
-class Verdict:
-    restart: bool
-    delay_s: float = 0.0
-    attempt: int = 0  # restarts of this worker within the window, this one included
-    gave_up: bool = False
-
-
-@dataclass
-class RestartBook:
-    """The restarts of one worker (times, unix s) and the rule over them."""
-
-    policy: RestartPolicy
-    times: list[float] = field(default_factory=list)
-    gave_up: bool = False
-
-    def decide(self, cause: str | None, now: float) -> Verdict:
-        """`cause`: why the worker is down (None: it is fine)."""
-        if cause is None or self.gave_up:
-            return Verdict(restart=False)
-        self.times = [t for t in self.times if now - t < self.policy.window_s]
-        if len(self.times) >= self.policy.max_restarts:
-            self.gave_up = True
-            return Verdict(restart=False, gave_up=True, attempt=len(self.times))
-        attempt = len(self.times) + 1
-        self.times.append(now)
-        return Verdict(restart=True, delay_s=self.policy.delay(attempt), attempt=attempt)
 
 
 class ProcessGroup(Protocol):
@@ -93,6 +54,7 @@ class WorkerSpec:
     log: pathlib.Path
     env: dict[str, str] | None = None
     phase: str = "decode"
+    engine_restarts: int = 0  # in-place engine restarts its current process reported (/healthz)
 
 
 @dataclass(frozen=True)
@@ -103,6 +65,7 @@ class RestartEvent:
     attempt: int
     delay_s: float
     gave_up: bool = False
+    in_place: bool = False  # the worker restarted its engine core itself; the process lives on
 
 
 def down_cause(exit_code: int | None, healthz_status: int | None, healthz_type: str) -> str | None:
@@ -155,12 +118,20 @@ class WorkerWatchdog(threading.Thread):
                 if status == 503:
                     kind = r.json().get("error", {}).get("type", "")
                 elif status == 200:
+                    self._note_in_place(spec, int(r.json().get("engine_restarts", 0)))
                     ph = self._http.get(f"{spec.url}/internal/phase")
                     if ph.status_code == 200:
                         spec.phase = ph.json().get("draining_to") or ph.json().get("phase", spec.phase)
             except (httpx.HTTPError, ValueError):
                 pass
         return down_cause(code, status, kind)
+
+    def _note_in_place(self, spec: WorkerSpec, restarts: int) -> None:
+        """Report the engine restarts the worker did itself since the last look."""
+        for n in range(spec.engine_restarts + 1, restarts + 1):
+            log.warning("worker %s restarted its engine core in place (restart %d)", spec.name, n)
+            self.on_event(RestartEvent(spec.name, "engine core died", spec.phase, n, 0.0, in_place=True))
+        spec.engine_restarts = max(spec.engine_restarts, restarts)
 
     def _check(self, spec: WorkerSpec) -> None:
         cause = self._look(spec)
@@ -177,6 +148,7 @@ class WorkerWatchdog(threading.Thread):
         if self.halt.wait(verdict.delay_s):
             return
         self.children.start(spec.name, with_phase(spec.argv, spec.phase), spec.log, spec.env)
+        spec.engine_restarts = 0  # a new process counts from 0
         self.on_event(RestartEvent(spec.name, cause, spec.phase, verdict.attempt, verdict.delay_s))
 
     def stop(self) -> None:

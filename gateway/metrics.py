@@ -128,7 +128,16 @@ class GatewayMetrics:
         self.phase = Gauge("evolving_node_phase", "Worker phase (1 = current)", ["node", "phase"], registry=r)
         self.healthy = Gauge("evolving_node_healthy", "Worker health", ["node"], registry=r)
         self.engine_dead = Gauge(
-            "evolving_node_engine_dead", "1: the worker's process lives, its engine died", ["node"], registry=r
+            "evolving_node_engine_dead",
+            "1: the worker's process lives, its engine died (dead, or restarting in place)",
+            ["node"],
+            registry=r,
+        )
+        self.engine_restarts = Gauge(
+            "evolving_node_engine_restarts",
+            "Engine cores the worker's current process restarted in place of dead ones",
+            ["node"],
+            registry=r,
         )
         self.restarts = Gauge(
             "evolving_node_restarts", "Worker process restarts this gateway saw (new start time)", ["node"], registry=r
@@ -200,7 +209,8 @@ class GatewayMetrics:
             self.queue.labels(node.node_id).set(node.num_waiting)
             self.running.labels(node.node_id).set(max(node.num_running, node.inflight))
             self.healthy.labels(node.node_id).set(1 if node.healthy else 0)
-            self.engine_dead.labels(node.node_id).set(1 if node.engine == "dead" else 0)
+            self.engine_dead.labels(node.node_id).set(1 if node.engine in ("dead", "restarting") else 0)
+            self.engine_restarts.labels(node.node_id).set(node.engine_restarts)
             self.restarts.labels(node.node_id).set(node.restarts)
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)

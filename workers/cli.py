@@ -75,13 +75,21 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "--stock-cpu-sampler",
         action="store_true",
         help="chaos testing only: vLLM-CPU's own sampler, whose seeded requests with a prompt over the "
-        "chunked-prefill budget kill the engine (a real poison request; workers/seeded_cpu.py)",
+        "chunked-prefill budget kill the engine (a real poison request; workers/seeded_cpu.py). "
+        "An engine restarted in place gets the fixed sampler",
     )
     p.add_argument(
         "--vllm-tracing",
         action="store_true",
         help="with traces on (OTEL_EXPORTER_OTLP_ENDPOINT), vLLM's own request span joins each trace too "
         "(vLLM then traces every request it finishes, whatever the sampling ratio)",
+    )
+    p.add_argument(
+        "--engine-restarts",
+        type=int,
+        default=5,
+        help="restarts of a dead engine core inside this process within 10 minutes (backoff from 0.2 s); "
+        "past them /healthz says engine_dead and the supervisor relaunches the process; 0: never",
     )
     p.add_argument("--run-dir", default="data/run")
     p.add_argument(
@@ -131,11 +139,13 @@ def run(argv: list[str] | None = None) -> int:
         os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"  # vLLM's exporter: ours, not gRPC
     import uvicorn
 
+    from workers.restart_policy import RestartPolicy
     from workers.server import create_app
     from workers.telemetry import WorkerTracing
 
     tracing = WorkerTracing.build(traces, node_id=config.node_id)
-    app = create_app(config, Phase(args.phase), cluster_token=token, tracing=tracing)
+    restarts = RestartPolicy(base_delay_s=0.2, max_restarts=max(0, args.engine_restarts))
+    app = create_app(config, Phase(args.phase), cluster_token=token, tracing=tracing, engine_restarts=restarts)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
     return 0
 

@@ -146,11 +146,20 @@ class WorkerEngine:
         self.kv_capacity_tokens = 0  # known once started
         self.kv_events: KVEventChannel | None = None
         self.started = False  # start() finished once (a later dead engine is not "starting")
+        self.restarting = False  # a new engine core is starting in place of a dead one (restart)
+        self.restarts = 0  # engine cores started in place of dead ones, in this process
+        self._process_cpus: set[int] | None = None  # this process's CPUs before any pinning
         self._last_yield = 0.0  # loop time a stream last yielded (see generate)
 
     # -- lifecycle ---------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        if self._process_cpus is None:
+            self._process_cpus = os.sched_getaffinity(0)
+        else:
+            # A restart: the first start may have moved this process's threads
+            # off the engine's CPUs (`http_cpus`); the new core must get them.
+            affinity.pin_own_threads(self._process_cpus)
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kvcache_gib)
         # The engine core is its own process either way (AsyncLLM); this only
         # stops vLLM-CPU from forcing the multiprocess executor.
@@ -202,8 +211,10 @@ class WorkerEngine:
             kv_transfer_config=kv_transfer_config,  # type: ignore[arg-type]
             # Seeded requests with a chunked prefill kill vLLM-CPU's own
             # worker (workers/seeded_cpu.py); elsewhere vLLM picks its own.
+            # A restarted engine always gets the fixed sampler (the stock one is
+            # for `bench chaos`'s first engines only, as if the fix rolled in).
             worker_cls="workers.seeded_cpu.SeededCPUWorker"
-            if cfg.seeded_cpu_sampler and current_platform.is_cpu()
+            if (cfg.seeded_cpu_sampler or self.restarts) and current_platform.is_cpu()
             else "auto",
             otlp_traces_endpoint=cfg.otlp_traces_endpoint,
             structured_outputs_config=StructuredOutputsConfig(
@@ -222,8 +233,20 @@ class WorkerEngine:
         # "uni" has no vLLM thread binding (that lives in the multiprocess
         # executor): the engine-core process inherits the bind when spawned.
         bind = affinity.engine_cpus(cfg.threads_bind) if cfg.executor == "uni" else None
-        with affinity.spawning_on(bind):  # ValueError if the bind names CPUs this process may not use
-            self._llm = llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+
+        def build() -> AsyncLLM:
+            # The bind applies to the calling thread and what it spawns.
+            with affinity.spawning_on(bind):  # ValueError if the bind names CPUs this process may not use
+                return AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+
+        if self.started:
+            # A restart: the model load (seconds to a minute) runs off the
+            # event loop so this process keeps answering heartbeats and
+            # /healthz meanwhile. vLLM starts its output handler on the
+            # first request when it is built outside a running loop.
+            self._llm = llm = await asyncio.to_thread(build)
+        else:
+            self._llm = llm = build()
         # The engine process is bound now; move this process's threads if asked.
         cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, os.sched_getaffinity(0))
         if cpus:
@@ -243,6 +266,23 @@ class WorkerEngine:
         if self.kv_events is not None:
             self.kv_events.close()
 
+    async def restart(self) -> None:
+        """A new engine core in place of a dead one, inside this process.
+
+        The node keeps its id, port, phase, fence and logs; the KV event
+        socket is made anew at the same path. The host store lived in the
+        dead core (the connector's worker half), so the new one starts
+        empty. Requests that ran on the dead core have already failed with
+        `engine_died` (the healer waits for them); new ones are refused as
+        `engine_dead` until the new core is up. Raises what `start` raises."""
+        self.restarting = True
+        try:
+            await self.stop()
+            self.restarts += 1
+            await self.start()
+        finally:
+            self.restarting = False
+
     @property
     def ready(self) -> bool:
         """Loaded and its engine core alive (a dead core must not look ready)."""
@@ -252,12 +292,17 @@ class WorkerEngine:
     def state(self) -> EngineState:
         if self.ready:
             return EngineState.ALIVE
+        if self.restarting:
+            return EngineState.RESTARTING
         return EngineState.DEAD if self.started else EngineState.STARTING
 
     @property
     def dead_reason(self) -> str:
         """Why the engine core is gone ("" while it is alive or starting)."""
-        if self.state is not EngineState.DEAD:
+        state = self.state
+        if state is EngineState.RESTARTING:
+            return f"the engine core died; a new one is starting in this process (restart {self.restarts + 1})"
+        if state is not EngineState.DEAD:
             return ""
         if self._llm is None:
             return "the engine was stopped"
@@ -363,7 +408,7 @@ class WorkerEngine:
         """Run one request; yields delta chunks, the last with finish_reason."""
         if self._llm is None and not self.started:
             raise EngineError("engine not ready", status=503, retryable=True)
-        if self.state is EngineState.DEAD:
+        if self.state in (EngineState.DEAD, EngineState.RESTARTING):
             raise self._engine_dead()
         self.validate(req)
         from vllm.inputs import TokensPrompt
@@ -415,6 +460,12 @@ class WorkerEngine:
                 if now - self._last_yield >= YIELD_EVERY_S:
                     self._last_yield = now
                     await asyncio.sleep(0)
+            if not finished and self.state is not EngineState.ALIVE and not state.migrate:
+                # vLLM ends some streams of a dead core without an error once its
+                # client shuts down (a request in its first prefill chunk): it
+                # died under the request all the same (the gateway counts it
+                # toward quarantine and continues it elsewhere).
+                raise self._engine_dead(under_request=True)
         except EngineError:
             raise
         except (ValueError, TypeError) as exc:  # input the engine refused
@@ -424,8 +475,7 @@ class WorkerEngine:
 
             if isinstance(exc, VLLMClientError):
                 raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
-            # mypy keeps the narrowing from the check at the top; the core may have gone since.
-            if self.state is EngineState.DEAD:  # type: ignore[comparison-overlap]  # EngineDeadError, or the core went while this ran
+            if self.state is not EngineState.ALIVE:  # EngineDeadError, or the core went while this ran
                 raise self._engine_dead(under_request=True) from exc
             raise
         finally:

@@ -51,6 +51,7 @@ class EngineState(str, Enum):
     STARTING = "starting"  # loading; never alive yet
     ALIVE = "alive"
     DEAD = "dead"  # the core exited (crash, OOM kill); the process lives on without it
+    RESTARTING = "restarting"  # a new core is starting in place of a dead one (workers.engine_heal)
 
 
 # ErrorBody.type / GenerateChunk.error_type: the engine was dead before the
@@ -375,6 +376,7 @@ class WorkerStats(_Model):
     engine: EngineState = EngineState.ALIVE
     engine_error: str = ""  # why the engine died (empty while alive)
     started_at: float = 0.0  # when the worker process started (unix s; 0: not reported): a new value is a restart
+    engine_restarts: int = 0  # engine cores this process restarted in place of dead ones (workers.engine_heal)
 
 
 class KVAgentInfo(_Model):

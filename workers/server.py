@@ -7,6 +7,7 @@ as decide -> drain/migrate -> flip.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hmac
@@ -22,6 +23,7 @@ from core import FinishReason, Phase
 from kvpool.agent_info import AgentInfo
 from workers import phase as ph
 from workers.engine import EngineConfig, EngineError, WorkerEngine
+from workers.engine_heal import EngineHealer
 from workers.fence import StaleTerm
 from workers.protocol import (
     ENGINE_DEAD,
@@ -44,6 +46,7 @@ from workers.protocol import (
     RequestTimingWire,
     WorkerStats,
 )
+from workers.restart_policy import RestartPolicy
 from workers.switch import WorkerState, change_phase
 from workers.telemetry import WorkerTracing
 
@@ -60,25 +63,36 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
     cluster_token: str | None = None,
     engine: WorkerEngine | None = None,
     tracing: WorkerTracing | None = None,
+    engine_restarts: RestartPolicy | None = None,
 ) -> FastAPI:
+    """`engine_restarts`: how a dead engine core is restarted inside this
+    process (default `RestartPolicy(base_delay_s=0.2)`; `max_restarts=0`:
+    never, the process supervisor relaunches the worker)."""
     started_at = time.time()  # reported in stats: the gateway counts a new value as a restart
     holder: dict[str, WorkerState] = {}
     tracing = tracing or WorkerTracing.off()
     eng = engine or WorkerEngine(config, phase_of=lambda: holder["w"].phase, tracing=tracing)
     holder["w"] = ws = WorkerState(eng, initial_phase)
     tracing.block_bytes = lambda: _store_stats(ws, config).block_bytes  # a pull span's bytes
+    healer = EngineHealer(eng, engine_restarts or RestartPolicy(base_delay_s=0.2))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await eng.start()
+        healing = asyncio.create_task(healer.run()) if healer.policy.max_restarts else None
         try:
             yield
         finally:
+            if healing is not None:
+                healing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await healing
             await eng.stop()
             tracing.shutdown()
 
     app = FastAPI(title="evolving-infra worker", lifespan=lifespan)
     app.state.worker = ws
+    app.state.healer = healer
 
     @app.middleware("http")
     async def _cluster_auth(request: Request, call_next):
@@ -101,15 +115,17 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
 
     @app.get("/healthz")
     async def healthz():
-        # The liveness probe: a process whose engine core died is not alive
-        # (Kubernetes and `up` restart it); a starting one is.
-        if eng.state is EngineState.DEAD:
+        # The liveness probe: a process whose engine core died and is not
+        # being restarted in place is not alive (Kubernetes and `up` restart
+        # the process); a starting or restarting one is.
+        state = healer.state()
+        if state is EngineState.DEAD:
             return _error(503, ENGINE_DEAD, eng.dead_reason, retryable=True)
-        return {"status": "ok", "engine": eng.state.value}
+        return {"status": "ok", "engine": state.value, "engine_restarts": eng.restarts}
 
     @app.get("/readyz")
     async def readyz():
-        if eng.state is EngineState.DEAD:
+        if eng.state in (EngineState.DEAD, EngineState.RESTARTING):
             return _error(503, ENGINE_DEAD, eng.dead_reason, retryable=True)
         if not eng.ready:
             return _error(503, "not_ready", "engine starting", retryable=True)
@@ -208,9 +224,10 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
             kv_peers=eng.kv_events.peer_stats() if eng.kv_events else [],
             fence_term=ws.fence.newest,
             refused_orders=ws.fence.refused,
-            engine=eng.state,
+            engine=healer.state(),
             engine_error=eng.dead_reason,
             started_at=started_at,
+            engine_restarts=eng.restarts,
         )
 
     @app.get("/internal/requests", response_model=list[RequestTimingWire])

@@ -17,8 +17,8 @@ refused or cut with `engine_dead` / `engine_died` (`report_engine_dead`),
 takes the node out of routing and out of the planner's count at once. Its
 blocks leave the directory too: the host store lives in the engine core's
 process (the KV connector's worker half), so it died with the engine. A
-heartbeat with the engine alive again (the supervisor restarted it) brings
-the node back.
+heartbeat with the engine alive again (restarted in place by the worker, or
+the process relaunched by the supervisor) brings the node back.
 
 Draining is set by the switch orchestrator (`mark_draining`) before it asks
 the worker to change phase, so the router stops sending at once.
@@ -86,6 +86,7 @@ class WorkerNode:
     unhealthy_since: float | None = None  # clock time it left routing (None: healthy)
     started_at: float = 0.0  # the worker process's start time it reports
     restarts: int = 0  # times this gateway saw it come back as a new process
+    engine_restarts: int = 0  # engine cores its current process restarted in place (workers.engine_heal)
 
     @property
     def draining(self) -> bool:
@@ -283,6 +284,7 @@ class WorkerRegistry:
             node.restarts += 1
             log.warning("worker %s restarted (a new process)", node.node_id)
         node.started_at = stats.started_at or node.started_at
+        node.engine_restarts = stats.engine_restarts
         alive = stats.engine is EngineState.ALIVE
         self._set_health(node, assess(node.health, answered=True, engine_alive=alive, failures=0, max_failures=1))
         if not alive:

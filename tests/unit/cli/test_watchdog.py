@@ -58,3 +58,20 @@ def test_policy_is_validated():
         RestartPolicy(factor=0.5)
     with pytest.raises(ValueError):
         RestartPolicy(max_restarts=-1)
+
+
+def test_in_place_engine_restarts_become_events_once_each():
+    import pathlib
+
+    from cli.watchdog import RestartEvent, WorkerSpec, WorkerWatchdog
+
+    events: list[RestartEvent] = []
+    spec = WorkerSpec("w1", "http://127.0.0.1:1", ["w"], pathlib.Path("w1.log"), phase="prefill")
+    dog = WorkerWatchdog(children=None, specs=[spec], on_event=events.append)  # type: ignore[arg-type]
+    dog._note_in_place(spec, 0)
+    dog._note_in_place(spec, 2)  # two restarts since the last look
+    dog._note_in_place(spec, 2)
+    assert [(e.node_id, e.cause, e.phase, e.attempt, e.in_place) for e in events] == [
+        ("w1", "engine core died", "prefill", 1, True),
+        ("w1", "engine core died", "prefill", 2, True),
+    ]

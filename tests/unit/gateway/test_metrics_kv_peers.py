@@ -32,6 +32,7 @@ def test_kv_peer_counters_and_state_of_the_last_heartbeat() -> None:
         kv_peers=(down,),
         engine="alive",
         restarts=0,
+        engine_restarts=0,
         block_bytes=1024,
     )
     registry = SimpleNamespace(nodes=lambda: [node])
@@ -58,13 +59,15 @@ def test_engine_dead_and_restarts_per_node() -> None:
         healthy=False,
         phase=Phase.DECODE,
         kv_peers=(),
-        engine="dead",
+        engine="restarting",
         restarts=2,
+        engine_restarts=3,
         block_bytes=1024,
     )
     metrics = GatewayMetrics()
     metrics.refresh(SimpleNamespace(nodes=lambda: [node]), {})  # type: ignore[arg-type]  # a stand-in registry
     got = _samples(metrics)
-    assert got[("evolving_node_engine_dead", (("node", "wB"),))] == 1
+    assert got[("evolving_node_engine_dead", (("node", "wB"),))] == 1  # restarting in place: still not serving
     assert got[("evolving_node_restarts", (("node", "wB"),))] == 2
+    assert got[("evolving_node_engine_restarts", (("node", "wB"),))] == 3
     assert got[("evolving_node_healthy", (("node", "wB"),))] == 0

@@ -1,0 +1,81 @@
+"""Step 4 of `bench chaos`: the engine faults, the fuzz, the engines dead at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from bench._chaos_cluster import GatewayThread
+from bench._chaos_load import Outcome, agents, run_agents, score
+
+if TYPE_CHECKING:
+    from bench.chaos_bench import ChaosConfig
+
+
+def engine_stage(
+    cfg: ChaosConfig,
+    holder: dict[str, GatewayThread],
+    fresh_gateway: Any,
+    keys: dict[str, str],
+    workers: dict[str, Any],
+    tokenizer: Any,
+    reference: dict[tuple[str, int], Outcome],
+    settings: Any,
+) -> dict[str, Any]:
+    """Step 4: the engine faults, the fuzz, the engines dead at the end."""
+    import openai
+
+    from bench import _chaos_engine as ce
+    from bench._chaos_fuzz import fuzz
+
+    def client(retries: int) -> Any:
+        c = openai.AsyncOpenAI(
+            base_url=f"{holder['gw'].url}/v1", api_key=keys["chaos"], max_retries=retries, timeout=cfg.request_timeout_s
+        )
+        c.served_model = settings.served_model  # type: ignore[attr-defined]
+        return c
+
+    async def restart_gateway() -> None:
+        old = holder["gw"]
+        old.graceful_s = 60.0  # streams in flight finish before it exits
+        await asyncio.to_thread(old.stop)
+        new = fresh_gateway()
+        await asyncio.to_thread(new.start)
+        holder["gw"] = new
+
+    events: list[Any] = []
+    ctx = ce.Ctx(
+        cfg=cfg,
+        gateway_url=lambda: holder["gw"].url,
+        admin_token=keys["admin"],
+        client=client,
+        run_agents=run_agents,
+        score=score,
+        tokenizer=tokenizer,
+        plan=agents(cfg)[: cfg.fault_agents],
+        reference=reference,
+        workers=workers,
+        procs=ce.WorkerProcesses(workers),
+        restart_gateway=restart_gateway,
+        registry=lambda: holder["gw"].app.state.runtime.registry,
+        served_model=settings.served_model,
+        api_key=keys["chaos"],
+        events=events,
+    )
+    dog = ce.watchdog(workers, events)
+    dog.start()
+    try:
+        faults = asyncio.run(ce.run_faults(ctx))
+        dead_before_fuzz = asyncio.run(ce.engines_dead(ctx))
+        fuzzed = fuzz(holder["gw"].url, keys["chaos"], settings.served_model, cfg.fuzz_cases)
+        dead_after = asyncio.run(ce.engines_dead(ctx))
+    finally:
+        dog.stop()
+    return {
+        "faults": faults,
+        **fuzzed,
+        "engines_dead_before_fuzz": dead_before_fuzz,
+        "engines_dead_after": dead_after,
+        "worker_restarts_by_watchdog": [dataclasses.asdict(e) for e in events],
+    }
