@@ -37,7 +37,6 @@ class LangGraph:
             model=target.model,
             base_url=target.v1,
             api_key=target.api_key,
-            max_tokens=target.max_output_tokens,
             max_retries=0,
             timeout=target.timeout_s,
         )
