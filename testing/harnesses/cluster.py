@@ -5,9 +5,11 @@ gateway as `evolving-infra gateway` runs it (store-backed keys, admin API,
 in front of the gateway that the harnesses are pointed at.
 
 The workers extend the model's context with vLLM's rope-scaling override
-(`--hf-overrides`, dynamic NTK): Claude Code's default request
-(~14k tokens) and Codex's (~11k) exceed SmolLM2's 8192 positions, and the suite never
-trims a harness to fit.
+(`--hf-overrides`, YaRN): a Codex session's second turn (~11k tokens) exceeds
+SmolLM2's 8192 positions, and the suite never trims a harness to fit. YaRN,
+not "dynamic": vLLM's dynamic NTK keeps the unscaled rope table of 8192
+positions (its base changes only with `max_trained_positions`), so a position
+past it would read outside the table; YaRN's table covers the whole context.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ class ClusterConfig:
             return None
         rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
         rope.setdefault("rope_theta", config.get("rope_theta", 10000.0))
-        rope.update(rope_type="dynamic", factor=self.context_tokens / positions)
+        rope.update(
+            rope_type="yarn", factor=self.context_tokens / positions, original_max_position_embeddings=positions
+        )
         return {"rope_parameters": rope}
 
 
