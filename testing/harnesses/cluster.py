@@ -62,7 +62,8 @@ class ClusterConfig:
         rope.update(
             rope_type="yarn", factor=self.context_tokens / positions, original_max_position_embeddings=positions
         )
-        return {"rope_parameters": rope}
+        # vLLM takes a YaRN model's max_position_embeddings as already scaled (as transformers does).
+        return {"max_position_embeddings": self.context_tokens, "rope_parameters": rope}
 
 
 @dataclass
