@@ -35,12 +35,13 @@ HARNESSES: dict[str, Callable[[Target, Scratch], Harness]] = {
 }
 PROMPTS = (TASK, FOLLOW_UP)
 # Per turn, with a margin over what a turn took on 2 shared cores (bfloat16 on AMX, 2026-12-03):
-# decode dominates (~20 tokens/s under load), so a harness's bound follows how many answers a turn
-# has and how long each may be. Codex: one answer up to the gateway's 1024-token default (~100 s
-# seen); Claude Code, OpenCode and the Anthropic SDK are held to MAX_OUTPUT_TOKENS a request; the
-# Agents SDK and LangGraph send no cap (their defaults) and answer twice on the tool turn.
+# decode dominates (5-20 tokens/s, as loaded as the cores are), so a harness's bound follows how
+# many answers a turn has and how long each may be. Codex: one answer up to the gateway's
+# 1024-token default (56-212 s seen); Claude Code (7-76 s), OpenCode (20-35 s) and the Anthropic
+# SDK (1-12 s) are held to MAX_OUTPUT_TOKENS a request; the Agents SDK (0.4-52 s) and LangGraph
+# (1-41 s) send no cap (their defaults) and answer twice on the tool turn.
 TURN_TIMEOUT_S = {
-    "codex": 300.0,
+    "codex": 420.0,
     "claude-code": 180.0,
     "opencode": 180.0,
     "openai-agents": 180.0,

@@ -27,8 +27,8 @@ from testing.harnesses.cluster import harness_cluster
 from testing.harnesses.runners import cli_missing
 from testing.harnesses.suite import HARNESSES, run_harness
 
-# A test's bound: its two turns (at most 2 x 300 s) and, for the first, the cluster's start.
-pytestmark = [pytest.mark.harness, pytest.mark.vllm, pytest.mark.timeout(1500)]
+# A test's bound: its two turns (at most 2 x 420 s) and, for the first, the cluster's start.
+pytestmark = [pytest.mark.harness, pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 # Overrides every harness's turn timeout (suite.TURN_TIMEOUT_S), e.g. on a slower machine.
 TURN_TIMEOUT_S = float(os.environ.get("EVOLVING_HARNESS_TURN_TIMEOUT_S", "0")) or None
