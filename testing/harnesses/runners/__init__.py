@@ -16,3 +16,9 @@ def cli_path(name: str) -> pathlib.Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: `make harnesses` installs the pinned CLIs")
     return path
+
+
+def cli_missing(name: str) -> str | None:
+    """Why CLI `name` cannot run here (None: it can), for a test to fail or skip on before starting vLLM."""
+    path = BIN_DIR / name
+    return None if path.exists() else f"{path} is missing: `make harnesses` installs the pinned CLIs from npm"

@@ -49,7 +49,10 @@ class AgentsSDK:
             return list_files(folder)
 
         list_folder_files.name = "list_files"
-        settings = ModelSettings(tool_choice="required" if n == 0 else None, max_tokens=self.target.max_output_tokens)
+        # No max_tokens: the SDK sets none by default, so the gateway's default (what the context
+        # leaves, bounded by the operator) applies. A cap would end a long answer as `incomplete`,
+        # which the SDK raises on.
+        settings = ModelSettings(tool_choice="required" if n == 0 else None)
         agent = Agent(name="files", instructions=INSTRUCTIONS, tools=[list_folder_files], model_settings=settings)
         try:
             result = await Runner.run(agent, prompt, previous_response_id=self.previous_response_id, max_turns=4)

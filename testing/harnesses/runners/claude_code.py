@@ -20,12 +20,13 @@ ALLOWED_TOOLS = ["Bash(ls:*)", "Glob", "LS", "Read"]
 class ClaudeCode:
     name = "claude-code"
     forces_tool = False
+    cli = "claude"  # its entry point in BIN_DIR
 
     def __init__(self, target: Target, scratch: Scratch) -> None:
         self.target, self.scratch = target, scratch
 
     def turn(self, n: int, prompt: str) -> TurnOutcome:
-        cmd = [str(cli_path("claude")), "-p", "--model", self.target.model, "--output-format", "json"]
+        cmd = [str(cli_path(self.cli)), "-p", "--model", self.target.model, "--output-format", "json"]
         if n:
             cmd.append("--continue")
         cmd += ["--allowedTools", *ALLOWED_TOOLS, "--", prompt]

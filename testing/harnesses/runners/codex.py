@@ -42,6 +42,7 @@ exporter = "none"
 class Codex:
     name = "codex"
     forces_tool = False
+    cli = "codex"  # its entry point in BIN_DIR
 
     def __init__(self, target: Target, scratch: Scratch) -> None:
         self.target, self.scratch = target, scratch
@@ -51,7 +52,7 @@ class Codex:
         (self.codex_home / "config.toml").write_text(text)
 
     def turn(self, n: int, prompt: str) -> TurnOutcome:
-        head = [str(cli_path("codex")), "exec"]
+        head = [str(cli_path(self.cli)), "exec"]
         if n:
             head += ["resume", "--last"]
         cmd = [*head, "--skip-git-repo-check", "--json", prompt]

@@ -41,7 +41,6 @@ class LangGraph:
             model=target.model,
             base_url=target.v1,
             api_key=SecretStr(target.api_key),
-            max_completion_tokens=target.max_output_tokens,  # the field `max_tokens`, by its alias
             max_retries=0,
             timeout=target.timeout_s,
         )

@@ -20,6 +20,7 @@ from testing.harnesses.target import Target
 class OpenCode:
     name = "opencode"
     forces_tool = False
+    cli = "opencode"  # its entry point in BIN_DIR
 
     def __init__(self, target: Target, scratch: Scratch) -> None:
         self.target, self.scratch = target, scratch
@@ -42,7 +43,7 @@ class OpenCode:
         self.config.write_text(json.dumps(config, indent=2))
 
     def turn(self, n: int, prompt: str) -> TurnOutcome:
-        cmd = [str(cli_path("opencode")), "run", "--format", "json"]
+        cmd = [str(cli_path(self.cli)), "run", "--format", "json"]
         if n:
             cmd.append("--continue")
         cmd += ["--", prompt]

@@ -113,7 +113,7 @@ def test_judge_names_each_failure():
     report = judge(True, [TurnOutcome(1, ""), TurnOutcome(0, "")],
                    [_turn(0, 64), _turn(1, 0, branch="b2"), _turn(1, 0, status=400)], (3, 1))  # fmt: skip
     assert report.failures == [
-        "exit code 1",
+        "turn 0: exit code 1",
         "1 non-2xx answers (1 in the gateway's counters)",
         "2 branches for one session",
         "cached tokens did not grow across turns: [64, 0]",
@@ -121,8 +121,20 @@ def test_judge_names_each_failure():
     ]
 
 
+def _length(n: int) -> tuple[int, Exchange]:
+    return n, _ex("/v1/chat/completions", {"messages": []}, 200, JSON,
+                  b'{"choices": [{"message": {}, "finish_reason": "length"}]}')  # fmt: skip
+
+
 def test_judge_never_excuses_a_timeout_as_a_length_stop():
-    length = (0, _ex("/v1/chat/completions", {"messages": []}, 200, JSON,
-                     b'{"choices": [{"message": {}, "finish_reason": "length"}]}'))  # fmt: skip
-    assert judge(False, [TurnOutcome(1, "")], [length], (1, 0)).failures == []
-    assert judge(False, [TurnOutcome(124, "")], [length], (1, 0)).failures == ["exit code 124"]
+    assert judge(False, [TurnOutcome(1, "")], [_length(0)], (1, 0)).failures == []
+    assert judge(False, [TurnOutcome(124, "")], [_length(0)], (1, 0)).failures == ["turn 0: exit code 124"]
+
+
+def test_judge_excuses_a_turn_by_its_own_last_stop():
+    # Turn 0 gave up on its length stop and turn 1 finished: named, not a failure.
+    report = judge(False, [TurnOutcome(1, ""), TurnOutcome(0, "")], [_length(0), _turn(1, 96)], (2, 0))
+    assert report.failures == [] and report.length_stopped_turns == [0] and report.exit_code == 1
+    # Turn 1 failed after a plain stop: turn 0's length stop does not excuse it.
+    report = judge(False, [TurnOutcome(0, ""), TurnOutcome(1, "")], [_length(0), _turn(1, 96)], (2, 0))
+    assert report.failures == ["turn 1: exit code 1"] and report.length_stopped_turns == []
