@@ -27,7 +27,7 @@ injected (tests pass fakes), the rest is built from `settings`:
                    settings.tracing: off without an OTLP endpoint, and then no
                    middleware is installed at all)
 
-The app is a `GatewayApp` (gateway.asgi): POST /v1/chat/completions and
+The app is a `GatewayApp` (gateway.http.asgi): POST /v1/chat/completions and
 /v1/completions skip FastAPI's routing layers; /admin bodies are limited to
 `settings.admin_max_body_bytes`. Metric labels are bounded: a request that
 matched no route is counted under the endpoint "other".
@@ -50,31 +50,31 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from gateway.asgi import BodySizeLimit, GatewayApp
 from gateway.control.health import NodeHealth
 from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
 from gateway.control.ports import Leadership
 from gateway.control.registry import WorkerRegistry
 from gateway.control.runtime import ClusterRuntime, DecisionSource, PlannerTick
 from gateway.control.workload_feed import WorkloadFeed
-from gateway.directory import Directory, GatewayDirectory
-from gateway.http_errors import install_error_handlers
+from gateway.http.asgi import BodySizeLimit, GatewayApp
+from gateway.http.docs import install_openapi
+from gateway.http.error_responses import install_error_handlers
+from gateway.kv.directory import Directory, GatewayDirectory
 from gateway.metrics import GatewayMetrics
-from gateway.raw_worker_client import RawWorkerClient
 from gateway.serving.anthropic.routes import anthropic_router
-from gateway.serving.openai.docs import install_openapi
 from gateway.serving.openai.routes import openai_router
 from gateway.serving.openai.service import OpenAIService
 from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
+from gateway.serving.policy.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.responses.routes import responses_router
 from gateway.serving.responses.store import MemoryResponseStore, RedisResponseStore, ResponseStore
-from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.tokenize import PromptTokenizer, model_sampling_defaults
 from gateway.serving.tokenize_process import ProcessTokenizer
 from gateway.serving.turn.parsing import OutputParsing
 from gateway.settings import GatewaySettings
 from gateway.telemetry import Tracing, TracingMiddleware
-from gateway.worker_client import WorkerAPI
+from gateway.upstream.port import WorkerAPI
+from gateway.upstream.raw_client import RawWorkerClient
 from routing import RouterConfig
 
 log = logging.getLogger(__name__)
@@ -290,7 +290,7 @@ def create_app(
     return app
 
 
-# The OpenAI routes served without FastAPI's routing layers (gateway.asgi).
+# The OpenAI routes served without FastAPI's routing layers (gateway.http.asgi).
 HOT_PATHS = ("/v1/chat/completions", "/v1/completions")
 # Route template -> `endpoint` label; other matched /v1 routes use their last literal segment.
 _ENDPOINTS = {

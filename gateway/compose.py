@@ -46,7 +46,6 @@ from fastapi import APIRouter
 from gateway.admin import bootstrap_admin_token, build_admin_router
 from gateway.admin._deps import AdminControl
 from gateway.admin.auth import AdminAuthenticator
-from gateway.circuit import CircuitBreaker
 from gateway.control.bus import ADMIN_TOKEN_REVOKED, ClusterEvent, LocalBus, RedisBus
 from gateway.control.leader_view import StoredDecision
 from gateway.control.leadership import LeaderElector
@@ -57,10 +56,11 @@ from gateway.control.planner_loop import PlannerLoop
 from gateway.control.runtime import ClusterRuntime
 from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
 from gateway.control.workload_stream import RedisWorkloadFeed
-from gateway.directory import GatewayDirectory
+from gateway.kv.circuit import CircuitBreaker
+from gateway.kv.directory import GatewayDirectory
 from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.serving.policy.cluster_limits import ClusterLimits
-from gateway.serving.tenancy import OpenTenantGate, TenantGate
+from gateway.serving.policy.tenancy import OpenTenantGate, TenantGate
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Overrides, SinkConfig, repository
 from gateway.store.db import StoreUnavailable

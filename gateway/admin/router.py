@@ -20,7 +20,7 @@ from gateway.admin._deps import AdminContext, AdminControl, ChangeNotices, _NoNo
 from gateway.admin._tenant_routes import tenant_routes
 from gateway.admin.auth import AdminAuthenticator
 from gateway.control.overrides import OverridesService
-from gateway.http_errors import install_error_handlers
+from gateway.http.error_responses import install_error_handlers
 from gateway.store.db import Database
 from gateway.store.sink import EventSink
 

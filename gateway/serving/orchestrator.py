@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from core import FinishReason, Role
 from gateway.control.health import Quarantine, request_fingerprint
 from gateway.control.registry import WorkerRegistry
-from gateway.directory import Directory
-from gateway.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
+from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
+from gateway.kv.directory import Directory
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
 from gateway.telemetry import NO_JOB, JobTrace, NoJobTrace, job_trace
-from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
+from gateway.upstream.port import WorkerAPI, WorkerRejected, WorkerUnreachable
 from routing import RouterConfig, RouteRequest, route
 from routing.picker import NoNodeAvailable
 from workers.protocol import (

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 NICE = 10  # the child's niceness, added to the gateway's

@@ -23,10 +23,10 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.http.errors import GatewayError, InvalidRequest
 from gateway.serving.anthropic.context_edits import apply_edits
-from gateway.serving.responses.convert import plain
 from gateway.serving.turn.choices import ChoiceResult
+from gateway.serving.turn.fields import plain
 from gateway.serving.turn.parsing import invalid_request, validate
 from gateway.serving.turn.spec import Sampling, TurnSpec, unset_fields
 

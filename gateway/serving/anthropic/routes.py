@@ -25,23 +25,20 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.errors import GatewayError
+from gateway.http.auth import api_key
+from gateway.http.body import json_object, read_body
+from gateway.http.docs import ANTHROPIC, body_of
+from gateway.http.errors import GatewayError
+from gateway.http.sse import EventStreamResponse
 from gateway.serving.anthropic import convert
 from gateway.serving.openai.answers import ChunkWriter, _primed, collect
-from gateway.serving.openai.docs import ANTHROPIC, body_of
-from gateway.serving.openai.routes import EventStreamResponse, bearer, branch_from_headers, read_body
+from gateway.serving.openai.routes import branch_from_headers
 from gateway.serving.openai.service import OpenAIService, Prepared
 from gateway.serving.orchestrator import Finished
-from gateway.serving.responses.routes import json_object
 from gateway.serving.turn.choices import run_choices
 from gateway.serving.turn.relay import deltas
 
 log = logging.getLogger(__name__)
-
-
-def api_key(request: Request) -> str | None:
-    key = request.headers.get("x-api-key")
-    return key.strip() if key and key.strip() else bearer(request)
 
 
 def _models() -> tuple[Any, Any]:
@@ -75,7 +72,7 @@ def anthropic_router(service: OpenAIService, *, max_body_bytes: int) -> APIRoute
     async def _create(request: Request) -> Response:
         data = json_object(await read_body(request, max_body_bytes))
         req = convert.parse_request(data, reasoning=reasoning, text_tokens=text_tokens)
-        tenant = await service.gate.authenticate(api_key(request))
+        tenant = await service.gate.authenticate(api_key(request.headers))
         service.check_model(req.model)
         spec = convert.turn_spec(req)
         branch = branch_from_headers(request, tenant, metadata=req.metadata, messages=spec.messages)
@@ -108,7 +105,7 @@ def anthropic_router(service: OpenAIService, *, max_body_bytes: int) -> APIRoute
         try:
             data = json_object(await read_body(request, max_body_bytes))
             req = convert.parse_request(data, count_tokens=True, reasoning=reasoning, text_tokens=text_tokens)
-            await service.gate.authenticate(api_key(request))
+            await service.gate.authenticate(api_key(request.headers))
             service.check_model(req.model)
             spec = convert.count_tokens_spec(req)
             tokens = service.tokenizer.encode_chat(

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi.responses import Response
 
-from gateway.errors import GatewayError
+from gateway.http.errors import GatewayError
 from gateway.serving.openai import sse
 from gateway.serving.openai.schemas import (
     AssistantMessage,

@@ -10,7 +10,6 @@ event and the stream ends without `[DONE]` — never a silent truncation.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -19,14 +18,16 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
-from starlette.types import Receive, Scope, Send
 
 from core.ids import ID_RE
-from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
+from gateway.http.auth import bearer
+from gateway.http.body import read_body
+from gateway.http.docs import BEARER, body_of
+from gateway.http.errors import GatewayError, InvalidRequest, NotFound
+from gateway.http.sse import EventStreamResponse
 from gateway.serving.openai import answers, sse
 from gateway.serving.openai.convert import chat_spec, completion_spec
-from gateway.serving.openai.docs import BEARER, body_of
-from gateway.serving.openai.request_fields import field_path, model_check_param, unsupported_field_message
+from gateway.serving.openai.request_fields import model_check_param, unsupported_field_message
 from gateway.serving.openai.schemas import (
     AssistantMessage,
     BranchFinished,
@@ -45,26 +46,13 @@ from gateway.serving.openai.service import (
     parse_branch_headers,
 )
 from gateway.serving.orchestrator import Finished
-from gateway.serving.tenancy import TenantContext
+from gateway.serving.policy.tenancy import TenantContext
+from gateway.serving.turn.fields import field_path
 from gateway.serving.turn.identity import identity_from, opening_key
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 _JSON = "application/json"
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-        parts.append(part)
-    return b"".join(parts)
 
 
 def parse_model(model: type[M], body: bytes) -> M:
@@ -79,14 +67,6 @@ def parse_model(model: type[M], body: bytes) -> M:
         if not loc:  # a check over several fields: the one its message names first
             raise InvalidRequest(msg, param=model_check_param(msg, model.model_fields)) from exc
         raise InvalidRequest(f"{msg} (at {loc})", param=loc) from exc
-
-
-def bearer(request: Request) -> str | None:
-    value = request.headers.get("authorization")
-    if not value:
-        return None
-    scheme, _, key = value.partition(" ")
-    return key.strip() if scheme.lower() == "bearer" and key.strip() else None
 
 
 def branch_from_headers(
@@ -116,53 +96,11 @@ def branch_from_headers(
     )
 
 
-class EventStreamResponse(Response):
-    """A lean `text/event-stream` response.
-
-    Starlette's StreamingResponse runs a task group per response to watch for
-    disconnects; on the hot path that costs more than the gateway's own work.
-    Here one `receive()` task watches, and the body stops at the next event
-    after the client left (the body's `finally` then aborts the worker).
-    `on_close` runs exactly once, even when the body never started.
-    """
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self, body: AsyncIterator[bytes], *, headers: dict[str, str], on_close: Callable[[], Awaitable[object]]
-    ) -> None:
-        super().__init__(headers={**headers, "cache-control": "no-cache"}, media_type=self.media_type)
-        # Streamed with chunked encoding: no content-length.
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self._body = body
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = asyncio.ensure_future(receive())
-        try:
-            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            ended = False  # the body's last event ends the response in the same write
-            async for chunk in self._body:
-                if ended:
-                    continue  # nothing follows [DONE]; the body runs to its end (its cleanup)
-                if watch.done():  # http.disconnect: nobody is reading any more
-                    break
-                ended = chunk.endswith(sse.DONE)
-                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
-            else:
-                if not ended:
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            watch.cancel()
-            await self._body.aclose()  # type: ignore[attr-defined]
-            await self._on_close()
-
-
 def openai_router(service: OpenAIService, *, max_body_bytes: int) -> APIRouter:
     router = APIRouter()
 
     async def authenticate(request: Request) -> TenantContext:
-        return await service.gate.authenticate(bearer(request))
+        return await service.gate.authenticate(bearer(request.headers))
 
     def branch_of(request: Request, tenant: TenantContext, *, conversation: str | None = None) -> BranchContext:
         return branch_from_headers(request, tenant, conversation=conversation)

@@ -34,11 +34,11 @@ from pydantic import ValidationError
 from core import FinishReason
 from core.ids import ID_RE
 from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
-from gateway.directory import Directory
-from gateway.errors import InvalidRequest, NotFound, RateLimited
+from gateway.http.errors import InvalidRequest, NotFound, RateLimited
+from gateway.kv.directory import Directory
 from gateway.metrics import GatewayMetrics
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
-from gateway.serving.tenancy import TenantContext, TenantGate
+from gateway.serving.policy.tenancy import TenantContext, TenantGate
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
 from gateway.serving.tokenize_process import ProcessTokenizer, ProcessUnavailable
 from gateway.serving.turn.parsing import Adjusted, OutputParsing, invalid_request

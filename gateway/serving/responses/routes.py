@@ -17,7 +17,6 @@ orchestrator, vLLM's parser). What is particular to this API:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, aclosing
@@ -28,10 +27,13 @@ from fastapi.responses import Response
 from redis.exceptions import RedisError
 
 from core import FinishReason
-from gateway.errors import GatewayError, InvalidRequest, NotFound
+from gateway.http.auth import bearer
+from gateway.http.body import json_object, read_body
+from gateway.http.docs import BEARER, body_of
+from gateway.http.errors import GatewayError, NotFound
+from gateway.http.sse import EventStreamResponse
 from gateway.serving.openai.answers import _primed, collect
-from gateway.serving.openai.docs import BEARER, body_of
-from gateway.serving.openai.routes import EventStreamResponse, bearer, branch_from_headers, read_body
+from gateway.serving.openai.routes import branch_from_headers
 from gateway.serving.openai.service import OpenAIService, Prepared
 from gateway.serving.orchestrator import Finished
 from gateway.serving.responses import convert
@@ -44,16 +46,6 @@ from gateway.serving.turn.relay import deltas
 
 log = logging.getLogger(__name__)
 _JSON = "application/json"
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return data
 
 
 def _doc_model() -> Any:
@@ -75,7 +67,7 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
         `previous_response_id`, `store`; streamed as typed events or not."""
         data, surface = offered_tools(json_object(await read_body(request, max_body_bytes)))
         req = convert.parse_request(data)
-        tenant = await service.gate.authenticate(bearer(request))
+        tenant = await service.gate.authenticate(bearer(request.headers))
         service.check_model(req.model)
         history: list[dict[str, Any]] = []
         key: str | None = req.prompt_cache_key
@@ -119,7 +111,7 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
     @router.get("/v1/responses/{response_id}", openapi_extra=BEARER, tags=["openai"])
     async def get_response(response_id: str, request: Request) -> Response:
         """A stored response (within the retention, see docs/api.md)."""
-        tenant = await service.gate.authenticate(bearer(request))
+        tenant = await service.gate.authenticate(bearer(request.headers))
         turn = await store.get(tenant.tenant_id, response_id)
         if turn is None:
             raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
@@ -128,7 +120,7 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
     @router.delete("/v1/responses/{response_id}", openapi_extra=BEARER, tags=["openai"])
     async def delete_response(response_id: str, request: Request) -> Response:
         """Forget a stored response: it can no longer be continued."""
-        tenant = await service.gate.authenticate(bearer(request))
+        tenant = await service.gate.authenticate(bearer(request.headers))
         if not await store.delete(tenant.tenant_id, response_id):
             raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
         body = {"id": response_id, "object": "response.deleted", "deleted": True}

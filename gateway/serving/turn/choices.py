@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import FinishReason
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 from gateway.serving.openai.service import OpenAIService, Prepared, TextAssembler
 from gateway.serving.orchestrator import Finished, Job, TokenDelta
 from gateway.serving.tokenize import PromptTokenizer

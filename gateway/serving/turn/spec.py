@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 
 SEED_MAX = 2**63 - 1
 

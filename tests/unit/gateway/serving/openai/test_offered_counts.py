@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.control.workload_feed import LocalWorkloadFeed
-from gateway.errors import PermissionDenied, RateLimited
+from gateway.http.errors import PermissionDenied, RateLimited
 from gateway.serving.openai.service import OpenAIService, Prepared, parse_branch_headers
 from gateway.serving.orchestrator import Job
-from gateway.serving.tenancy import TenantContext
+from gateway.serving.policy.tenancy import TenantContext
 from workers.protocol import SamplingOptions
 
 TENANT = TenantContext(tenant_id="t", name="t", cache_salt="t")

@@ -9,14 +9,14 @@ import threading
 import pytest
 
 from gateway.control.registry import WorkerRegistry
-from gateway.directory import GatewayDirectory
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
+from gateway.kv.directory import GatewayDirectory
 from gateway.metrics import GatewayMetrics
 from gateway.serving.openai.convert import chat_spec, completion_spec
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.serving.openai.service import OpenAIService, parse_branch_headers
 from gateway.serving.orchestrator import Orchestrator
-from gateway.serving.tenancy import OpenTenantGate
+from gateway.serving.policy.tenancy import OpenTenantGate
 from gateway.serving.tokenize import PromptTokenizer
 from kvpool.directory import MemoryDirectory
 from testing.fake_worker import InProcessWorkerClient
