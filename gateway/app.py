@@ -8,7 +8,7 @@ injected (tests pass fakes), the rest is built from `settings`:
     directory      GatewayDirectory over kvpool's memory directory (Redis with
                    settings.directory_url)
     tenant_gate    OpenTenantGate (no auth); the control plane passes its gate
-    admin_router   factory (the cluster runtime) -> APIRouter, mounted as is
+    admin_router   factory (the cluster runtime, the request log) -> APIRouter, mounted as is
     switch_sinks   extra switch recorders (event store); metrics are always one
     planner_tick   coroutine run every `planner_interval_s` (see gateway.control.runtime),
                    reported as `planner_name`
@@ -63,7 +63,6 @@ from gateway.kv.directory import Directory, GatewayDirectory
 from gateway.metrics import GatewayMetrics
 from gateway.serving.anthropic.routes import anthropic_router
 from gateway.serving.openai.routes import openai_router
-from gateway.serving.openai.service import OpenAIService
 from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
 from gateway.serving.policy.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.responses.routes import responses_router
@@ -71,6 +70,8 @@ from gateway.serving.responses.store import MemoryResponseStore, RedisResponseSt
 from gateway.serving.tokenize import PromptTokenizer, model_sampling_defaults
 from gateway.serving.tokenize_process import ProcessTokenizer
 from gateway.serving.turn.parsing import OutputParsing
+from gateway.serving.turn.requestlog import RequestLog
+from gateway.serving.turn.service import TurnService
 from gateway.settings import GatewaySettings
 from gateway.telemetry import Tracing, TracingMiddleware
 from gateway.upstream.port import WorkerAPI
@@ -79,7 +80,7 @@ from routing import RouterConfig
 
 log = logging.getLogger(__name__)
 
-AdminRouterFactory = Callable[[ClusterRuntime], APIRouter]
+AdminRouterFactory = Callable[[ClusterRuntime, RequestLog], APIRouter]
 
 
 @dataclass
@@ -92,7 +93,7 @@ class GatewayRuntime:
     switcher: PhaseSwitcher
     cluster: ClusterRuntime
     metrics: GatewayMetrics
-    service: OpenAIService
+    service: TurnService
 
 
 # Lifespan hooks: startup hooks run in order once the workers are registered
@@ -193,7 +194,7 @@ def create_app(
             if settings.directory_url
             else MemoryResponseStore(ttl_s=settings.responses_ttl_s, max_entries=settings.responses_max)
         )
-    service = OpenAIService(
+    service = TurnService(
         model_name=settings.served_model,
         tokenizer=tokenizer,
         orchestrator=orchestrator,
@@ -209,6 +210,7 @@ def create_app(
         sampling_defaults=model_sampling_defaults(settings.model_dir) if settings.model_dir else None,
         process_tokenizer=process_tokenizer,
         process_chars=settings.tokenize_process_chars,
+        request_log=RequestLog(settings.request_log_size),
     )
     runtime = GatewayRuntime(settings, client, directory, registry, orchestrator, switcher, cluster, metrics, service)
 
@@ -260,7 +262,7 @@ def create_app(
     app.include_router(anthropic_router(service, max_body_bytes=settings.max_body_bytes))
     install_openapi(app)
     if admin_router is not None:
-        app.include_router(admin_router(cluster))
+        app.include_router(admin_router(cluster, service.requests))
     app.add_middleware(BodySizeLimit, limit=settings.admin_max_body_bytes, prefix="/admin")
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)

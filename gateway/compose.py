@@ -61,6 +61,7 @@ from gateway.kv.directory import GatewayDirectory
 from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.serving.policy.cluster_limits import ClusterLimits
 from gateway.serving.policy.tenancy import OpenTenantGate, TenantGate
+from gateway.serving.turn.requestlog import RequestLog
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Overrides, SinkConfig, repository
 from gateway.store.db import StoreUnavailable
@@ -184,12 +185,19 @@ class ControlPlane:
         if event.kind == ADMIN_TOKEN_REVOKED:
             self.auth.forget(str(event.data.get("token_id", "")))
 
-    def admin_router(self, control: AdminControl) -> APIRouter:
-        """`create_app`'s admin router factory; `control` is the cluster runtime."""
+    def admin_router(self, control: AdminControl, requests: RequestLog | None = None) -> APIRouter:
+        """`create_app`'s admin router factory; `control` is the cluster runtime,
+        `requests` the serving side's request log."""
         self.service = OverridesService(control, self.sink, bus=self.bus)
         self.bus.subscribe(self.service.on_event, on_resync=self.reconcile)
         return build_admin_router(
-            control=control, db=self.db, sink=self.sink, auth=self.auth, overrides=self.service, bus=self.bus
+            control=control,
+            db=self.db,
+            sink=self.sink,
+            auth=self.auth,
+            overrides=self.service,
+            bus=self.bus,
+            requests=requests,
         )
 
     @property

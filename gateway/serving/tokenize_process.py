@@ -91,7 +91,7 @@ def _tokenize(
 
 
 class ProcessTokenizer:
-    """One child process that tokenizes what `OpenAIService` gives it (see the module doc)."""
+    """One child process that tokenizes what `turn.tokens.PromptTokens` gives it (see the module doc)."""
 
     def __init__(self, model_dir: str) -> None:
         self.model_dir = model_dir

@@ -20,7 +20,7 @@ from typing import Protocol
 import httpx
 from pydantic import ValidationError
 
-from gateway.errors import UpstreamFailed
+from gateway.http.errors import UpstreamFailed
 from workers.protocol import (
     AbortResponse,
     ErrorResponse,
