@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import FinishReason
 from gateway.http.errors import InvalidRequest
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.serving.tokenize import PromptTokenizer
-from gateway.serving.turn.lean import TextAssembler
+from gateway.serving.turn.lean import JobClock, TextAssembler
 from gateway.serving.turn.prepare import Prepared
 from workers.protocol import TokenLogprobs
 
@@ -220,17 +218,11 @@ async def run_choice(
     orchestrator: Orchestrator, p: Prepared, job: Job, out: ChoiceOutput, account: Account
 ) -> AsyncIterator[ChoiceDelta | Finished]:
     """One job through the orchestrator: its deltas, then its `Finished` (accounted)."""
-    t0 = time.monotonic()
-    count = cached = 0
-    ttft = 0.0
-    phase = "decode"
+    clock = JobClock()
     async with contextlib.aclosing(_named_constraint_errors(orchestrator.stream(job), p)) as events:
         async for ev in events:
             if isinstance(ev, TokenDelta):
-                if not count:
-                    ttft, phase = time.monotonic() - t0, ev.phase
-                count += len(ev.token_ids)
-                cached = ev.cached_tokens
+                clock.seen(ev)
                 delta = out.push(ev)
                 if delta is not None:
                     yield delta
@@ -240,8 +232,7 @@ async def run_choice(
                 account(ev)
                 yield ev
                 return
-    # A stop string ended the text before the worker finished.
-    done = Finished(FinishReason.STOP, len(job.prompt_token_ids), cached, count, ttft, time.monotonic() - t0, phase)
+    done = clock.stopped(len(job.prompt_token_ids))  # a stop string ended the text before the worker finished
     account(done)
     yield done
 

@@ -37,6 +37,28 @@ class TextAssembler:
         return self._stops.push(self._detok.flush()) + self._stops.flush()
 
 
+class JobClock:
+    """What a job's `Finished` needs when a stop string ends it before the
+    worker does: tokens seen, cached tokens, time to the first token, its phase."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self.count = self.cached = 0
+        self.ttft = 0.0
+        self.phase = "decode"
+
+    def seen(self, ev: TokenDelta) -> None:
+        if not self.count:
+            self.ttft, self.phase = time.monotonic() - self._t0, ev.phase
+        self.count += len(ev.token_ids)
+        self.cached = ev.cached_tokens
+
+    def stopped(self, prompt_tokens: int) -> Finished:
+        """The job ended by a stop string: finish_reason "stop"."""
+        e2e = time.monotonic() - self._t0
+        return Finished(FinishReason.STOP, prompt_tokens, self.cached, self.count, self.ttft, e2e, self.phase)
+
+
 async def lean_run(
     orchestrator: Orchestrator,
     tokenizer: PromptTokenizer,
@@ -45,17 +67,11 @@ async def lean_run(
 ) -> AsyncIterator[str | Finished]:
     """Text deltas, then one `Finished` (finish_reason "stop" when a stop string hit), accounted."""
     text = TextAssembler(tokenizer, p.stops)
-    t0 = time.monotonic()
-    count = cached = 0
-    ttft = 0.0
-    phase = "decode"
+    clock = JobClock()
     async with contextlib.aclosing(orchestrator.stream(p.job)) as events:
         async for ev in events:
             if isinstance(ev, TokenDelta):
-                if not count:
-                    ttft, phase = time.monotonic() - t0, ev.phase
-                count += len(ev.token_ids)
-                cached = ev.cached_tokens
+                clock.seen(ev)
                 delta = text.push(ev.token_ids)
                 if delta:
                     yield delta
@@ -68,7 +84,6 @@ async def lean_run(
                 account(ev)
                 yield ev
                 return
-    # A stop string ended the text before the worker finished.
-    done = Finished(FinishReason.STOP, len(p.job.prompt_token_ids), cached, count, ttft, time.monotonic() - t0, phase)
+    done = clock.stopped(len(p.job.prompt_token_ids))  # a stop string ended the text before the worker finished
     account(done)
     yield done
