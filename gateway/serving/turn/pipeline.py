@@ -39,6 +39,7 @@ from gateway.serving.turn.requestlog import RequestRecord
 from gateway.serving.turn.spec import TurnSpec
 
 log = logging.getLogger(__name__)
+CLIENT_GONE = 499  # the status recorded for a request whose client left before its answer (nginx's)
 
 
 class StreamEncoder(Protocol):
@@ -79,6 +80,7 @@ class Turn:
         self.done: list[Finished] = []
         self.streaming = False  # the response is a stream: its end finishes the turn
         self._stack = AsyncExitStack()
+        self._events: AsyncGenerator[Any, None] | None = None  # a streamed run's choices
         self._finished = False
 
     async def authenticate(self, key: str | None) -> TenantContext:
@@ -151,8 +153,17 @@ class Turn:
                 raise
             source = deltas(first, events)
         self.streaming = True
+        self._events = events
         body = self._body(encoder, source, events)
-        return EventStreamResponse(body, headers=headers, on_close=self._stack.aclose)
+        return EventStreamResponse(body, headers=headers, on_close=self._closed)
+
+    async def _closed(self) -> None:
+        """The response's end. A body that never started (the client left
+        first) ran no `finally`: release the run and record the request here."""
+        if self._events is not None:
+            await self._events.aclose()
+        await self._stack.aclose()
+        self.finish(CLIENT_GONE)
 
     async def _body(
         self, encoder: StreamEncoder, source: AsyncGenerator[Any, None], events: AsyncGenerator[Any, None] | None

@@ -9,6 +9,7 @@ log). Routes get a `Turn` per request from `serve` and never reach past it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -29,7 +30,7 @@ from gateway.serving.turn.admission import Admission
 from gateway.serving.turn.branch import BranchContext
 from gateway.serving.turn.model import ServedModel
 from gateway.serving.turn.parsing import OutputParsing
-from gateway.serving.turn.pipeline import ErrorAnswer, Turn
+from gateway.serving.turn.pipeline import CLIENT_GONE, ErrorAnswer, Turn
 from gateway.serving.turn.prepare import Prepared, Preparer
 from gateway.serving.turn.requestlog import RequestLog
 from gateway.serving.turn.spec import TurnSpec
@@ -152,6 +153,10 @@ class TurnService:
             await turn.abort()
             turn.finish(exc.status)
             return error_answer(exc)
+        except asyncio.CancelledError:  # the client left before the answer
+            await turn.abort()
+            turn.finish(CLIENT_GONE)
+            raise
         except Exception as exc:  # answered and logged, never swallowed
             log.exception("%s request crashed", endpoint)
             await turn.abort()
