@@ -135,7 +135,7 @@ def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, m
     demo_key(cp, data_dir)  # writes <data_dir>/demo-api-key for the load generator
     app = compose_app(settings, control_plane=cp)
     try:
-        from gateway.server import serve_app
+        from gateway.http.server import serve_app
     except ImportError:  # this harness run over an older source tree (a before/after comparison)
         import uvicorn
 

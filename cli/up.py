@@ -125,7 +125,7 @@ def serve(
     when the signal arrives (`up` stops its load there, before the gateway
     stops taking requests)."""
     from gateway.compose import compose_app
-    from gateway.server import serve_app
+    from gateway.http.server import serve_app
 
     serve_app(
         compose_app(settings, control_plane=control_plane),

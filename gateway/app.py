@@ -8,7 +8,7 @@ injected (tests pass fakes), the rest is built from `settings`:
     directory      GatewayDirectory over kvpool's memory directory (Redis with
                    settings.directory_url)
     tenant_gate    OpenTenantGate (no auth); the control plane passes its gate
-    admin_router   factory (the cluster runtime) -> APIRouter, mounted as is
+    admin_router   factory (the cluster runtime, the request log) -> APIRouter, mounted as is
     switch_sinks   extra switch recorders (event store); metrics are always one
     planner_tick   coroutine run every `planner_interval_s` (see gateway.control.runtime),
                    reported as `planner_name`
@@ -27,7 +27,7 @@ injected (tests pass fakes), the rest is built from `settings`:
                    settings.tracing: off without an OTLP endpoint, and then no
                    middleware is installed at all)
 
-The app is a `GatewayApp` (gateway.asgi): POST /v1/chat/completions and
+The app is a `GatewayApp` (gateway.http.asgi): POST /v1/chat/completions and
 /v1/completions skip FastAPI's routing layers; /admin bodies are limited to
 `settings.admin_max_body_bytes`. Metric labels are bounded: a request that
 matched no route is counted under the endpoint "other".
@@ -50,36 +50,37 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from gateway.asgi import BodySizeLimit, GatewayApp
 from gateway.control.health import NodeHealth
 from gateway.control.phase_switch import PhaseSwitcher, SwitchSink
 from gateway.control.ports import Leadership
 from gateway.control.registry import WorkerRegistry
 from gateway.control.runtime import ClusterRuntime, DecisionSource, PlannerTick
 from gateway.control.workload_feed import WorkloadFeed
-from gateway.directory import Directory, GatewayDirectory
-from gateway.http_errors import install_error_handlers
+from gateway.http.asgi import BodySizeLimit, GatewayApp
+from gateway.http.docs import install_openapi
+from gateway.http.error_responses import install_error_handlers
+from gateway.kv.directory import Directory, GatewayDirectory
 from gateway.metrics import GatewayMetrics
-from gateway.raw_worker_client import RawWorkerClient
 from gateway.serving.anthropic.routes import anthropic_router
-from gateway.serving.openai.docs import install_openapi
 from gateway.serving.openai.routes import openai_router
-from gateway.serving.openai.service import OpenAIService
 from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
+from gateway.serving.policy.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.responses.routes import responses_router
 from gateway.serving.responses.store import MemoryResponseStore, RedisResponseStore, ResponseStore
-from gateway.serving.tenancy import OpenTenantGate, TenantGate
 from gateway.serving.tokenize import PromptTokenizer, model_sampling_defaults
 from gateway.serving.tokenize_process import ProcessTokenizer
 from gateway.serving.turn.parsing import OutputParsing
+from gateway.serving.turn.requestlog import RequestLog
+from gateway.serving.turn.service import TurnService
 from gateway.settings import GatewaySettings
 from gateway.telemetry import Tracing, TracingMiddleware
-from gateway.worker_client import WorkerAPI
+from gateway.upstream.port import WorkerAPI
+from gateway.upstream.raw_client import RawWorkerClient
 from routing import RouterConfig
 
 log = logging.getLogger(__name__)
 
-AdminRouterFactory = Callable[[ClusterRuntime], APIRouter]
+AdminRouterFactory = Callable[[ClusterRuntime, RequestLog], APIRouter]
 
 
 @dataclass
@@ -92,7 +93,7 @@ class GatewayRuntime:
     switcher: PhaseSwitcher
     cluster: ClusterRuntime
     metrics: GatewayMetrics
-    service: OpenAIService
+    service: TurnService
 
 
 # Lifespan hooks: startup hooks run in order once the workers are registered
@@ -193,7 +194,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
             if settings.directory_url
             else MemoryResponseStore(ttl_s=settings.responses_ttl_s, max_entries=settings.responses_max)
         )
-    service = OpenAIService(
+    service = TurnService(
         model_name=settings.served_model,
         tokenizer=tokenizer,
         orchestrator=orchestrator,
@@ -209,6 +210,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
         sampling_defaults=model_sampling_defaults(settings.model_dir) if settings.model_dir else None,
         process_tokenizer=process_tokenizer,
         process_chars=settings.tokenize_process_chars,
+        request_log=RequestLog(settings.request_log_size),
     )
     runtime = GatewayRuntime(settings, client, directory, registry, orchestrator, switcher, cluster, metrics, service)
 
@@ -260,7 +262,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
     app.include_router(anthropic_router(service, max_body_bytes=settings.max_body_bytes))
     install_openapi(app)
     if admin_router is not None:
-        app.include_router(admin_router(cluster))
+        app.include_router(admin_router(cluster, service.requests))
     app.add_middleware(BodySizeLimit, limit=settings.admin_max_body_bytes, prefix="/admin")
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
@@ -290,7 +292,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
     return app
 
 
-# The OpenAI routes served without FastAPI's routing layers (gateway.asgi).
+# The OpenAI routes served without FastAPI's routing layers (gateway.http.asgi).
 HOT_PATHS = ("/v1/chat/completions", "/v1/completions")
 # Route template -> `endpoint` label; other matched /v1 routes use their last literal segment.
 _ENDPOINTS = {

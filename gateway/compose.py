@@ -46,7 +46,6 @@ from fastapi import APIRouter
 from gateway.admin import bootstrap_admin_token, build_admin_router
 from gateway.admin._deps import AdminControl
 from gateway.admin.auth import AdminAuthenticator
-from gateway.circuit import CircuitBreaker
 from gateway.control.bus import AdminTokenRevoked, ClusterEvent, LocalBus, RedisBus
 from gateway.control.leader_view import StoredDecision
 from gateway.control.leadership import LeaderElector
@@ -57,10 +56,12 @@ from gateway.control.planner_loop import PlannerLoop
 from gateway.control.runtime import ClusterRuntime
 from gateway.control.workload_feed import LocalWorkloadFeed, WorkloadFeed
 from gateway.control.workload_stream import RedisWorkloadFeed
-from gateway.directory import GatewayDirectory
+from gateway.kv.circuit import CircuitBreaker
+from gateway.kv.directory import GatewayDirectory
 from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.serving.policy.cluster_limits import ClusterLimits
-from gateway.serving.tenancy import OpenTenantGate, TenantGate
+from gateway.serving.policy.tenancy import OpenTenantGate, TenantGate
+from gateway.serving.turn.requestlog import RequestLog
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Overrides, SinkConfig, repository
 from gateway.store.db import StoreUnavailable
@@ -185,12 +186,19 @@ class ControlPlane:
         if isinstance(revoked, AdminTokenRevoked):
             self.auth.forget(revoked.token_id)
 
-    def admin_router(self, control: AdminControl) -> APIRouter:
-        """`create_app`'s admin router factory; `control` is the cluster runtime."""
+    def admin_router(self, control: AdminControl, requests: RequestLog | None = None) -> APIRouter:
+        """`create_app`'s admin router factory; `control` is the cluster runtime,
+        `requests` the serving side's request log."""
         self.service = OverridesService(control, self.sink, bus=self.bus)
         self.bus.subscribe(self.service.on_event, on_resync=self.reconcile)
         return build_admin_router(
-            control=control, db=self.db, sink=self.sink, auth=self.auth, overrides=self.service, bus=self.bus
+            control=control,
+            db=self.db,
+            sink=self.sink,
+            auth=self.auth,
+            overrides=self.service,
+            bus=self.bus,
+            requests=requests,
         )
 
     @property

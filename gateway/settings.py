@@ -123,6 +123,8 @@ class GatewaySettings:
     tool_strict_level: str = "auto"
     responses_ttl_s: float = 86400.0
     responses_max: int = 10_000
+    # Requests kept in the in-memory request log (GET /admin/requests), newest first out.
+    request_log_size: int = 10_000
     # Upper bound for one worker call to connect / between two stream chunks.
     connect_timeout_s: float = 5.0
     stream_idle_timeout_s: float = 300.0
@@ -176,6 +178,8 @@ class GatewaySettings:
             raise ValueError("tool_strict_level must be auto, function or parameter")
         if self.responses_ttl_s <= 0 or self.responses_max < 1:
             raise ValueError("responses_ttl_s must be > 0 and responses_max >= 1")
+        if self.request_log_size < 1:
+            raise ValueError("request_log_size must be >= 1")
         if self.max_node_attempts < 1:
             raise ValueError("max_node_attempts must be >= 1")
         if self.auth not in AUTH_MODES:
@@ -269,6 +273,7 @@ class GatewaySettings:
             "TOOL_STRICT_LEVEL": ("tool_strict_level", str),
             "RESPONSES_TTL_S": ("responses_ttl_s", float),
             "RESPONSES_MAX": ("responses_max", int),
+            "REQUEST_LOG_SIZE": ("request_log_size", int),
             "PLANNER_MIN_PREFILL": ("planner_min_prefill", int),
         }
         for env_name, (attr, cast) in casts.items():

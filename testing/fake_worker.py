@@ -36,8 +36,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from core import Phase, Role
-from gateway.directory import BlockHasher, default_block_hasher
-from gateway.worker_client import WorkerRejected, WorkerUnreachable
+from gateway.kv.directory import BlockHasher, default_block_hasher
+from gateway.upstream.port import WorkerRejected, WorkerUnreachable
 from workers.fence import StaleTerm, TermFence
 from workers.protocol import (
     ENGINE_DEAD,
@@ -339,7 +339,7 @@ class FakeWorker:
 
 
 class InProcessWorkerClient:
-    """`gateway.worker_client.WorkerAPI` over FakeWorkers in this process (url -> worker)."""
+    """`gateway.upstream.port.WorkerAPI` over FakeWorkers in this process (url -> worker)."""
 
     def __init__(self, workers: dict[str, FakeWorker]) -> None:
         self.workers = workers

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.worker_client import WorkerRejected, WorkerUnreachable
+from gateway.upstream.port import WorkerRejected, WorkerUnreachable
 from testing.fake_worker import FakeWorker
 from workers.protocol import (
     ErrorBody,

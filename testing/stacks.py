@@ -29,7 +29,7 @@ from gateway.serving.tokenize import PromptTokenizer
 from gateway.settings import GatewaySettings
 from gateway.store import Database, EventSink, Policy, SinkConfig, repository
 from gateway.store.migrate import db_upgrade
-from gateway.worker_client import WorkerRejected
+from gateway.upstream.port import WorkerRejected
 from testing.fake_worker import FakeWorker
 from testing.fake_worker_app import create_fake_worker_app
 from testing.tiny_tokenizer import write_tiny_tokenizer

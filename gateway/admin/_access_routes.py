@@ -8,11 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, status
 from sqlalchemy.orm import Session
 
-from gateway import errors
 from gateway.admin import schemas
 from gateway.admin._deps import AdminContext, Limit, Offset, RoleDependency, Since, Until, unix_s
 from gateway.admin.auth import OPERATOR, AdminPrincipal
 from gateway.control.bus import AdminTokenRevoked
+from gateway.http import errors
 from gateway.store import repository
 
 

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from gateway import errors
 from gateway.admin import schemas
 from gateway.admin._deps import (
     CSV_RESPONSES,
@@ -31,6 +30,7 @@ from gateway.admin._deps import (
 from gateway.admin.auth import AdminPrincipal
 from gateway.control.overrides import Pins
 from gateway.control.ports import PlannerState
+from gateway.http import errors
 from gateway.store import repository
 from gateway.store.tables import PlannerDecision
 

@@ -13,11 +13,11 @@ from fastapi import Depends, Query
 from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway import errors
 from gateway.admin.auth import AdminAuthenticator, AdminPrincipal
 from gateway.control.bus import BusEvent
 from gateway.control.overrides import OverridesService
 from gateway.control.ports import ClusterControl, ClusterHistory
+from gateway.http import errors
 from gateway.store.db import Database
 from gateway.store.sink import EventSink
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from gateway import errors
+from gateway.http import errors
 from gateway.store import repository
 from gateway.store.db import Database, StoreUnavailable
 

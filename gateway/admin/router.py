@@ -17,10 +17,12 @@ from fastapi import APIRouter
 from gateway.admin._access_routes import access_routes
 from gateway.admin._cluster_routes import cluster_routes
 from gateway.admin._deps import AdminContext, AdminControl, ChangeNotices, _NoNotices, role_dependencies
+from gateway.admin._request_routes import request_routes
 from gateway.admin._tenant_routes import tenant_routes
 from gateway.admin.auth import AdminAuthenticator
 from gateway.control.overrides import OverridesService
-from gateway.http_errors import install_error_handlers
+from gateway.http.error_responses import install_error_handlers
+from gateway.serving.turn.requestlog import RequestLog
 from gateway.store.db import Database
 from gateway.store.sink import EventSink
 
@@ -42,12 +44,14 @@ def build_admin_router(
     auth: AdminAuthenticator | None = None,
     overrides: OverridesService | None = None,
     bus: ChangeNotices | None = None,
+    requests: RequestLog | None = None,
     prefix: str = "/admin",
 ) -> APIRouter:
     """The admin API. `control` implements `ClusterControl` and `ClusterHistory`;
     `overrides` defaults to an `OverridesService` over `control` recording to `sink`;
     `bus` gets a notice of every tenant, key and policy change (other replicas
-    apply it at once), none by default."""
+    apply it at once), none by default. `requests`: the serving side's request
+    log, read at `/admin/requests` (operators), when given."""
     ctx = AdminContext(
         control=control,
         overrides=overrides or OverridesService(control, sink),
@@ -60,6 +64,8 @@ def build_admin_router(
     router = APIRouter(prefix=prefix, responses=ERROR_RESPONSES)
     for build in (access_routes, cluster_routes, tenant_routes):
         router.include_router(build(ctx, viewer, operator))
+    if requests is not None:
+        router.include_router(request_routes(requests, operator))
     return router
 
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from core import Phase
 from gateway.control.bus import BusEvent, ClusterEvent, OverrideChanged
 from gateway.control.ports import ClusterControl
-from gateway.errors import GatewayError, InvalidRequest, NotFound
+from gateway.http.errors import GatewayError, InvalidRequest, NotFound
 from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Overrides
 from planner.types import PlannerMode
 

@@ -31,10 +31,10 @@ from collections.abc import Awaitable, Callable
 
 from core import Phase
 from gateway.control.registry import WorkerRegistry
-from gateway.errors import Conflict
+from gateway.http.errors import Conflict
 from gateway.store.records import SwitchOutcome
 from gateway.telemetry import SwitchTrace, Tracing
-from gateway.worker_client import WorkerAPI, WorkerError, WorkerRejected
+from gateway.upstream.port import WorkerAPI, WorkerError, WorkerRejected
 from workers.protocol import PhaseChangeRequest
 
 log = logging.getLogger(__name__)

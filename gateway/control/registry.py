@@ -45,9 +45,9 @@ from typing import Any
 
 from core import Phase
 from gateway.control.health import NodeHealth, assess
-from gateway.directory import Directory
-from gateway.errors import NotFound
-from gateway.worker_client import WorkerAPI, WorkerError
+from gateway.http.errors import NotFound
+from gateway.kv.directory import Directory
+from gateway.upstream.port import WorkerAPI, WorkerError
 from planner.types import IterationRecord
 from routing import NodeLoad
 from workers.protocol import EngineState, KVPeerStats, WorkerStats

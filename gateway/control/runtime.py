@@ -35,8 +35,8 @@ from core import Phase
 from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.ports import ClusterSnapshot, Leadership, NodeSnapshot, PlannerState, SplitSample
 from gateway.control.registry import WorkerRegistry
-from gateway.directory import Directory
-from gateway.errors import Conflict, GatewayError, InvalidRequest
+from gateway.http.errors import Conflict, GatewayError, InvalidRequest
+from gateway.kv.directory import Directory
 from gateway.store.records import SwitchOutcome
 from gateway.telemetry import Tracing
 from planner.decision import pin_actions

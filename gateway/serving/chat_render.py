@@ -21,7 +21,7 @@ import copy
 import functools
 from typing import Any
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 
 
 @functools.lru_cache(maxsize=8)

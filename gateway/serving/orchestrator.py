@@ -36,6 +36,7 @@ silently: a stream that ends without "stop"/"length" is an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -44,11 +45,11 @@ from dataclasses import dataclass, field
 from core import FinishReason, Role
 from gateway.control.health import Quarantine, request_fingerprint
 from gateway.control.registry import WorkerRegistry
-from gateway.directory import Directory
-from gateway.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
+from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
+from gateway.kv.directory import Directory
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
 from gateway.telemetry import NO_JOB, JobTrace, NoJobTrace, job_trace
-from gateway.worker_client import WorkerAPI, WorkerRejected, WorkerUnreachable
+from gateway.upstream.port import WorkerAPI, WorkerRejected, WorkerUnreachable
 from routing import RouterConfig, RouteRequest, route
 from routing.picker import NoNodeAvailable
 from workers.protocol import (
@@ -345,10 +346,8 @@ class Orchestrator:
                 self._spawn(self._abort_quietly(url, req.request_id))
 
     async def _abort_quietly(self, url: str, request_id: str) -> None:
-        try:
+        with contextlib.suppress(WorkerUnreachable, WorkerRejected):
             await self._client.abort(url, request_id)
-        except (WorkerUnreachable, WorkerRejected):
-            pass
 
     def _spawn(self, coro: object) -> None:
         task = asyncio.ensure_future(coro)

@@ -31,7 +31,7 @@ import enum
 from dataclasses import dataclass, field
 
 from core import FinishReason, Role
-from gateway.errors import UpstreamFailed
+from gateway.http.errors import UpstreamFailed
 
 
 class SegmentOutcome(enum.Enum):

@@ -26,7 +26,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 from gateway.serving.chat_render import ChatRenderer
 
 # Text a lossless tokenizer gives back unchanged: runs of spaces and tabs,

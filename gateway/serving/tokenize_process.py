@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 NICE = 10  # the child's niceness, added to the gateway's
@@ -91,7 +91,7 @@ def _tokenize(
 
 
 class ProcessTokenizer:
-    """One child process that tokenizes what `OpenAIService` gives it (see the module doc)."""
+    """One child process that tokenizes what `turn.tokens.PromptTokens` gives it (see the module doc)."""
 
     def __init__(self, model_dir: str) -> None:
         self.model_dir = model_dir

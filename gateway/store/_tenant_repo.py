@@ -14,7 +14,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from gateway import errors
+from gateway.http import errors
 from gateway.store import credentials
 from gateway.store.records import KeyGrant, Policy
 from gateway.store.tables import AdminToken, ApiKey, Tenant, TenantPolicy

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway import errors
+from gateway.http import errors
 
 DEFAULT_URL = "sqlite:///evolving-infra.db"
 T = TypeVar("T")

@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from gateway.admin import bootstrap_admin_token, build_admin_router
-from gateway.http_errors import install_error_handlers
+from gateway.http.error_responses import install_error_handlers
 from gateway.store import Database, EventSink, repository
 from gateway.store.records import SwitchOutcome
 from planner.types import Decision

@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway import errors
-from gateway.circuit import CircuitBreaker
 from gateway.control.bus import ClusterEvent, KeyRevoked, RedisBus
 from gateway.control.workload_feed import LocalWorkloadFeed
 from gateway.control.workload_stream import RedisWorkloadFeed
+from gateway.http import errors
+from gateway.kv.circuit import CircuitBreaker
 from gateway.serving.policy.cluster_limits import ClusterLimits
 from gateway.store.records import Policy
 from planner.types import RequestSample

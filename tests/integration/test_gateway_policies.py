@@ -23,7 +23,7 @@ import pytest
 from core import Phase
 from gateway.compose import ControlPlane, compose_app
 from gateway.serving.policy import GateConfig, StoreTenantGate
-from gateway.serving.tenancy import OpenTenantGate
+from gateway.serving.policy.tenancy import OpenTenantGate
 from gateway.serving.tokenize import PromptTokenizer
 from gateway.settings import GatewaySettings
 from gateway.store import SinkConfig, StoreUnavailable, repository

@@ -19,7 +19,7 @@ import pytest
 from fastapi import FastAPI
 
 from gateway.admin import bootstrap_admin_token, build_admin_router
-from gateway.http_errors import install_error_handlers
+from gateway.http.error_responses import install_error_handlers
 from gateway.serving.policy import StoreTenantGate
 from gateway.store import Database, EventSink, Policy, SinkConfig, repository
 from gateway.store.migrate import db_upgrade

@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI, Header
 from pydantic import BaseModel
 
-from gateway.http_errors import install_error_handlers
+from gateway.http.error_responses import install_error_handlers
 from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.store import Database, EventSink, Policy, repository
 from gateway.store.records import UsageRecord

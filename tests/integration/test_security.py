@@ -303,7 +303,7 @@ async def test_worker_internal_api_requires_the_token_when_set() -> None:
         seen.append(request.headers.get("authorization"))
         return httpx.Response(200, json={"node_id": "tok", "phase": "decode"})
 
-    from gateway.worker_client import HttpWorkerClient
+    from gateway.upstream.http_client import HttpWorkerClient
 
     client = HttpWorkerClient(cluster_token="cluster-s3cret", transport=httpx.MockTransport(handler))
     await client.phase("http://w")

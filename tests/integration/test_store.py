@@ -17,7 +17,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from core import Phase
-from gateway import errors
+from gateway.http import errors
 from gateway.store import Database, Policy, repository
 from gateway.store.credentials import TENANT_KEY_PREFIX, verify_secret
 from gateway.store.migrate import MIGRATION_LOCK_KEY, db_downgrade, db_revision, db_upgrade

@@ -6,10 +6,10 @@ thinking, unknown fields). `turn_spec(req)` converts with vLLM's
 `AnthropicServingMessages.to_chat_completion_request` (system blocks,
 `tool_use` / `tool_result` blocks, tools, tool_choice auto/any/tool/none,
 `output_config.format`) and keeps the chat request for vLLM's parser.
-`full_message(...)` and `stream_events(...)` turn the chat-shaped output
-into Anthropic's with vLLM's converters (`messages_full_converter`,
-`message_stream_converter`), which never read their instance: they are
-called unbound, pinned to vLLM 0.32.
+`full_message(...)` turns the chat-shaped output into Anthropic's with
+vLLM's `messages_full_converter`, which never reads its instance: it is
+called unbound, pinned to vLLM 0.32. Streams are encoded from the turn's
+deltas directly (events.py).
 
 Errors are Anthropic-shaped: {"type": "error", "error": {"type", "message"}}.
 """
@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.http.errors import GatewayError, InvalidRequest
 from gateway.serving.anthropic.context_edits import apply_edits
-from gateway.serving.responses.convert import plain
+from gateway.serving.turn.accounting import usage_dict
 from gateway.serving.turn.choices import ChoiceResult
+from gateway.serving.turn.fields import plain
 from gateway.serving.turn.parsing import invalid_request, validate
 from gateway.serving.turn.spec import Sampling, TurnSpec, unset_fields
 
@@ -193,15 +194,6 @@ def count_tokens_spec(req: Any) -> TurnSpec:
     return TurnSpec(messages=messages, tools=tools, template_kwargs=dict(creq.chat_template_kwargs or {}))
 
 
-def chat_usage(done: Any) -> dict[str, Any]:
-    return {
-        "prompt_tokens": done.prompt_tokens,
-        "completion_tokens": done.completion_tokens,
-        "total_tokens": done.prompt_tokens + done.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
-    }
-
-
 def full_message(message_id: str, model: str, result: ChoiceResult) -> dict[str, Any]:
     """The non-streamed Anthropic message, through vLLM's chat -> Anthropic converter."""
     from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
@@ -220,7 +212,7 @@ def full_message(message_id: str, model: str, result: ChoiceResult) -> dict[str,
     chat = ChatCompletionResponse(
         id=message_id,
         model=model,
-        usage=chat_usage(result.finished),
+        usage=usage_dict([result.finished]),
         choices=[
             ChatCompletionResponseChoice(
                 index=0,
@@ -237,27 +229,3 @@ def full_message(message_id: str, model: str, result: ChoiceResult) -> dict[str,
     data.pop("kv_transfer_params", None)
     data.pop("ec_transfer_params", None)
     return data
-
-
-async def stream_events(chat_chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Anthropic stream events from chat-completion SSE chunks (vLLM's converter).
-
-    A `GatewayError` in the source ends the stream with an Anthropic
-    `error` event carrying its type and message (the converter would turn
-    it into a generic one)."""
-    from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
-
-    failure: list[GatewayError] = []
-
-    async def source() -> AsyncIterator[str]:
-        try:
-            async for chunk in chat_chunks:
-                yield chunk.decode()
-        except GatewayError as exc:
-            failure.append(exc)
-
-    converter = AnthropicServingMessages.message_stream_converter(None, source())  # type: ignore[arg-type]
-    async for event in converter:
-        yield event.encode()
-    if failure:
-        yield error_event(failure[0])

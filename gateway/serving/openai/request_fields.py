@@ -14,9 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workers.protocol import MAX_LOGIT_BIAS
-
-NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+from gateway.serving.turn.fields import NAME_PATTERN, check_logit_bias
 
 
 class _Field(BaseModel):
@@ -69,17 +67,6 @@ class ResponseFormat(_Field):
         return self
 
 
-def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    """A pydantic error location as the field path the client sent: unions add
-    their member's tag ("function-after[...]", "literal['none','auto']",
-    "str", "NamedToolChoice"), which is left out."""
-    parts = [str(p) for p in loc]
-    return ".".join(
-        p for p in parts if not (p[:1].isupper() or "[" in p or p.startswith("function-") or p in _UNION_TAGS)
-    )
-
-
-_UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "list[int]", "list[str]"})
 _LEADING_NAME = re.compile(r"^`?([a-z_][a-z0-9_]*)`?\s")
 
 
@@ -88,20 +75,6 @@ def model_check_param(message: str, fields: Any) -> str | None:
     e.g. "`tool_choice` needs `tools`"), when it is one of `fields`."""
     match = _LEADING_NAME.match(message)
     return match.group(1) if match and match.group(1) in fields else None
-
-
-def check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
-    """OpenAI's rule: keys are token ids (as strings), values in [-100, 100]."""
-    if value is None:
-        return None
-    if len(value) > MAX_LOGIT_BIAS:
-        raise ValueError(f"logit_bias may bias at most {MAX_LOGIT_BIAS} tokens")
-    for key, bias in value.items():
-        if not key.isdigit():
-            raise ValueError(f"logit_bias keys must be token ids, not {key!r}")
-        if not -100.0 <= bias <= 100.0:
-            raise ValueError(f"logit_bias values must be in [-100, 100], not {bias}")
-    return value
 
 
 class LogitBiasMixin(BaseModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-DONE = b"data: [DONE]\n\n"
+from gateway.http.sse import DONE as DONE  # the event OpenAI streams end with
 
 
 def _dumps(value: Any) -> str:

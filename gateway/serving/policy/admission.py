@@ -13,7 +13,7 @@ import asyncio
 import heapq
 import itertools
 
-from gateway import errors
+from gateway.http import errors
 
 
 class PriorityAdmission:

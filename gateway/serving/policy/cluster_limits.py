@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.circuit import CircuitBreaker
+from gateway.kv.circuit import CircuitBreaker
 from gateway.serving.policy import _limit_scripts as lua
 from gateway.serving.policy.limits import WINDOW_S, TenantLimiter, check_model, refusal
 from gateway.store.records import Policy

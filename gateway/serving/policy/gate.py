@@ -30,12 +30,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from gateway import errors
 from gateway.control.bus import KEY_REVOKED, TENANT_CHANGED, ClusterEvent
+from gateway.http import errors
 from gateway.serving.policy.admission import PriorityAdmission
 from gateway.serving.policy.cluster_limits import ClusterLimits
 from gateway.serving.policy.limits import TenantLimiter
-from gateway.serving.tenancy import TenantContext
+from gateway.serving.policy.tenancy import TenantContext
 from gateway.store import credentials, repository
 from gateway.store.db import Database, StoreUnavailable
 from gateway.store.records import KeyGrant, Policy, UsageRecord

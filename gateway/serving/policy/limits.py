@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from gateway import errors
+from gateway.http import errors
 from gateway.serving.policy.windows import SlidingWindowLog
 from gateway.store.records import Policy
 

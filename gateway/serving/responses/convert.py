@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel
-
-from gateway.errors import InvalidRequest
-from gateway.serving.openai.request_fields import NAME_PATTERN, check_logit_bias
+from gateway.http.errors import InvalidRequest
+from gateway.serving.turn.fields import NAME_PATTERN, check_logit_bias, plain
 from gateway.serving.turn.parsing import invalid_request, validate
 from gateway.serving.turn.spec import Sampling, TurnSpec, unset_fields
 
@@ -94,17 +91,6 @@ def _refuse_values(body: dict[str, Any]) -> None:
         name = tool.get("name")
         if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
             raise InvalidRequest(f"tools.{i}.name: {name!r} does not match {NAME_PATTERN}", param=f"tools.{i}.name")
-
-
-def plain(value: Any) -> Any:
-    """vLLM's mix of TypedDicts, pydantic models and iterators as plain JSON values."""
-    if isinstance(value, BaseModel):
-        return plain(value.model_dump(exclude_none=True))
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple)) or (isinstance(value, Iterable) and not isinstance(value, (str, bytes))):
-        return [plain(v) for v in value]
-    return value
 
 
 def _check_text_only(messages: list[dict[str, Any]]) -> None:

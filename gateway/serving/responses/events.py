@@ -108,7 +108,10 @@ class EventWriter:
 
     def delta(self, d: ChoiceDelta) -> list[bytes]:
         from vllm.entrypoints.generate.base.protocol import DeltaMessage
-        from vllm.entrypoints.openai.responses.streaming_events import _StateType, split_delta
+        from vllm.entrypoints.openai.responses.streaming_events import (
+            _StateType,  # noqa: PLC2701 - vLLM's own state enum for its event processor
+            split_delta,
+        )
 
         message = d.message if d.parsed else (DeltaMessage(content=d.text) if d.text else None)
         if message is None:

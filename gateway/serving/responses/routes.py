@@ -17,10 +17,8 @@ orchestrator, vLLM's parser). What is particular to this API:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -28,32 +26,23 @@ from fastapi.responses import Response
 from redis.exceptions import RedisError
 
 from core import FinishReason
-from gateway.errors import GatewayError, InvalidRequest, NotFound
-from gateway.serving.openai.answers import _primed, collect
-from gateway.serving.openai.docs import BEARER, body_of
-from gateway.serving.openai.routes import EventStreamResponse, bearer, branch_from_headers, read_body
-from gateway.serving.openai.service import OpenAIService, Prepared
+from gateway.http.auth import bearer
+from gateway.http.body import json_object, read_body
+from gateway.http.docs import BEARER, body_of
+from gateway.http.errors import GatewayError, NotFound
 from gateway.serving.orchestrator import Finished
 from gateway.serving.responses import convert
 from gateway.serving.responses.events import EventWriter, ResponseBuilder, response_logprobs
 from gateway.serving.responses.store import ResponseStore, StoredTurn, conversation
 from gateway.serving.responses.tools import ToolSurface, offered_tools
-from gateway.serving.turn.choices import run_choices
+from gateway.serving.turn.branch import branch_from_headers
 from gateway.serving.turn.identity import opening_key
-from gateway.serving.turn.relay import deltas
+from gateway.serving.turn.pipeline import Turn
+from gateway.serving.turn.prepare import Prepared
+from gateway.serving.turn.service import TurnService
 
 log = logging.getLogger(__name__)
 _JSON = "application/json"
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return data
 
 
 def _doc_model() -> Any:
@@ -62,20 +51,13 @@ def _doc_model() -> Any:
     return ResponsesRequest
 
 
-def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_bytes: int) -> APIRouter:
+def responses_router(service: TurnService, store: ResponseStore, *, max_body_bytes: int) -> APIRouter:
     router = APIRouter()
 
-    @router.post(
-        "/v1/responses",
-        openapi_extra=body_of(_doc_model(), exclude=convert.REFUSED),
-        tags=["openai"],
-    )
-    async def create_response(request: Request) -> Response:
-        """Create a model response (OpenAI Responses API): function tools, `text.format`,
-        `previous_response_id`, `store`; streamed as typed events or not."""
+    async def answer(turn: Turn, request: Request) -> Response:
         data, surface = offered_tools(json_object(await read_body(request, max_body_bytes)))
         req = convert.parse_request(data)
-        tenant = await service.gate.authenticate(bearer(request))
+        tenant = await turn.authenticate(bearer(request.headers))
         service.check_model(req.model)
         history: list[dict[str, Any]] = []
         key: str | None = req.prompt_cache_key
@@ -91,35 +73,33 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
             key = key or chain[-1].branch_id
         spec, added = convert.turn_spec(req, history)
         key = key or opening_key(spec.messages or [])
-        branch = branch_from_headers(request, tenant, conversation=key)
-        p = await service.prepare(spec, tenant, branch, "resp")
+        branch = branch_from_headers(request.headers, tenant.tenant_id, conversation=key)
+        p = await turn.prepare(spec, tenant, branch, "resp")
         builder = ResponseBuilder(req, p.request_id, service.model_name, p.job.sampling)
-        turn = _Turn(store, req, p, added, key, builder, surface)
-        stack = AsyncExitStack()
-        await stack.enter_async_context(service.admitted(p))
+        out = _Answer(store, req, p, added, key, builder, surface)
         headers = {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
         if surface.not_offered:
             headers["X-Tools-Not-Offered"] = ",".join(surface.not_offered)
-        if not req.stream:
-            async with stack:
-                results = await collect(service, p)
-            service.metrics.observe_request(tenant.tenant_id, "responses", 200)
-            response = await turn.finish_full(results[0])
-            return Response(convert.dumps(response), media_type=_JSON, headers=headers)
-        events = run_choices(service, p, streaming=True)
-        try:
-            first, events = await _primed(events)
-        except BaseException:
-            await events.aclose()  # type: ignore[attr-defined]
-            await stack.aclose()
-            raise
-        body = turn.stream(service, first, events, stack)
-        return EventStreamResponse(body, headers=headers, on_close=stack.aclose)
+        if req.stream:
+            return await turn.stream(out, headers=headers)
+        results = await turn.collect()
+        response = await out.finish_full(results[0])
+        return Response(convert.dumps(response), media_type=_JSON, headers=headers)
+
+    @router.post(
+        "/v1/responses",
+        openapi_extra=body_of(_doc_model(), exclude=convert.REFUSED),
+        tags=["openai"],
+    )
+    async def create_response(request: Request) -> Response:
+        """Create a model response (OpenAI Responses API): function tools, `text.format`,
+        `previous_response_id`, `store`; streamed as typed events or not."""
+        return await service.serve("responses", "responses", lambda turn: answer(turn, request))
 
     @router.get("/v1/responses/{response_id}", openapi_extra=BEARER, tags=["openai"])
     async def get_response(response_id: str, request: Request) -> Response:
         """A stored response (within the retention, see docs/api.md)."""
-        tenant = await service.gate.authenticate(bearer(request))
+        tenant = await service.authenticate(bearer(request.headers))
         turn = await store.get(tenant.tenant_id, response_id)
         if turn is None:
             raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
@@ -128,7 +108,7 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
     @router.delete("/v1/responses/{response_id}", openapi_extra=BEARER, tags=["openai"])
     async def delete_response(response_id: str, request: Request) -> Response:
         """Forget a stored response: it can no longer be continued."""
-        tenant = await service.gate.authenticate(bearer(request))
+        tenant = await service.authenticate(bearer(request.headers))
         if not await store.delete(tenant.tenant_id, response_id):
             raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
         body = {"id": response_id, "object": "response.deleted", "deleted": True}
@@ -137,8 +117,8 @@ def responses_router(service: OpenAIService, store: ResponseStore, *, max_body_b
     return router
 
 
-class _Turn:
-    """One request's answer: its output, the stored turn, the stream."""
+class _Answer:
+    """One request's answer: its output, the stored turn, the stream's events."""
 
     def __init__(
         self,
@@ -152,6 +132,7 @@ class _Turn:
     ) -> None:
         self._store, self._req, self._p, self._added, self._key, self._builder = store, req, p, added, key, builder
         self._surface = surface
+        self._writer = EventWriter(req.tools, restore=surface.restore)
 
     def _usage(self, done: Finished) -> dict[str, Any]:
         return ResponseBuilder.usage(done.prompt_tokens, done.cached_tokens, done.completion_tokens)
@@ -194,42 +175,28 @@ class _Turn:
         await self._save(output, response)
         return response
 
-    async def stream(
-        self, service: OpenAIService, first: Any, events: AsyncIterator[Any], stack: AsyncExitStack
-    ) -> AsyncIterator[bytes]:
-        writer = EventWriter(self._req.tools, restore=self._surface.restore)
-        status = 200
-        try:
-            initial = self._builder.build([], "in_progress")
-            yield writer.lifecycle("created", initial)
-            yield writer.lifecycle("in_progress", initial)
-            done: Finished | None = None
-            async with aclosing(deltas(first, events)) as relayed:
-                async for delta in relayed:
-                    if delta.finished is not None:
-                        done = delta.finished
-                    for frame in writer.delta(delta):
-                        yield frame
-            for frame in writer.close():
+    async def events(self, source: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+        """The stream's events (gateway.serving.turn.pipeline.StreamEncoder)."""
+        writer = self._writer
+        initial = self._builder.build([], "in_progress")
+        yield writer.lifecycle("created", initial)
+        yield writer.lifecycle("in_progress", initial)
+        done: Finished | None = None
+        async for delta in source:
+            if delta.finished is not None:
+                done = delta.finished
+            for frame in writer.delta(delta):
                 yield frame
-            assert done is not None
-            state = self._status(done)
-            response = self._surface.restore(self._builder.build(writer.output_items, state, self._usage(done)))
-            await self._save(writer.output_items, response)
-            yield writer.lifecycle(state, response)
-        except GatewayError as exc:
-            status = exc.status
-            log.warning("response stream %s failed: %s", self._p.request_id, exc.message)
-            failed = self._builder.build(writer.output_items, "failed")
-            failed["error"] = {"code": exc.code or exc.type, "message": exc.message}
-            yield writer.lifecycle("failed", failed)
-        except Exception as exc:  # reported to the client and logged, never swallowed
-            status = 500
-            log.exception("response stream %s crashed", self._p.request_id)
-            failed = self._builder.build(writer.output_items, "failed")
-            failed["error"] = {"code": "server_error", "message": f"internal error: {type(exc).__name__}"}
-            yield writer.lifecycle("failed", failed)
-        finally:
-            await events.aclose()  # type: ignore[attr-defined]
-            service.metrics.observe_request(self._p.tenant.tenant_id, "responses", status)
-            await stack.aclose()
+        for frame in writer.close():
+            yield frame
+        assert done is not None
+        state = self._status(done)
+        response = self._surface.restore(self._builder.build(writer.output_items, state, self._usage(done)))
+        await self._save(writer.output_items, response)
+        yield writer.lifecycle(state, response)
+
+    def failed(self, exc: GatewayError) -> bytes:
+        """`response.failed` with what was streamed so far and the error."""
+        failed = self._builder.build(self._writer.output_items, "failed")
+        failed["error"] = {"code": exc.code or exc.type, "message": exc.message}
+        return self._writer.lifecycle("failed", failed)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 
 SEPARATOR = "__"
 # Hosted search tools (their dated variants too): declared by Codex by default.

@@ -5,24 +5,23 @@ reasoning, logprobs. The API layers only encode what comes out.
 -> vLLM's parser (`parse_delta` while streaming) -> `ChoiceDelta`s, and at
 the end `result()` (`parse` of the whole text). `run_choices` runs every
 job of a `Prepared` through the orchestrator (one job: inline; several:
-concurrently, deltas interleaved as they come) and accounts each finished
-job once.
+concurrently, deltas interleaved as they come) and hands each finished job
+to `account` once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import FinishReason
-from gateway.errors import InvalidRequest
-from gateway.serving.openai.service import OpenAIService, Prepared, TextAssembler
-from gateway.serving.orchestrator import Finished, Job, TokenDelta
+from gateway.http.errors import InvalidRequest
+from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
 from gateway.serving.tokenize import PromptTokenizer
+from gateway.serving.turn.lean import JobClock, TextAssembler
+from gateway.serving.turn.prepare import Prepared
 from workers.protocol import TokenLogprobs
 
 
@@ -71,6 +70,22 @@ class ChoiceDelta:
     @property
     def reasoning(self) -> str | None:
         return self.message.reasoning if self.message is not None else None
+
+    def tool_call_dicts(self) -> list[dict[str, Any]]:
+        """The tool calls as OpenAI's stream sends them (index, then id/type/name once, then argument fragments)."""
+        return [tool_call_delta(tc) for tc in self.tool_calls]
+
+
+def tool_call_delta(tc: Any) -> dict[str, Any]:
+    """A vLLM `DeltaToolCall` as OpenAI's stream sends it."""
+    out: dict[str, Any] = {"index": tc.index}
+    if tc.id:
+        out["id"] = tc.id
+        out["type"] = "function"
+    if tc.function is not None:
+        fn = {k: v for k, v in (("name", tc.function.name), ("arguments", tc.function.arguments)) if v is not None}
+        out["function"] = fn
+    return out
 
 
 @dataclass
@@ -196,33 +211,29 @@ class ChoiceOutput:
         return self._text.matched_stop
 
 
+Account = Callable[[Finished], None]
+
+
 async def run_choice(
-    service: OpenAIService, p: Prepared, job: Job, out: ChoiceOutput
+    orchestrator: Orchestrator, p: Prepared, job: Job, out: ChoiceOutput, account: Account
 ) -> AsyncIterator[ChoiceDelta | Finished]:
     """One job through the orchestrator: its deltas, then its `Finished` (accounted)."""
-    t0 = time.monotonic()
-    count = cached = 0
-    ttft = 0.0
-    phase = "decode"
-    async with contextlib.aclosing(_named_constraint_errors(service.orchestrator.stream(job), p)) as events:
+    clock = JobClock()
+    async with contextlib.aclosing(_named_constraint_errors(orchestrator.stream(job), p)) as events:
         async for ev in events:
             if isinstance(ev, TokenDelta):
-                if not count:
-                    ttft, phase = time.monotonic() - t0, ev.phase
-                count += len(ev.token_ids)
-                cached = ev.cached_tokens
+                clock.seen(ev)
                 delta = out.push(ev)
                 if delta is not None:
                     yield delta
                 if out.stopped:
                     break
             else:
-                service.account(p, ev)
+                account(ev)
                 yield ev
                 return
-    # A stop string ended the text before the worker finished.
-    done = Finished(FinishReason.STOP, len(job.prompt_token_ids), cached, count, ttft, time.monotonic() - t0, phase)
-    service.account(p, done)
+    done = clock.stopped(len(job.prompt_token_ids))  # a stop string ended the text before the worker finished
+    account(done)
     yield done
 
 
@@ -242,14 +253,14 @@ async def _named_constraint_errors(
 
 
 async def run_choices(
-    service: OpenAIService, p: Prepared, *, streaming: bool
+    orchestrator: Orchestrator, tokenizer: PromptTokenizer, p: Prepared, account: Account, *, streaming: bool
 ) -> AsyncIterator[tuple[ChoiceOutput, ChoiceDelta | Finished]]:
     """Every choice's deltas and `Finished`, interleaved in arrival order.
 
     A failure of any choice cancels the others and propagates."""
-    outputs = [ChoiceOutput(i, p, service.tokenizer, streaming=streaming) for i in range(len(p.jobs))]
+    outputs = [ChoiceOutput(i, p, tokenizer, streaming=streaming) for i in range(len(p.jobs))]
     if len(p.jobs) == 1:
-        async with contextlib.aclosing(run_choice(service, p, p.jobs[0], outputs[0])) as events:
+        async with contextlib.aclosing(run_choice(orchestrator, p, p.jobs[0], outputs[0], account)) as events:
             async for item in events:
                 yield outputs[0], item
         return
@@ -257,7 +268,7 @@ async def run_choices(
 
     async def pump(job: Job, out: ChoiceOutput) -> None:
         try:
-            async with contextlib.aclosing(run_choice(service, p, job, out)) as events:
+            async with contextlib.aclosing(run_choice(orchestrator, p, job, out, account)) as events:
                 async for item in events:
                     await queue.put((out, item))
             await queue.put(None)

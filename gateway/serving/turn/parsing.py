@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.errors import InvalidRequest
-from gateway.serving.openai.request_fields import field_path
+from gateway.http.errors import InvalidRequest
+from gateway.serving.turn.fields import field_path
 from workers.protocol import StructuredOutput
 
 log = logging.getLogger(__name__)

@@ -29,3 +29,10 @@ async def deltas(first: Item | None, events: AsyncIterator[Item]) -> AsyncGenera
         out, ev = item
         yield out.finish(ev) if isinstance(ev, Finished) else ev
         item = await anext(events, None)
+
+
+async def primed(events: AsyncIterator[Item]) -> Item | None:
+    """The first item of a run (None: it had none), awaited before the answer
+    starts, so a request the model refuses (an invalid JSON schema, a grammar
+    the backend cannot compile) is a 4xx, not an error event inside a 200 stream."""
+    return await anext(events, None)

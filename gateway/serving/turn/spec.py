@@ -4,7 +4,7 @@ The OpenAI chat and completions routes, the Responses API and the Anthropic
 Messages API each turn their request into a `TurnSpec`: what the chat
 template renders (or the raw prompt), how to sample, how many choices, and
 the vLLM request object the output parser reads (`parsing`, opaque here).
-`OpenAIService.prepare` turns a spec into worker jobs.
+`gateway.serving.turn.prepare.Preparer` turns a spec into worker jobs.
 
 The pure rules every API shares live here too:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 
 SEED_MAX = 2**63 - 1
 

@@ -18,8 +18,8 @@ from bench import gateway_upstream
 from bench._stall import stall_case
 from bench._wrk import POST_LUA, run_wrk
 from bench.gateway_bench import chat_body, headline, summarize
-from gateway.raw_worker_client import RawWorkerClient
 from gateway.serving.openai.schemas import ChatCompletion, ChatCompletionChunk
+from gateway.upstream.raw_client import RawWorkerClient
 from workers.protocol import GenerateRequest, SamplingOptions, WorkerStats
 
 

@@ -14,9 +14,9 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from gateway.app import create_app
-from gateway.asgi import BodySizeLimit, GatewayApp, hot_endpoint
-from gateway.errors import InvalidRequest
-from gateway.http_errors import install_error_handlers
+from gateway.http.asgi import BodySizeLimit, GatewayApp, hot_endpoint
+from gateway.http.error_responses import install_error_handlers
+from gateway.http.errors import InvalidRequest
 from gateway.settings import GatewaySettings
 from testing.fake_worker import InProcessWorkerClient
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.circuit import CircuitBreaker
+from gateway.kv.circuit import CircuitBreaker
 
 
 def test_open_after_a_failure_then_one_prober_then_closed() -> None:

@@ -3,8 +3,8 @@ branch caps as "limit / replicas" on this replica's own branches."""
 
 from __future__ import annotations
 
-from gateway.circuit import CircuitBreaker
-from gateway.directory import GatewayDirectory
+from gateway.kv.circuit import CircuitBreaker
+from gateway.kv.directory import GatewayDirectory
 from testing.fake_directory import FlakyDirectory
 from workers.protocol import BlockLocation
 

@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from core import Phase
-from gateway.raw_worker_client import RawWorkerClient
-from gateway.worker_client import HttpWorkerClient, WorkerRejected, WorkerUnreachable
+from gateway.upstream.http_client import HttpWorkerClient
+from gateway.upstream.port import WorkerRejected, WorkerUnreachable
+from gateway.upstream.raw_client import RawWorkerClient
 from testing.fake_worker import FakeWorker
 from testing.fake_worker_app import create_fake_worker_app
 from testing.stacks import serve
@@ -256,7 +257,7 @@ async def test_calls_beyond_max_connections_wait_for_a_slot() -> None:
 
 def test_every_worker_api_call_is_served() -> None:
     # The raw client stands in for HttpWorkerClient wherever the gateway takes a WorkerAPI.
-    from gateway.worker_client import WorkerAPI
+    from gateway.upstream.port import WorkerAPI
 
     wanted = {n for n in vars(WorkerAPI) if not n.startswith("_")}
     assert wanted and wanted <= {n for n in dir(RawWorkerClient) if not n.startswith("_")}

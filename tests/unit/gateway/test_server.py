@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from gateway import server
+from gateway.http import server
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from core import FinishReason, Role
-from gateway.worker_wire import BadChunk, coalesce, decode_chunks, encode_generate
+from gateway.upstream.wire import BadChunk, coalesce, decode_chunks, encode_generate
 from workers.protocol import BlockLocation, GenerateChunk, GenerateRequest, KVTransferSpec, SamplingOptions
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.control.bus import BusEvent, OverrideChanged
 from gateway.control.overrides import OverridesService, Pins
-from gateway.errors import InvalidRequest, NotFound, Unavailable
+from gateway.http.errors import InvalidRequest, NotFound, Unavailable
 from gateway.store.records import Overrides, SwitchOutcome
 from planner.types import PlannerMode
 from testing.fake_cluster import FakeClusterControl

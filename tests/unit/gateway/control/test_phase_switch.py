@@ -6,7 +6,7 @@ from __future__ import annotations
 from core import Phase
 from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.registry import WorkerRegistry
-from gateway.directory import GatewayDirectory
+from gateway.kv.directory import GatewayDirectory
 from kvpool.directory import MemoryDirectory
 from testing.fake_worker import FakeWorker, InProcessWorkerClient
 

@@ -11,7 +11,7 @@ from gateway.control.planner_loop import PlannerLoop
 from gateway.control.registry import WorkerRegistry
 from gateway.control.runtime import ClusterRuntime
 from gateway.control.workload_feed import LocalWorkloadFeed
-from gateway.directory import GatewayDirectory
+from gateway.kv.directory import GatewayDirectory
 from kvpool.directory import MemoryDirectory
 from planner.types import (
     ClusterView,

@@ -8,8 +8,8 @@ from core import Phase
 from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.registry import WorkerRegistry
 from gateway.control.runtime import ClusterRuntime
-from gateway.directory import GatewayDirectory
-from gateway.errors import Conflict, InvalidRequest
+from gateway.http.errors import Conflict, InvalidRequest
+from gateway.kv.directory import GatewayDirectory
 from kvpool.directory import MemoryDirectory
 from planner.types import PlannerMode
 from testing.fake_worker import FakeWorker, InProcessWorkerClient

@@ -15,7 +15,7 @@ import pathlib
 
 import pytest
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 from gateway.serving.anthropic import convert as anthropic
 from gateway.serving.openai.convert import chat_spec
 from gateway.serving.openai.schemas import ChatCompletionRequest

@@ -10,8 +10,8 @@ import pytest
 from core import Phase, Role
 from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.registry import WorkerRegistry
-from gateway.directory import GatewayDirectory
-from gateway.errors import GatewayError, UpstreamFailed
+from gateway.http.errors import GatewayError, UpstreamFailed
+from gateway.kv.directory import GatewayDirectory
 from gateway.serving.orchestrator import Finished, Job, Orchestrator, OrchestratorConfig, TokenDelta
 from kvpool.directory import MemoryDirectory
 from routing import RouterConfig

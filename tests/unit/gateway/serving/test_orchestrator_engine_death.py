@@ -11,7 +11,7 @@ import pytest
 
 from core import Phase
 from gateway.control.health import NodeHealth, request_fingerprint
-from gateway.errors import RequestQuarantined
+from gateway.http.errors import RequestQuarantined
 from tests.unit.gateway.serving.test_orchestrator import PROMPT, Cluster, collect, expected, job
 from workers.protocol import SamplingOptions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core import FinishReason, Role
-from gateway.errors import UpstreamFailed
+from gateway.http.errors import UpstreamFailed
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
 
 

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 from gateway.serving.tokenize import PromptTokenizer, model_context_length
 
 TEXTS = ["Agents call tools.", "héllo wörld — ✓ 日本語", "  spaces\tand\nnewlines  ", "<|begin_of_text|>x"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import InvalidRequest, RateLimited
+from gateway.http.errors import InvalidRequest, RateLimited
 from gateway.serving.anthropic import convert
 
 BASE = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}

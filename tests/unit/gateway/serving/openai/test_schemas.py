@@ -8,12 +8,14 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from gateway.errors import InvalidRequest
-from gateway.serving.openai.request_fields import field_path, model_check_param
+from gateway.http.errors import InvalidRequest
+from gateway.serving.openai.request_fields import model_check_param
 from gateway.serving.openai.routes import parse_model
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
-from gateway.serving.openai.service import TextAssembler, conversation_branch_id, parse_branch_headers
 from gateway.serving.tokenize import StopStringFilter
+from gateway.serving.turn.branch import conversation_branch_id, parse_branch_headers
+from gateway.serving.turn.fields import field_path
+from gateway.serving.turn.lean import TextAssembler
 
 MSG = [{"role": "user", "content": "hi"}]
 

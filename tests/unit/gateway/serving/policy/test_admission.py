@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway import errors
+from gateway.http import errors
 from gateway.serving.policy.admission import PriorityAdmission
 
 

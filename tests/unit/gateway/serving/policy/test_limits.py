@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import errors
+from gateway.http import errors
 from gateway.serving.policy.limits import TenantLimiter
 from gateway.store.records import Policy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 from gateway.serving.responses import convert
 
 BASE = {"model": "m", "input": "hi"}

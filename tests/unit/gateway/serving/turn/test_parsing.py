@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 from gateway.serving.turn.parsing import OutputParsing, chat_request, structured_output
 
 ADD = {

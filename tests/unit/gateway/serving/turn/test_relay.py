@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from core import FinishReason
-from gateway.errors import UpstreamFailed
+from gateway.http.errors import UpstreamFailed
 from gateway.serving.orchestrator import Finished
 from gateway.serving.turn.choices import ChoiceDelta
 from gateway.serving.turn.relay import deltas

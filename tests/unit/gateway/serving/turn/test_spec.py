@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
 from gateway.serving.turn.spec import SEED_MAX, choice_seeds, replay_needs_seed, resolve_max_tokens
 
 

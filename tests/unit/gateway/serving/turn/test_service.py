@@ -1,4 +1,4 @@
-"""OpenAIService.prepare: big prompts tokenized off the event loop, block
+"""TurnService.prepare: big prompts tokenized off the event loop, block
 hashes computed once (in slices for big prompts), context limits."""
 
 from __future__ import annotations
@@ -9,26 +9,27 @@ import threading
 import pytest
 
 from gateway.control.registry import WorkerRegistry
-from gateway.directory import GatewayDirectory
-from gateway.errors import InvalidRequest
+from gateway.http.errors import InvalidRequest
+from gateway.kv.directory import GatewayDirectory
 from gateway.metrics import GatewayMetrics
 from gateway.serving.openai.convert import chat_spec, completion_spec
 from gateway.serving.openai.schemas import ChatCompletionRequest, CompletionRequest
-from gateway.serving.openai.service import OpenAIService, parse_branch_headers
 from gateway.serving.orchestrator import Orchestrator
-from gateway.serving.tenancy import OpenTenantGate
+from gateway.serving.policy.tenancy import OpenTenantGate
 from gateway.serving.tokenize import PromptTokenizer
+from gateway.serving.turn.branch import parse_branch_headers
+from gateway.serving.turn.service import TurnService
 from kvpool.directory import MemoryDirectory
 from testing.fake_worker import InProcessWorkerClient
 
 MODEL = "demo"
 
 
-def make_service(tokenizer: PromptTokenizer, **kwargs) -> OpenAIService:
+def make_service(tokenizer: PromptTokenizer, **kwargs) -> TurnService:
     directory = GatewayDirectory(MemoryDirectory(), block_size=4)
     client = InProcessWorkerClient({})
     orchestrator = Orchestrator(WorkerRegistry(client, directory), client, directory)
-    return OpenAIService(
+    return TurnService(
         model_name=MODEL,
         tokenizer=tokenizer,
         orchestrator=orchestrator,
@@ -44,7 +45,7 @@ def chat(content: str) -> ChatCompletionRequest:
     return ChatCompletionRequest(model=MODEL, messages=[{"role": "user", "content": content}])
 
 
-async def prepare(service: OpenAIService, req, branch_id: str | None = None, finished: str | None = None):
+async def prepare(service: TurnService, req, branch_id: str | None = None, finished: str | None = None):
     tenant = await service.gate.authenticate(None)
     branch = parse_branch_headers(
         tenant.tenant_id, branch_id=branch_id, parent_id=None, session_id=None, finished=finished
@@ -153,7 +154,7 @@ async def test_a_huge_prompt_is_tokenized_in_the_tokenizers_process(
     assert list(p.job.prompt_hashes) == service.directory.block_hashes(want, p.job.tenant_salt)
     text = await prepare(service, CompletionRequest(model=MODEL, prompt=BIG))
     assert text.job.prompt_token_ids == tokenizer.encode_text(BIG)
-    service._max_prompt_setting = 50
+    service.model.max_prompt_setting = 50
     for req, param in ((chat(BIG), "messages"), (CompletionRequest(model=MODEL, prompt=BIG), "prompt")):
         with pytest.raises(InvalidRequest) as err:
             await prepare(service, req)

@@ -12,7 +12,7 @@ httptools', the pool is a LIFO list of idle connections per worker. The
 rare control calls (stats, phase, abort, migrate) go to `control`
 (`HttpWorkerClient` by default).
 
-Contract (same as `HttpWorkerClient`, see `gateway.worker_client`):
+Contract (same as `HttpWorkerClient`, see `gateway.upstream.http_client`):
 - `WorkerUnreachable` for refused/reset connections, connect timeouts
   (`connect_timeout_s`), no bytes for `read_timeout_s` (between chunks of a
   stream too), or a body that ended without a final chunk; `refused` is
@@ -36,15 +36,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.worker_client import (
-    HttpWorkerClient,
-    WorkerAPI,
-    WorkerRejected,
-    WorkerUnreachable,
-    decode_chunk_lines,
-    rejected_error,
-)
-from gateway.worker_wire import encode_generate
+from gateway.upstream.http_client import HttpWorkerClient, decode_chunk_lines
+from gateway.upstream.port import WorkerAPI, WorkerRejected, WorkerUnreachable, rejected_error
+from gateway.upstream.wire import encode_generate
 from workers.protocol import (
     AbortResponse,
     FenceStatus,

@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.control.workload_feed import LocalWorkloadFeed
-from gateway.errors import PermissionDenied, RateLimited
-from gateway.serving.openai.service import OpenAIService, Prepared, parse_branch_headers
+from gateway.http.errors import PermissionDenied, RateLimited
 from gateway.serving.orchestrator import Job
-from gateway.serving.tenancy import TenantContext
+from gateway.serving.policy.tenancy import TenantContext
+from gateway.serving.turn.branch import parse_branch_headers
+from gateway.serving.turn.prepare import Prepared
+from gateway.serving.turn.service import TurnService
 from workers.protocol import SamplingOptions
 
 TENANT = TenantContext(tenant_id="t", name="t", cache_salt="t")
@@ -46,8 +48,8 @@ class FakeDirectory:
         return True
 
 
-def _service(gate: FakeGate, feed: LocalWorkloadFeed) -> OpenAIService:
-    return OpenAIService(
+def _service(gate: FakeGate, feed: LocalWorkloadFeed) -> TurnService:
+    return TurnService(
         model_name="m",
         tokenizer=None,  # type: ignore[arg-type]  # admission never tokenizes
         orchestrator=None,  # type: ignore[arg-type]

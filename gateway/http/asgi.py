@@ -26,8 +26,8 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import errors
-from gateway.http_errors import error_response
+from gateway.http import errors
+from gateway.http.error_responses import error_response
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from gateway.circuit import CircuitBreaker
+from gateway.kv.circuit import CircuitBreaker
 from kvpool.directory import (
     AsyncBlockDirectory,
     AsyncDirectory,

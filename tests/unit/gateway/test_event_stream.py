@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from gateway.http.sse import EventStreamResponse
 from gateway.serving.openai import sse
-from gateway.serving.openai.routes import EventStreamResponse
 
 
 async def _run(events: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:

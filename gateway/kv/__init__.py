@@ -1,0 +1,1 @@
+"""The KV directory client (block hashes, branches, locations) and its circuit breaker."""

@@ -1,0 +1,220 @@
+"""One turn: admit -> prepare -> stream or collect -> account, for every API.
+
+A `Turn` is made for each API request before its body is read
+(`TurnService.serve`) and owns the rest of its life: the exit stack that
+holds the tenant's slot and the branch, the run through the orchestrator
+(the lean text source for plain requests, the choices otherwise), priming
+(the first result awaited before a streamed answer starts, so a refused
+request is a 4xx), failures inside a stream (the encoder's error event),
+and the end: every finished job accounted, one `RequestRecord` and one
+request count, refused requests included.
+
+The APIs differ only in their encoder (`StreamEncoder`) and in how they
+build a non-streamed answer from `collect()` / `collect_text()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from typing import Any, Protocol
+
+from starlette.responses import Response
+
+from gateway.http.errors import GatewayError
+from gateway.http.sse import EventStreamResponse
+from gateway.serving.orchestrator import Finished, Orchestrator
+from gateway.serving.policy.tenancy import TenantContext
+from gateway.serving.turn.accounting import Accounting
+from gateway.serving.turn.admission import Admission
+from gateway.serving.turn.branch import BranchContext
+from gateway.serving.turn.choices import ChoiceResult, run_choices
+from gateway.serving.turn.lean import lean_run
+from gateway.serving.turn.model import ServedModel
+from gateway.serving.turn.prepare import Prepared, Preparer
+from gateway.serving.turn.relay import deltas, primed
+from gateway.serving.turn.requestlog import RequestRecord
+from gateway.serving.turn.spec import TurnSpec
+
+log = logging.getLogger(__name__)
+CLIENT_GONE = 499  # the status recorded for a request whose client left before its answer (nginx's)
+
+
+class StreamEncoder(Protocol):
+    """An API's wire format for a streamed answer."""
+
+    def events(self, source: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+        """The answer's events for `source`: text and `Finished` (the lean
+        source of plain requests) or `ChoiceDelta`s (choices)."""
+
+    def failed(self, exc: GatewayError) -> bytes:
+        """The event that ends a stream which failed after its first byte."""
+
+
+class Turn:
+    def __init__(
+        self,
+        *,
+        model: ServedModel,
+        orchestrator: Orchestrator,
+        preparer: Preparer,
+        admission: Admission,
+        accounting: Accounting,
+        api: str,
+        endpoint: str,
+    ) -> None:
+        self._model = model
+        self._orchestrator = orchestrator
+        self._preparer = preparer
+        self._admission = admission
+        self._accounting = accounting
+        self.api = api
+        self.endpoint = endpoint
+        self.start = time.time()
+        self._t0 = time.monotonic()
+        self.tenant: TenantContext | None = None
+        self.branch: BranchContext | None = None
+        self.p: Prepared | None = None
+        self.done: list[Finished] = []
+        self.streaming = False  # the response is a stream: its end finishes the turn
+        self._stack = AsyncExitStack()
+        self._events: AsyncGenerator[Any, None] | None = None  # a streamed run's choices
+        self._finished = False
+
+    async def authenticate(self, key: str | None) -> TenantContext:
+        """The tenant of `key` (401 otherwise), recorded as the turn's."""
+        self.tenant = await self._admission.gate.authenticate(key)
+        return self.tenant
+
+    async def prepare(self, spec: TurnSpec, tenant: TenantContext, branch: BranchContext, prefix: str) -> Prepared:
+        self.tenant, self.branch = tenant, branch
+        self.p = await self._preparer.prepare(spec, tenant, branch, prefix)
+        return self.p
+
+    @property
+    def prepared(self) -> Prepared:
+        if self.p is None:
+            raise RuntimeError("the turn has not been prepared")
+        return self.p
+
+    def _account(self, done: Finished) -> None:
+        p = self.prepared
+        self.done.append(done)
+        self._accounting.job_finished(p.tenant.tenant_id, p.branch, done)
+
+    async def _admit(self) -> None:
+        await self._stack.enter_async_context(self._admission.admitted(self.prepared))
+
+    async def collect_text(self) -> tuple[str, Finished]:
+        """A plain request's whole text (the lean source) and its `Finished`."""
+        await self._admit()
+        parts: list[str] = []
+        async with self._stack:
+            async for ev in lean_run(self._orchestrator, self._model.tokenizer, self.prepared, self._account):
+                if isinstance(ev, str):
+                    parts.append(ev)
+        return "".join(parts), self.done[-1]
+
+    async def collect(self) -> list[ChoiceResult]:
+        """Every choice run to its end; results in choice order."""
+        await self._admit()
+        results: dict[int, ChoiceResult] = {}
+        async with self._stack:
+            events = self._choices(streaming=False)
+            try:
+                async for out, ev in events:
+                    if isinstance(ev, Finished):
+                        results[out.index] = out.result(ev)
+            finally:
+                await events.aclose()
+        return [results[i] for i in sorted(results)]
+
+    def _choices(self, *, streaming: bool) -> AsyncGenerator[Any, None]:
+        run = run_choices(self._orchestrator, self._model.tokenizer, self.prepared, self._account, streaming=streaming)
+        return run  # type: ignore[return-value]  # an async generator, typed as its iterator
+
+    async def stream(self, encoder: StreamEncoder, *, headers: dict[str, str], lean: bool = False) -> Response:
+        """The streamed answer. `lean`: the plain text source, not primed (the
+        stream starts at once); else the choices, primed."""
+        await self._admit()
+        source: AsyncGenerator[Any, None]
+        if lean:
+            source = lean_run(self._orchestrator, self._model.tokenizer, self.prepared, self._account)  # type: ignore[assignment]
+            events = None
+        else:
+            events = self._choices(streaming=True)
+            try:
+                first = await primed(events)
+            except BaseException:
+                await events.aclose()
+                await self._stack.aclose()
+                raise
+            source = deltas(first, events)
+        self.streaming = True
+        self._events = events
+        body = self._body(encoder, source, events)
+        return EventStreamResponse(body, headers=headers, on_close=self._closed)
+
+    async def _closed(self) -> None:
+        """The response's end. A body that never started (the client left
+        first) ran no `finally`: release the run and record the request here."""
+        if self._events is not None:
+            await self._events.aclose()
+        await self._stack.aclose()
+        self.finish(CLIENT_GONE)
+
+    async def _body(
+        self, encoder: StreamEncoder, source: AsyncGenerator[Any, None], events: AsyncGenerator[Any, None] | None
+    ) -> AsyncGenerator[bytes, None]:
+        status = 200
+        try:
+            async for chunk in encoder.events(source):
+                yield chunk
+        except GatewayError as exc:
+            status = exc.status
+            log.warning("stream %s failed: %s", self.prepared.request_id, exc.message)
+            yield encoder.failed(exc)
+        except Exception as exc:  # reported to the client and logged, never swallowed
+            status = 500
+            log.exception("stream %s crashed", self.prepared.request_id)
+            yield encoder.failed(GatewayError(f"internal error: {type(exc).__name__}"))
+        finally:
+            await source.aclose()
+            if events is not None:
+                await events.aclose()
+            self.finish(status)
+            await self._stack.aclose()
+
+    async def abort(self) -> None:
+        """Release what the turn holds (a failure before its answer started)."""
+        await self._stack.aclose()
+
+    def finish(self, status: int) -> None:
+        """The turn's record and count, once."""
+        if self._finished:
+            return
+        self._finished = True
+        p, first = self.p, (self.done[0] if self.done else None)
+        branch = self.branch
+        self._accounting.request_done(
+            RequestRecord(
+                request_id=p.request_id if p is not None else None,
+                api=self.api,
+                endpoint=self.endpoint,
+                tenant=self.tenant.tenant_id if self.tenant is not None else None,
+                branch_id=branch.branch_id if branch is not None else None,
+                session=branch.session_id if branch is not None else None,
+                status=status,
+                prompt_tokens=first.prompt_tokens if first else (len(p.job.prompt_token_ids) if p else 0),
+                cached_tokens=first.cached_tokens if first else 0,
+                output_tokens=sum(d.completion_tokens for d in self.done),
+                finish_reason=first.finish_reason.value if first else None,
+                start=self.start,
+                duration_s=time.monotonic() - self._t0,
+            )
+        )
+
+
+ErrorAnswer = Callable[[GatewayError], Response]
