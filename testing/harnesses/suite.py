@@ -1,12 +1,15 @@
 """Run one harness for two turns against the harness cluster and judge it from
-the gateway's own records: its answers as the harness got them (status,
-`X-Branch-ID`, usage, the stream) and its /metrics counters.
+what the gateway says: its per-request records (`GET /admin/requests`:
+status, branch, cached tokens of every generation request), its /metrics
+counters, and its answers as the harness got them (status, `X-Branch-ID`,
+usage, the stream, through the recording proxy).
 """
 
 from __future__ import annotations
 
 import pathlib
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -71,6 +74,11 @@ class HarnessReport:
     stops: list[str | None] = field(default_factory=list)
     metrics_requests: int = 0  # the gateway's own count over the run (evolving_requests_total)
     metrics_non_2xx: int = 0
+    # The gateway's own records of the run's generation requests (GET /admin/requests).
+    records: int = 0
+    records_non_2xx: int = 0
+    records_branches: int = 0
+    records_cached_last: int | None = None
     turns: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # why it is not ok; empty when it is
 
@@ -100,8 +108,37 @@ def request_counts(metrics_text: str, tenant: str) -> tuple[int, int]:
     return total, bad
 
 
+@dataclass(frozen=True)
+class RecordView:
+    """The gateway's request records of one run, summed (see `record_view`)."""
+
+    requests: int = 0
+    non_2xx: int = 0
+    branches: int = 0
+    cached_last: int | None = None
+
+
+def record_view(records: list[dict[str, Any]], tenant: str, since: float) -> RecordView:
+    """Summary of the gateway's records (`GET /admin/requests`, newest first) of requests
+    started at or after `since` by `tenant`, or refused before its key was read."""
+    mine = sorted(
+        (r for r in records if r["start"] >= since and r["tenant"] in (tenant, None)), key=lambda r: r["start"]
+    )
+    ok = [r for r in mine if 200 <= r["status"] < 300]
+    return RecordView(
+        requests=len(mine),
+        non_2xx=len(mine) - len(ok),
+        branches=len({r["branch_id"] for r in ok if r["branch_id"]}),
+        cached_last=ok[-1]["cached_tokens"] if ok else None,
+    )
+
+
 def judge(
-    forces_tool: bool, outcomes: list[TurnOutcome], exchanges: list[tuple[int, Exchange]], metrics: tuple[int, int]
+    forces_tool: bool,
+    outcomes: list[TurnOutcome],
+    exchanges: list[tuple[int, Exchange]],
+    metrics: tuple[int, int],
+    records: RecordView | None = None,
 ) -> HarnessReport:
     """The report of one run from what it recorded (pure; `exchanges` are (turn, exchange))."""
     readings: list[tuple[int, Reading]] = [(turn, read(ex)) for turn, ex in exchanges]
@@ -131,6 +168,10 @@ def judge(
         stops=[r.stop for _, r in gens],
         metrics_requests=metrics[0],
         metrics_non_2xx=metrics[1],
+        records=records.requests if records else 0,
+        records_non_2xx=records.non_2xx if records else 0,
+        records_branches=records.branches if records else 0,
+        records_cached_last=records.cached_last if records else None,
         turns=[
             {
                 "exit_code": o.exit_code,
@@ -143,7 +184,21 @@ def judge(
         ],  # fmt: skip
     )
     report.failures = _failures(report, forces_tool, [o.exit_code for o in outcomes])
+    if records is not None:
+        report.failures += _record_failures(report)
     return report
+
+
+def _record_failures(report: HarnessReport) -> list[str]:
+    """Where the gateway's own records disagree with a clean run or with what the harness saw."""
+    out = []
+    if report.records_non_2xx:
+        out.append(f"{report.records_non_2xx} non-2xx in the gateway's request records")
+    if report.records != report.generations:
+        out.append(f"the gateway recorded {report.records} generation requests, the harness sent {report.generations}")
+    if report.records_branches != 1:
+        out.append(f"{report.records_branches} branches in the gateway's request records")
+    return out
 
 
 def _failures(report: HarnessReport, forces_tool: bool, exit_codes: list[int]) -> list[str]:
@@ -187,11 +242,13 @@ def run_harness(cluster: HarnessCluster, name: str, *, timeout_s: float | None =
     )
     harness = HARNESSES[name](target, scratch)
     before = request_counts(cluster.metrics_text(), cluster.tenant_id)
+    since = time.time()
     outcomes = []
     for n in range(turns):
         cluster.proxy.label = f"{name}/{n}"
         outcomes.append(harness.turn(n, PROMPTS[min(n, len(PROMPTS) - 1)]))
     cluster.proxy.label = ""
     after = request_counts(cluster.metrics_text(), cluster.tenant_id)
+    records = record_view(cluster.admin("/requests?limit=10000")["requests"], cluster.tenant_id, since)
     exchanges = [(int(ex.label.rsplit("/", 1)[1]), ex) for ex in cluster.proxy.taken(f"{name}/")]
-    return judge(harness.forces_tool, outcomes, exchanges, (after[0] - before[0], after[1] - before[1]))
+    return judge(harness.forces_tool, outcomes, exchanges, (after[0] - before[0], after[1] - before[1]), records)
