@@ -41,7 +41,7 @@ def hot_endpoint(route: object) -> Endpoint | None:
     params = list(inspect.signature(route.endpoint).parameters.values())
     if len(params) != 1 or params[0].annotation not in (Request, "Request"):
         return None
-    return route.endpoint  # type: ignore[no-any-return]
+    return route.endpoint
 
 
 class GatewayApp(FastAPI):
@@ -96,7 +96,7 @@ class GatewayApp(FastAPI):
             handler = self.exception_handlers.get(cls)
             if handler is not None:
                 result = handler(request, exc)
-                return await result if inspect.isawaitable(result) else result  # type: ignore[no-any-return]
+                return await result if inspect.isawaitable(result) else result
         raise exc
 
 

@@ -11,7 +11,7 @@ shape; anything else is logged and answered 500 `server_error`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,7 +30,7 @@ def error_response(exc: errors.GatewayError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def _param(loc: tuple[object, ...] | list[object]) -> str | None:
+def _param(loc: Sequence[object]) -> str | None:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or None
 

@@ -38,13 +38,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from gateway.kv.circuit import CircuitBreaker
 from kvpool.directory import (
     AsyncBlockDirectory,
     AsyncDirectory,
     BlockDirectory,
+    BranchInfo,
     BranchLimitReached,
     BranchStateError,
     DirectoryUnavailable,
@@ -147,7 +148,9 @@ class GatewayDirectory:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backend: AsyncBlockDirectory = (
-            directory if inspect.iscoroutinefunction(directory.publish) else AsyncDirectory(directory)  # type: ignore[arg-type]
+            cast(AsyncBlockDirectory, directory)
+            if inspect.iscoroutinefunction(directory.publish)
+            else AsyncDirectory(cast(BlockDirectory, directory))
         )
         self.block_size = block_size
         self._ttl = branch_ttl_s
@@ -229,7 +232,7 @@ class GatewayDirectory:
         await self._call("unpublish", lambda: self.backend.unpublish(node_id, hashes), None)
 
     async def drop_node(self, node_id: str) -> None:
-        await self._call("drop_node", lambda: self.backend.drop_node(node_id), [])
+        await self._call("drop_node", lambda: self.backend.drop_node(node_id), list[str]())
 
     async def open_branch(
         self,
@@ -303,7 +306,9 @@ class GatewayDirectory:
     async def finish_branch(self, branch_id: str) -> bool:
         own = any(branch_id in b for b in self._own.values())
         self._own_close(branch_id)
-        info = await self._call("finish_branch", lambda: self.backend.finish_branch(branch_id), False)
+        info: BranchInfo | bool | None = await self._call(
+            "finish_branch", lambda: self.backend.finish_branch(branch_id), False
+        )
         return own if info is False else info is not None
 
     async def expire(self, now: float | None = None) -> list[str]:
@@ -316,7 +321,7 @@ class GatewayDirectory:
 
     async def is_branch_active(self, branch_id: str) -> bool:
         own = any(branch_id in b for b in self._own.values())
-        info = await self._call("branch", lambda: self.backend.branch(branch_id), False)
+        info: BranchInfo | bool | None = await self._call("branch", lambda: self.backend.branch(branch_id), False)
         return own if info is False else info is not None
 
     async def references(self, block_hash: str) -> int:
@@ -337,5 +342,5 @@ class GatewayDirectory:
         return {**self._last_stats, "available": 1.0}
 
     async def top_branches(self, limit: int = 10) -> list[dict[str, object]]:
-        infos = await self._call("top_branches", lambda: self.backend.top_branches(limit), [])
+        infos = await self._call("top_branches", lambda: self.backend.top_branches(limit), list[BranchInfo]())
         return [{"branch_id": b.branch_id, "tenant_id": b.tenant_id, "blocks": b.num_blocks} for b in infos]

@@ -87,7 +87,8 @@ class ChatRenderer:
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
         try:
-            text = safe_apply_chat_template(
+            # `kwargs` are template variables, never `tokenize`; mypy cannot see that, so no overload matches.
+            text = safe_apply_chat_template(  # type: ignore[call-overload]
                 self._config, self._hf, conversation, tools=tools or None, tokenize=False, **kwargs
             )
         except Exception as exc:  # jinja and vLLM raise many types; all mean a conversation the template refuses

@@ -39,8 +39,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from core import FinishReason, Role
 from gateway.control.health import Quarantine, request_fingerprint
@@ -138,7 +139,7 @@ class Orchestrator:
         self._cfg = config
         self._background: set[asyncio.Task[object]] = set()
 
-    async def stream(self, job: Job) -> AsyncIterator[TokenDelta | Finished]:
+    async def stream(self, job: Job) -> AsyncGenerator[TokenDelta | Finished, None]:
         t0 = time.monotonic()
         progress = RequestProgress(
             job.request_id,
@@ -349,7 +350,7 @@ class Orchestrator:
         with contextlib.suppress(WorkerUnreachable, WorkerRejected):
             await self._client.abort(url, request_id)
 
-    def _spawn(self, coro: object) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -48,8 +48,11 @@ class HttpWorkerClient:
 
     async def _post(self, url: str, body: str | bytes, *, timeout_s: float | None = None) -> bytes:
         try:
-            kwargs = {} if timeout_s is None else {"timeout": timeout_s}
-            resp = await self._http.post(url, content=body, headers={"content-type": "application/json"}, **kwargs)
+            headers = {"content-type": "application/json"}
+            if timeout_s is None:
+                resp = await self._http.post(url, content=body, headers=headers)
+            else:
+                resp = await self._http.post(url, content=body, headers=headers, timeout=timeout_s)
         except httpx.HTTPError as exc:
             raise WorkerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code >= 400:

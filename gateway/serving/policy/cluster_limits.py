@@ -52,6 +52,9 @@ from gateway.serving.policy import _limit_scripts as lua
 from gateway.serving.policy.limits import WINDOW_S, TenantLimiter, check_model, refusal
 from gateway.store.records import Policy
 
+# What a Lua script's ARGV takes (redis-py encodes each).
+ScriptArg = str | int | float
+
 log = logging.getLogger(__name__)
 
 
@@ -234,7 +237,7 @@ class ClusterLimits:
         if adm.in_redis:
             await self._quietly("CANCEL", adm.tenant_id, adm.admission_id, adm.tokens)
 
-    async def _quietly(self, script: str, *args: object) -> None:
+    async def _quietly(self, script: str, *args: ScriptArg) -> None:
         """A release or cancel: if Redis is down the lease lapses on its own."""
         if not self.breaker.allow(self._monotonic()):
             return
@@ -265,7 +268,7 @@ class ClusterLimits:
     async def _replay(self) -> None:
         """Put this replica's admissions of the last minute back into the Redis windows."""
         now = self._clock()
-        args: list[object] = [self._p, WINDOW_S]
+        args: list[ScriptArg] = [self._p, WINDOW_S]
         for tenant, local in self._local.items():
             for admission_id, t, tokens, _ in local.admitted:
                 if now - t < WINDOW_S:
@@ -280,7 +283,7 @@ class ClusterLimits:
         held = [a for a in self._inflight.values() if a.in_redis]
         if not held or not self.breaker.allow(self._monotonic()):
             return
-        args: list[object] = [self._p, self.lease_s]
+        args: list[ScriptArg] = [self._p, self.lease_s]
         for a in held:
             args += [a.tenant_id, a.admission_id]
         try:

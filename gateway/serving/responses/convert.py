@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 from gateway.http.errors import InvalidRequest
 from gateway.serving.turn.fields import NAME_PATTERN, check_logit_bias, plain
@@ -114,7 +114,7 @@ def turn_spec(req: Any, history: list[dict[str, Any]]) -> tuple[TurnSpec, list[d
     try:
         messages = plain(
             construct_input_messages(
-                request_instructions=req.instructions, request_input=req.input, prev_msg=history or None
+                request_instructions=req.instructions, request_input=req.input, prev_msg=cast(Any, history) or None
             )
         )
         tools = construct_tool_dicts(req.tools, req.tool_choice)

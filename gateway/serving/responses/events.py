@@ -126,7 +126,8 @@ class EventWriter:
             if proc.needs_transition(state, tool_call):
                 out += self._frames(proc.close_current())
                 out += self._frames(proc.open(state, tool_call))
-            out += self._frames(proc.emit_delta(part, None, (lambda _output: lps) if lps else None))
+            # vLLM reads the engine output only to build logprobs, which the callback here supplies.
+            out += self._frames(proc.emit_delta(part, None, (lambda _output: lps) if lps else None))  # type: ignore[arg-type]
         return out
 
     def close(self) -> list[bytes]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,7 +216,7 @@ Account = Callable[[Finished], None]
 
 async def run_choice(
     orchestrator: Orchestrator, p: Prepared, job: Job, out: ChoiceOutput, account: Account
-) -> AsyncIterator[ChoiceDelta | Finished]:
+) -> AsyncGenerator[ChoiceDelta | Finished, None]:
     """One job through the orchestrator: its deltas, then its `Finished` (accounted)."""
     clock = JobClock()
     async with contextlib.aclosing(_named_constraint_errors(orchestrator.stream(job), p)) as events:
@@ -238,8 +238,8 @@ async def run_choice(
 
 
 async def _named_constraint_errors(
-    events: AsyncIterator[TokenDelta | Finished], p: Prepared
-) -> AsyncIterator[TokenDelta | Finished]:
+    events: AsyncGenerator[TokenDelta | Finished, None], p: Prepared
+) -> AsyncGenerator[TokenDelta | Finished, None]:
     """A constraint the worker refused is the client's field's fault: name it."""
     try:
         async for ev in events:
@@ -249,7 +249,7 @@ async def _named_constraint_errors(
             exc.param = p.constraint_param
         raise
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
 
 
 async def run_choices(
@@ -281,13 +281,13 @@ async def run_choices(
     try:
         running = len(tasks)
         while running:
-            item = await queue.get()
-            if item is None:
+            got = await queue.get()
+            if got is None:
                 running -= 1
-            elif isinstance(item, BaseException):
-                raise item
+            elif isinstance(got, BaseException):
+                raise got
             else:
-                yield item
+                yield got
     finally:
         for task in tasks:
             task.cancel()

@@ -13,7 +13,9 @@ in bursts stalled the loop for 100+ ms on a 3.5 MB prompt.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
 
 import numpy as np
 
@@ -79,7 +81,8 @@ class PromptTokens:
                 tokens, hashes = await self._in_thread(spec, salt)
         else:
             tokens, hashes = await self._in_thread(spec, salt)
-        end_span(span, **{"gen_ai.usage.input_tokens": len(tokens), "evolving.prompt_blocks": len(hashes)})
+        sizes: dict[str, Any] = {"gen_ai.usage.input_tokens": len(tokens), "evolving.prompt_blocks": len(hashes)}
+        end_span(span, **sizes)
         return tokens, hashes
 
     def tokens(self, spec: TurnSpec) -> list[int]:
@@ -126,7 +129,7 @@ class PromptTokens:
             messages=spec.messages,
             tools=spec.tools,
             template_kwargs=spec.template_kwargs,
-            text=spec.prompt if spec.messages is None else None,
+            text=spec.prompt if spec.messages is None and isinstance(spec.prompt, str) else None,
             max_tokens=self.model.max_prompt_tokens,
         )
         if len(ids) == 0:
@@ -137,7 +140,8 @@ class PromptTokens:
         for start in range(0, len(ids), step):
             end = min(start + step, len(ids))
             tokens.extend(ids[start:end].tolist())
-            hashes = self.directory.block_hashes(ids[:end], salt, known=hashes)
+            # an int64 array reads as a sequence of ints (the hashers take either)
+            hashes = self.directory.block_hashes(cast("Sequence[int]", ids[:end]), salt, known=hashes)
             if end < len(ids):
                 await asyncio.sleep(0)
         return tokens, hashes
@@ -155,7 +159,7 @@ class PromptTokens:
         for start in range(0, len(tokens), step):
             end = min(start + step, len(tokens))
             array[start:end] = tokens[start:end]
-            hashes = self.directory.block_hashes(array[:end], salt, known=hashes)
+            hashes = self.directory.block_hashes(cast("Sequence[int]", array[:end]), salt, known=hashes)
             if end < len(tokens):
                 await asyncio.sleep(0)
         return hashes
