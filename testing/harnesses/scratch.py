@@ -64,6 +64,10 @@ class TurnOutcome:
     detail: str = ""  # stderr tail or the exception
     tool_calls: int = 0  # tools the harness ran this turn, as it counts them (SDKs)
     elapsed_s: float = 0.0
+    # False when this turn could not continue the harness's session and opened a new one:
+    # the Agents SDK raises on an answer cut at the length limit and returns no response id
+    # to chain from, so its next turn starts a new conversation (no previous_response_id).
+    continues_session: bool = True
 
 
 def run_cli(cmd: list[str], *, cwd: pathlib.Path, env: dict[str, str], timeout_s: float) -> TurnOutcome:

@@ -67,6 +67,9 @@ class HarnessReport:
     branches: int  # distinct X-Branch-ID over its generation requests
     cached_tokens_last: int | None  # cached prompt tokens of its last generation request
     cached_by_turn: list[int | None] = field(default_factory=list)  # per turn, the most any request had
+    # Sessions the harness opened: 1, plus a turn that could not continue the last one
+    # (`TurnOutcome.continues_session`; only after a turn named in length_stopped_turns).
+    sessions: int = 1
     # Turns the harness gave up on because its last answer stopped on the length limit (named, allowed).
     length_stopped_turns: list[int] = field(default_factory=list)
     generations: int = 0
@@ -163,6 +166,7 @@ def judge(
         cached_tokens_last=last_ok[-1].cached_tokens if last_ok else None,
         cached_by_turn=cached_by_turn,
         length_stopped_turns=length_stopped,
+        sessions=1 + sum(1 for n, o in enumerate(outcomes) if n and not o.continues_session),
         generations=len(gens),
         unparsed=sum(1 for _, r in gens if r.ok and not r.parsed),
         stops=[r.stop for _, r in gens],
@@ -183,7 +187,7 @@ def judge(
             for o in outcomes
         ],  # fmt: skip
     )
-    report.failures = _failures(report, forces_tool, [o.exit_code for o in outcomes])
+    report.failures = _failures(report, forces_tool, outcomes)
     if records is not None:
         report.failures += _record_failures(report)
     return report
@@ -196,13 +200,14 @@ def _record_failures(report: HarnessReport) -> list[str]:
         out.append(f"{report.records_non_2xx} non-2xx in the gateway's request records")
     if report.records != report.generations:
         out.append(f"the gateway recorded {report.records} generation requests, the harness sent {report.generations}")
-    if report.records_branches != 1:
-        out.append(f"{report.records_branches} branches in the gateway's request records")
+    if report.records_branches != report.sessions:
+        out.append(f"{report.records_branches} branches in the gateway's request records, {report.sessions} session(s)")
     return out
 
 
-def _failures(report: HarnessReport, forces_tool: bool, exit_codes: list[int]) -> list[str]:
+def _failures(report: HarnessReport, forces_tool: bool, outcomes: list[TurnOutcome]) -> list[str]:
     out = []
+    exit_codes = [o.exit_code for o in outcomes]
     # A harness may give up on a turn whose last answer stopped on the length limit (the turn is
     # named in length_stopped_turns); a timeout is never that.
     for n, code in enumerate(exit_codes):
@@ -214,10 +219,18 @@ def _failures(report: HarnessReport, forces_tool: bool, exit_codes: list[int]) -
         out.append(f"{report.unparsed} answers did not parse")
     if not report.generations:
         out.append("no generation request reached the gateway")
-    if report.branches != 1:
-        out.append(f"{report.branches} branches for one session")
+    for n, o in enumerate(outcomes[1:], start=1):
+        if not o.continues_session and n - 1 not in report.length_stopped_turns:
+            out.append(f"turn {n} opened a new session after a turn that did not stop on the length limit")
+    if report.branches != report.sessions:
+        out.append(f"{report.branches} branches for {report.sessions} harness session(s)")
     first, last = report.cached_by_turn[0], report.cached_by_turn[-1]
-    if len(report.cached_by_turn) > 1 and not (last is not None and last > (first or 0)):
+    # Cached tokens grow from turn to turn of one session (a new session starts cold).
+    if (
+        outcomes[-1].continues_session
+        and len(report.cached_by_turn) > 1
+        and not (last is not None and last > (first or 0))
+    ):
         out.append(f"cached tokens did not grow across turns: {report.cached_by_turn}")
     if forces_tool and not report.tool_round_trips:
         out.append("no tool round trip")

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from testing.live_gateway import running_gateway
+from testing.vllm_cluster import EXACT_DTYPE
 from testing.vllm_cluster import free_port as _free_port
 from testing.worker_process import WorkerProcess
 
@@ -132,7 +133,7 @@ def _loop_of(app) -> asyncio.AbstractEventLoop:
 
 
 def test_killed_worker_mid_stream_continues_or_errors_clearly(vllm_cluster, demo_model, tmp_path):
-    extra = ["--run-dir", str(tmp_path)]
+    extra = ["--run-dir", str(tmp_path), *EXACT_DTYPE]  # as the shared workers it hands over to
     victim = WorkerProcess(
         _free_port(), "decode", demo_model, "wC", threads_bind="1", log_path=str(tmp_path / "wC.log"), extra=extra
     ).start()

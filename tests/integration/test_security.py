@@ -265,6 +265,7 @@ class _StubEngine:
     ready = True
     kv_events = None
     state = EngineState.ALIVE
+    restarts = 0  # engine cores restarted in place (workers.engine_heal)
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...

@@ -25,11 +25,15 @@ class AgentsSDK:
     def turn(self, n: int, prompt: str) -> TurnOutcome:
         start = time.monotonic()
         calls: list[str] = []
+        continues = n == 0 or self.previous_response_id is not None
         try:
             output = asyncio.run(self._run(n, prompt, calls))
         except Exception as exc:  # noqa: BLE001 - the harness's failure is this turn's outcome
-            return TurnOutcome(1, "", f"{type(exc).__name__}: {exc}", len(calls), time.monotonic() - start)
-        return TurnOutcome(0, output, "", len(calls), time.monotonic() - start)
+            self.previous_response_id = None  # the SDK returned no response to chain from
+            return TurnOutcome(
+                1, "", f"{type(exc).__name__}: {exc}", len(calls), time.monotonic() - start, continues_session=continues
+            )
+        return TurnOutcome(0, output, "", len(calls), time.monotonic() - start, continues_session=continues)
 
     async def _run(self, n: int, prompt: str, calls: list[str]) -> str:
         from agents import Agent, ModelSettings, Runner, function_tool, set_default_openai_client, set_tracing_disabled

@@ -115,7 +115,7 @@ def test_judge_names_each_failure():
     assert report.failures == [
         "turn 0: exit code 1",
         "1 non-2xx answers (1 in the gateway's counters)",
-        "2 branches for one session",
+        "2 branches for 1 harness session(s)",
         "cached tokens did not grow across turns: [64, 0]",
         "no tool round trip",
     ]
@@ -138,3 +138,18 @@ def test_judge_excuses_a_turn_by_its_own_last_stop():
     # Turn 1 failed after a plain stop: turn 0's length stop does not excuse it.
     report = judge(False, [TurnOutcome(0, ""), TurnOutcome(1, "")], [_length(0), _turn(1, 96)], (2, 0))
     assert report.failures == ["turn 1: exit code 1"] and report.length_stopped_turns == []
+
+
+def test_a_new_session_after_a_length_stop_counts_as_one():
+    # The Agents SDK raised on turn 0's length stop and could not chain turn 1 to it:
+    # two sessions, two branches, no cached-token growth to expect across them.
+    new = TurnOutcome(0, "", continues_session=False)
+    report = judge(False, [TurnOutcome(1, ""), new], [_length(0), _turn(1, 0, branch="b2")], (2, 0))
+    assert report.sessions == 2 and report.branches == 2 and report.failures == []
+    # ... but a new session after a turn that finished normally is a failure, as is one branch too many.
+    report = judge(False, [TurnOutcome(0, ""), new], [_turn(0, 64), _turn(1, 0, branch="b2")], (2, 0))
+    assert report.failures == ["turn 1 opened a new session after a turn that did not stop on the length limit"]
+    report = judge(
+        False, [TurnOutcome(1, ""), new], [_length(0), _turn(1, 0, branch="b2"), _turn(1, 0, branch="b3")], (3, 0)
+    )
+    assert report.failures == ["3 branches for 2 harness session(s)"]
