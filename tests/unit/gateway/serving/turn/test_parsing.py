@@ -61,6 +61,30 @@ def test_auto_without_strict_tools_is_not_constrained(parsing) -> None:
     assert adjusted.structured_output is None and adjusted.parses
 
 
+def test_auto_with_a_strict_tool_leaves_free_text_and_the_end_of_turn_open(parsing, tokenizer) -> None:
+    # The Agents SDK's tools are strict: under "auto" the constraint only holds a call's
+    # arguments to the schema once "<tool_call>" is written; an answer may still end anywhere.
+    import xgrammar as xgr
+
+    strict = {"type": "function", "function": {**ADD["function"], "strict": True}}
+    so = parsing.adjust(_req(tools=[strict], tool_choice="auto")).structured_output
+    assert so is not None and so.structural_tag is not None
+    fmt = json.loads(so.structural_tag)["format"]
+    assert fmt["type"] == "triggered_tags" and fmt["triggers"] == ["<tool_call>"] and not fmt["at_least_one"]
+    hf = tokenizer.hf
+    info = xgr.TokenizerInfo.from_huggingface(hf, stop_token_ids=[hf.eos_token_id])
+    grammar = xgr.GrammarCompiler(info).compile_structural_tag(so.structural_tag)
+    for text in ("", "There are 4 files."):
+        matcher = xgr.GrammarMatcher(grammar)
+        assert all(matcher.accept_token(t) for t in hf.encode(text, add_special_tokens=False))
+        assert matcher.accept_token(hf.eos_token_id), text
+    # The contrast: a required call cannot end before it.
+    forced = parsing.adjust(_req(tools=[strict], tool_choice="required")).structured_output
+    assert forced is not None and forced.structural_tag is not None
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_structural_tag(forced.structural_tag))
+    assert not matcher.accept_token(hf.eos_token_id)
+
+
 def test_tool_choice_none_neither_constrains_nor_parses(parsing) -> None:
     adjusted = parsing.adjust(_req(tools=[ADD], tool_choice="none"))
     assert adjusted.structured_output is None and not adjusted.parses
