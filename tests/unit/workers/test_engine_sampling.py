@@ -10,8 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from core import Role
-from workers.engine import EngineConfig, WorkerEngine, bound_tag_whitespace, token_logprobs
+from workers.engine import EngineConfig, WorkerEngine
 from workers.protocol import GenerateRequest, SamplingOptions, StructuredOutput
+from workers.vllm_fields import bound_tag_whitespace, token_logprobs
 
 
 def _engine(**config) -> WorkerEngine:
