@@ -145,7 +145,7 @@ def leftovers(gw: GatewayThread, workers: dict[str, Any]) -> dict[str, Any]:
         except (httpx.HTTPError, KeyError, ValueError):
             inflight[node] = -1
     return {
-        "directory_active_branches_after": int(stats["branches"]),
-        "directory_referenced_blocks_after": int(stats["referenced"]),
+        "directory_active_branches_after": stats.branches,
+        "directory_referenced_blocks_after": stats.referenced,
         "worker_inflight_after": inflight,
     }

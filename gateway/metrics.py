@@ -47,6 +47,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
     from gateway.control.registry import WorkerRegistry
+    from gateway.kv.views import DirectoryStatus
     from gateway.serving.orchestrator import Finished
     from gateway.store.records import SwitchOutcome
     from planner.types import Decision
@@ -203,7 +204,7 @@ class GatewayMetrics:
             self.switch_seconds.labels("migrate").observe(outcome.migrate_s)
             self.switch_seconds.labels("total").observe(outcome.total_s)
 
-    def refresh(self, registry: WorkerRegistry, directory_stats: dict[str, float]) -> None:
+    def refresh(self, registry: WorkerRegistry, directory: DirectoryStatus) -> None:
         """Copy live gauges from the registry and the directory's `stats()` (called per scrape)."""
         for node in registry.nodes():
             self.queue.labels(node.node_id).set(node.num_waiting)
@@ -215,11 +216,10 @@ class GatewayMetrics:
             for phase in ("prefill", "decode"):
                 self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
         self._kv_peers.nodes = [(node.node_id, node.kv_peers, node.block_bytes) for node in registry.nodes()]
-        stats = directory_stats
-        self.pool_hit_rate.set(stats.get("hit_rate", 0.0))
-        self.directory_blocks.set(stats.get("blocks", 0.0))
-        self.directory_referenced.set(stats.get("referenced", 0.0))
-        self.directory_branches.set(stats.get("branches", 0.0))
+        self.pool_hit_rate.set(directory.hit_rate)
+        self.directory_blocks.set(directory.blocks)
+        self.directory_referenced.set(directory.referenced)
+        self.directory_branches.set(directory.branches)
 
     def refresh_planner(self, decision: Decision | None) -> None:
         """The last decision's predicted throughput of the chosen and the current split (called per scrape)."""

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from core import Phase
 from gateway.admin import build_admin_router, install_error_handlers
 from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
+from gateway.kv.views import BranchSummary, DirectoryStatus
 from gateway.store import Database, EventSink, SinkConfig, repository
 from gateway.store.records import SwitchOutcome, UsageRecord
 from gateway.store.tables import Base
@@ -42,6 +43,11 @@ class FakeClusterControl:
     mode: str = "auto"
     split_pin: int | None = None
     switches: list[SwitchOutcome] = field(default_factory=list)
+    directory: DirectoryStatus = field(
+        default_factory=lambda: DirectoryStatus(
+            blocks=18432, bytes=18432 * 2 * 1024 * 1024, referenced=7020, branches=6, hit_rate=0.63
+        )
+    )
 
     @classmethod
     def with_nodes(
@@ -78,9 +84,9 @@ class FakeClusterControl:
             nodes=list(self.nodes.values()),
             split=self.split(),
             split_pin=self.split_pin,
-            directory={"blocks": 18432.0, "bytes": 18432.0 * 2 * 1024 * 1024, "referenced": 7020.0, "hit_rate": 0.63},
+            directory=self.directory,
             top_branches=[
-                {"branch_id": f"br-{k}", "tenant_id": "acme" if k % 2 else "globex", "blocks": 900 - 110 * k}
+                BranchSummary(branch_id=f"br-{k}", tenant_id="acme" if k % 2 else "globex", blocks=900 - 110 * k)
                 for k in range(6)
             ],
         )

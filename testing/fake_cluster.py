@@ -7,6 +7,7 @@ from typing import Any
 
 from core import Phase
 from gateway.control.ports import ClusterSnapshot, NodeSnapshot, PlannerState, SplitSample
+from gateway.kv.views import BranchSummary, DirectoryStatus
 from gateway.store.records import SwitchOutcome
 from planner.types import PlannerMode
 
@@ -42,8 +43,8 @@ class FakeClusterControl:
             nodes=nodes,
             split=(prefill, len(nodes) - prefill),
             split_pin=self.split_pin,
-            directory={"blocks": 10.0},
-            top_branches=[{"branch_id": "b", "blocks": 3}],
+            directory=DirectoryStatus(blocks=10),
+            top_branches=[BranchSummary(branch_id="b", tenant_id="t", blocks=3)],
         )
 
     async def planner_state(self) -> PlannerState:

@@ -13,6 +13,8 @@ def cache_view() -> None:
     if cluster is None:
         return
     directory = cluster.get("directory") or {}
+    if directory.get("available") is False:
+        st.warning("The KV directory is unreachable: the last numbers it gave; no request gets cache hits.")
     blocks = int(directory.get("blocks", 0))
     referenced = int(directory.get("referenced", 0))
     cols = st.columns(4)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core import Phase
 from gateway.control.ports import NodeSnapshot
+from gateway.kv.views import BranchSummary, DirectoryStatus
 from gateway.store.records import MAX_PRIORITY, Policy
 
 # Policy numbers fit a signed 64-bit column; larger ones are client errors, not 500s.
@@ -37,8 +38,8 @@ class ClusterOut(BaseModel):
     nodes: list[NodeSnapshot]
     split: tuple[int, int] = Field(description="(prefill nodes, decode nodes)")
     split_pin: int | None
-    directory: dict[str, float]
-    top_branches: list[dict[str, Any]]
+    directory: DirectoryStatus
+    top_branches: list[BranchSummary]
 
 
 class HistoryPoint(BaseModel):

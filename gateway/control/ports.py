@@ -8,10 +8,11 @@ fake. All methods are async and may take as long as a switch takes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from core import Phase
 from gateway.control.health import NodeHealth
+from gateway.kv.views import BranchSummary, DirectoryStatus
 from gateway.store.records import SwitchOutcome
 from planner.types import Decision, PlannerMode, SplitPrediction
 from workers.protocol import EngineState
@@ -40,8 +41,8 @@ class ClusterSnapshot:
     nodes: list[NodeSnapshot]
     split: tuple[int, int]  # (prefill, decode)
     split_pin: int | None  # pinned number of prefill nodes
-    directory: dict[str, float] = field(default_factory=dict)  # blocks, bytes, referenced, hit_rate
-    top_branches: list[dict[str, Any]] = field(default_factory=list)  # branch_id, tenant_id, blocks
+    directory: DirectoryStatus = field(default_factory=DirectoryStatus)
+    top_branches: list[BranchSummary] = field(default_factory=list)  # most blocks first
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,11 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar, cast
 
 from gateway.kv.circuit import CircuitBreaker
+from gateway.kv.views import BranchSummary, DirectoryStatus
 from kvpool.directory import (
     AsyncBlockDirectory,
     AsyncDirectory,
@@ -128,8 +129,8 @@ class Directory(Protocol):
     async def reference(self, branch_id: str, hashes: Sequence[str]) -> None: ...
     async def finish_branch(self, branch_id: str) -> bool: ...
     async def expire(self, now: float | None = None) -> list[str]: ...
-    async def stats(self) -> dict[str, float]: ...
-    async def top_branches(self, limit: int = 10) -> list[dict[str, object]]: ...
+    async def stats(self) -> DirectoryStatus: ...
+    async def top_branches(self, limit: int = 10) -> list[BranchSummary]: ...
 
 
 class GatewayDirectory:
@@ -163,7 +164,7 @@ class GatewayDirectory:
         self._retention: dict[str, int] = {}  # tenant -> kv_retention_blocks (latest policy seen)
         # branches this replica opened and has not seen end: tenant -> branch -> last use (outage fallback)
         self._own: dict[str, dict[str, float]] = {}
-        self._last_stats: dict[str, float] = {}
+        self._last_stats = DirectoryStatus(available=False)  # before the backend ever answered
         self.unpinned_over_quota = 0  # blocks left unreferenced by the retention quota
         self.unavailable = 0  # calls answered without the backend (down, or circuit open)
 
@@ -328,19 +329,13 @@ class GatewayDirectory:
         counts = await self._call("ref_counts", lambda: self.backend.ref_counts([block_hash]), [0])
         return counts[0]
 
-    async def stats(self) -> dict[str, float]:
+    async def stats(self) -> DirectoryStatus:
         s = await self._call("stats", self.backend.stats, None)
         if s is None:  # the last numbers seen, marked stale
-            return {**self._last_stats, "available": 0.0}
-        self._last_stats = {
-            "blocks": float(s.blocks),
-            "bytes": float(s.bytes),
-            "referenced": float(s.referenced_blocks),
-            "branches": float(s.active_branches),
-            "hit_rate": s.hit_rate,
-        }
-        return {**self._last_stats, "available": 1.0}
+            return replace(self._last_stats, available=False)
+        self._last_stats = DirectoryStatus.of(s)
+        return self._last_stats
 
-    async def top_branches(self, limit: int = 10) -> list[dict[str, object]]:
+    async def top_branches(self, limit: int = 10) -> list[BranchSummary]:
         infos = await self._call("top_branches", lambda: self.backend.top_branches(limit), list[BranchInfo]())
-        return [{"branch_id": b.branch_id, "tenant_id": b.tenant_id, "blocks": b.num_blocks} for b in infos]
+        return [BranchSummary.of(b) for b in infos]

@@ -103,7 +103,15 @@ async def test_cluster_planner_pins_and_switch(admin: Admin) -> None:
     c, op = admin.client, admin.operator
     cluster = (await c.get("/admin/cluster", headers=op)).json()
     assert cluster["split"] == [1, 1] and [n["node_id"] for n in cluster["nodes"]] == ["n0", "n1"]
-    assert cluster["directory"] == {"blocks": 10.0}
+    assert cluster["directory"] == {
+        "blocks": 10,
+        "bytes": 0,
+        "referenced": 0,
+        "branches": 0,
+        "hit_rate": 0.0,
+        "available": True,
+    }
+    assert cluster["top_branches"] == [{"branch_id": "b", "tenant_id": "t", "blocks": 3}]
     assert (await c.get("/admin/cluster/history", params={"minutes": 5}, headers=op)).json()["items"][0]["prefill"] == 1
     assert ("history", 300.0) in admin.control.calls
     assert (await c.get("/admin/planner", headers=op)).json()["mode"] == "auto"

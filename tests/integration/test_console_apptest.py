@@ -9,6 +9,7 @@ from __future__ import annotations
 import pathlib
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -217,6 +218,20 @@ def test_cache_page_shows_directory_and_top_branches(api: LiveAdminApi, monkeypa
     assert metrics["Bytes"] == "36.0 GiB"
     assert charts(at) == 1
     assert list(at.dataframe[0].value["branch_id"])[:2] == ["br-0", "br-1"]
+    assert not at.warning
+
+
+def test_cache_page_says_when_the_directory_is_unreachable(api: LiveAdminApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    reachable = api.control.directory
+    api.control.directory = replace(reachable, available=False)
+    try:
+        at = open_page(log_in(console(api.url, monkeypatch), api.tokens["operator"]), "cache")
+    finally:
+        api.control.directory = reachable
+    assert [w.value for w in at.warning] == [
+        "The KV directory is unreachable: the last numbers it gave; no request gets cache hits."
+    ]
+    assert {m.label: m.value for m in at.metric}["Blocks"] == "18,432"
 
 
 def test_viewer_sees_everything_and_changes_nothing(api: LiveAdminApi, monkeypatch: pytest.MonkeyPatch) -> None:

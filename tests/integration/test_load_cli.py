@@ -84,7 +84,7 @@ def test_load_runs_both_phases_with_branch_headers_and_finishes_its_branches(tmp
         cluster = httpx.get(f"{stack.url}/admin/cluster", headers=stack.admin_headers(), timeout=10).json()
         assert [b for b in cluster["top_branches"] if b["tenant_id"] == "loadtest"] == []
         usage = stack.loop.run(stack.runtime.directory.stats())
-        assert usage["referenced"] == 0, usage
+        assert usage.referenced == 0, usage
 
 
 def test_load_refuses_bad_phases_and_reports_an_unreachable_gateway(tmp_path: pathlib.Path) -> None:

@@ -1,4 +1,4 @@
-"""GatewayMetrics exports the workers' KV pull counters per (node, peer)."""
+"""GatewayMetrics exports the workers' KV pull counters per (node, peer), node health and the directory."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from prometheus_client.parser import text_string_to_metric_families
 
 from core import Phase
+from gateway.kv.views import DirectoryStatus
 from gateway.metrics import GatewayMetrics
 from workers.protocol import KVPeerStats
 
@@ -36,7 +37,7 @@ def test_kv_peer_counters_and_state_of_the_last_heartbeat() -> None:
         block_bytes=1024,
     )
     registry = SimpleNamespace(nodes=lambda: [node])
-    directory: dict[str, float] = {}
+    directory = DirectoryStatus()
     metrics = GatewayMetrics()
     metrics.refresh(registry, directory)  # type: ignore[arg-type]  # a stand-in registry
     got = _samples(metrics)
@@ -65,8 +66,11 @@ def test_engine_dead_and_restarts_per_node() -> None:
         block_bytes=1024,
     )
     metrics = GatewayMetrics()
-    metrics.refresh(SimpleNamespace(nodes=lambda: [node]), {})  # type: ignore[arg-type]  # a stand-in registry
+    directory = DirectoryStatus(blocks=12, bytes=12 * 1024, referenced=5, branches=2, hit_rate=0.25)
+    metrics.refresh(SimpleNamespace(nodes=lambda: [node]), directory)  # type: ignore[arg-type]  # a stand-in registry
     got = _samples(metrics)
+    assert got[("evolving_directory_blocks", ())] == 12 and got[("evolving_directory_referenced_blocks", ())] == 5
+    assert got[("evolving_directory_branches", ())] == 2 and got[("evolving_pool_hit_rate", ())] == 0.25
     assert got[("evolving_node_engine_dead", (("node", "wB"),))] == 1  # restarting in place: still not serving
     assert got[("evolving_node_restarts", (("node", "wB"),))] == 2
     assert got[("evolving_node_engine_restarts", (("node", "wB"),))] == 3

@@ -85,10 +85,10 @@ async def test_registry_publishes_saved_blocks_and_buffers_iterations():
         pass
     w._save_blocks(list(range(100, 164)), "s")  # 4 blocks of 16, reported by the next heartbeat
     await rt.registry.poll_once()
-    assert (await rt.directory.stats())["blocks"] == 4
+    assert (await rt.directory.stats()).blocks == 4
     its = rt.registry.drain_iterations()
     assert len(its) == 1 and its[0].node_id == "w0" and rt.registry.drain_iterations() == []
     w.kill()
     for _ in range(3):
         await rt.registry.poll_once()
-    assert not rt.registry.get("w0").healthy and (await rt.directory.stats())["blocks"] == 0
+    assert not rt.registry.get("w0").healthy and (await rt.directory.stats()).blocks == 0
