@@ -360,15 +360,17 @@ def run_up(args: argparse.Namespace) -> int:
 
 def record_restart(control_plane: ControlPlane, event: RestartEvent) -> None:
     """A restart (or giving up) in the switch history and the audit log."""
+    from core import Phase
     from gateway.store.records import SwitchOutcome
 
     outcome = "failed" if event.gave_up else "restarted"
+    phase = Phase(event.phase)  # the watchdog keeps it as the worker's --phase argument
     where = "engine restarted in place" if event.in_place else "process relaunched"
     detail = f"{event.cause}; " + (
         f"gave up after {event.attempt} restarts" if event.gave_up else f"{where}, restart {event.attempt}"
     )
     control_plane.sink.record_switch(
-        SwitchOutcome(event.node_id, event.phase, event.phase, 0.0, 0.0, event.delay_s, outcome, detail),
+        SwitchOutcome(event.node_id, phase, phase, 0.0, 0.0, event.delay_s, outcome, detail),
         reason=f"worker {outcome}: {event.cause}",
         who="supervisor",
     )

@@ -45,6 +45,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from core import Phase
+
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
     from gateway.control.registry import WorkerRegistry
     from gateway.kv.views import DirectoryStatus
@@ -198,7 +200,7 @@ class GatewayMetrics:
 
     def observe_switch(self, outcome: SwitchOutcome, reason: str, who: str) -> None:
         """A `gateway.control.phase_switch.SwitchSink`."""
-        self.switches.labels(outcome.to_phase, outcome.outcome).inc()
+        self.switches.labels(outcome.to_phase.value, outcome.outcome).inc()
         if outcome.outcome == "ok":
             self.switch_seconds.labels("drain").observe(outcome.drain_s)
             self.switch_seconds.labels("migrate").observe(outcome.migrate_s)
@@ -213,8 +215,8 @@ class GatewayMetrics:
             self.engine_dead.labels(node.node_id).set(1 if node.engine in ("dead", "restarting") else 0)
             self.engine_restarts.labels(node.node_id).set(node.engine_restarts)
             self.restarts.labels(node.node_id).set(node.restarts)
-            for phase in ("prefill", "decode"):
-                self.phase.labels(node.node_id, phase).set(1 if node.phase.value == phase else 0)
+            for phase in Phase:
+                self.phase.labels(node.node_id, phase.value).set(1 if node.phase is phase else 0)
         self._kv_peers.nodes = [(node.node_id, node.kv_peers, node.block_bytes) for node in registry.nodes()]
         self.pool_hit_rate.set(directory.hit_rate)
         self.directory_blocks.set(directory.blocks)

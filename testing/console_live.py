@@ -224,14 +224,14 @@ def seed_store(db: Database) -> dict[str, str]:
                     t=t + 5,
                     reason="planner",
                     who="planner",
-                    outcome=SwitchOutcome("node-2", "decode", "prefill", 0.5, 1.2, 1.9, "ok"),
+                    outcome=SwitchOutcome("node-2", Phase.DECODE, Phase.PREFILL, 0.5, 1.2, 1.9, "ok"),
                 )
         repository.add_switch_event(
             s,
             t=now - 300,
             reason="manual: maintenance",
             who="alice",
-            outcome=SwitchOutcome("node-1", "prefill", "decode", 0.3, 0.0, 0.4, "ok"),
+            outcome=SwitchOutcome("node-1", Phase.PREFILL, Phase.DECODE, 0.3, 0.0, 0.4, "ok"),
         )
         _, operator = repository.create_admin_token(s, name="alice", role="operator", pepper=db.pepper)
         _, viewer = repository.create_admin_token(s, name="victor", role="viewer", pepper=db.pepper)

@@ -16,8 +16,8 @@ class FakeClusterControl:
     """In-memory ClusterControl + ClusterHistory: two nodes, records calls."""
 
     def __init__(self) -> None:
-        self.phases = {"n0": "prefill", "n1": "decode"}
-        self.node_pins: dict[str, str] = {}
+        self.phases = {"n0": Phase.PREFILL, "n1": Phase.DECODE}
+        self.node_pins: dict[str, Phase] = {}
         self.split_pin: int | None = None
         self.mode = "auto"
         self.calls: list[tuple[Any, ...]] = []
@@ -27,10 +27,10 @@ class FakeClusterControl:
             NodeSnapshot(
                 node_id=n,
                 url=f"http://{n}",
-                phase=Phase(p),
+                phase=p,
                 draining_to=None,
                 healthy=True,
-                pinned_phase=Phase(pin) if (pin := self.node_pins.get(n)) else None,
+                pinned_phase=self.node_pins.get(n),
                 queue=1,
                 running=2,
                 kv_usage=0.5,
@@ -38,7 +38,7 @@ class FakeClusterControl:
             )
             for n, p in self.phases.items()
         ]
-        prefill = sum(p == "prefill" for p in self.phases.values())
+        prefill = sum(p is Phase.PREFILL for p in self.phases.values())
         return ClusterSnapshot(
             nodes=nodes,
             split=(prefill, len(nodes) - prefill),
@@ -64,8 +64,8 @@ class FakeClusterControl:
 
     async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
         self.calls.append(("switch", node_id, to_phase, reason, who))
-        before, self.phases[node_id] = self.phases[node_id], to_phase
-        return SwitchOutcome(node_id, before, to_phase, drain_s=0.5, migrate_s=1.0, total_s=1.6, outcome="ok")
+        before, self.phases[node_id] = self.phases[node_id], Phase(to_phase)
+        return SwitchOutcome(node_id, before, Phase(to_phase), drain_s=0.5, migrate_s=1.0, total_s=1.6, outcome="ok")
 
     async def restore_pins(
         self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str

@@ -67,7 +67,7 @@ def planner_out(state: PlannerState) -> schemas.PlannerOut:
             acted=d.acted,
             reason=d.reason,
             confidence=d.confidence,
-            actions=[schemas.ActionOut(node_id=a.node_id, to_phase=a.to_phase.value) for a in d.actions],
+            actions=[schemas.ActionOut(node_id=a.node_id, to_phase=a.to_phase) for a in d.actions],
             inputs={k: float(v) for k, v in d.inputs.items() if isinstance(v, (int, float)) and math.isfinite(v)},
         )
     )

@@ -55,7 +55,7 @@ class HistoryOut(BaseModel):
 
 class ActionOut(BaseModel):
     node_id: str
-    to_phase: str
+    to_phase: Phase
 
 
 class LastDecisionOut(BaseModel):
@@ -135,8 +135,8 @@ class SwitchIn(BaseModel):
 
 class SwitchOut(BaseModel):
     node_id: str
-    from_phase: str
-    to_phase: str
+    from_phase: Phase
+    to_phase: Phase
     drain_s: float
     migrate_s: float
     total_s: float

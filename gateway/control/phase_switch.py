@@ -74,22 +74,23 @@ class PhaseSwitcher:
         return set(self._busy)
 
     async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
-        with self.tracing.switch(node_id, to_phase, reason=reason, who=who) as trace:
-            outcome = await self._switch(node_id, to_phase, reason=reason, who=who, trace=trace)
+        target = Phase(to_phase)  # the member itself, also for an untyped caller that passed its value
+        with self.tracing.switch(node_id, target, reason=reason, who=who) as trace:
+            outcome = await self._switch(node_id, target, reason=reason, who=who, trace=trace)
             trace.outcome(outcome)
             return outcome
 
     async def _switch(
         self, node_id: str, to_phase: Phase, *, reason: str, who: str, trace: SwitchTrace
     ) -> SwitchOutcome:
-        target = Phase(to_phase)  # the member itself, also for a caller that passed its value
+        target = to_phase
         node = self._registry.get(node_id)
         from_phase = node.phase
         if node_id in self._busy:
             raise Conflict(f"node {node_id} is already switching", code="switch_in_progress")
         if node.phase is target and not node.draining:
             return await self._emit(
-                SwitchOutcome(node_id, from_phase.value, target.value, 0.0, 0.0, 0.0, "noop", "already in phase"),
+                SwitchOutcome(node_id, from_phase, target, 0.0, 0.0, 0.0, "noop", "already in phase"),
                 reason,
                 who,
             )
@@ -110,8 +111,8 @@ class PhaseSwitcher:
             fenced = isinstance(exc, WorkerRejected) and exc.stale_term
             outcome = SwitchOutcome(
                 node_id,
-                from_phase.value,
-                target.value,
+                from_phase,
+                target,
                 0.0,
                 0.0,
                 time.monotonic() - start,
@@ -131,8 +132,8 @@ class PhaseSwitcher:
         trace.migrated(result.migrated)
         outcome = SwitchOutcome(
             node_id,
-            from_phase.value,
-            result.to_phase.value,
+            from_phase,
+            result.to_phase,
             result.drain_s,
             result.migrate_s,
             time.monotonic() - start,

@@ -118,7 +118,7 @@ class ClusterRuntime:
 
     def split(self) -> tuple[int, int]:
         healthy = [n for n in self.registry.nodes() if n.healthy]
-        prefill = sum(1 for n in healthy if n.phase.value == "prefill")
+        prefill = sum(1 for n in healthy if n.phase is Phase.PREFILL)
         return prefill, len(healthy) - prefill
 
     async def planner_state(self) -> PlannerState:

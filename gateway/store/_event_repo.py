@@ -20,6 +20,7 @@ from gateway.store.records import NODE_PIN_PREFIX, PLANNER_MODE, SPLIT_PIN, Over
 from gateway.store.tables import AuditEntry, Override, PlannerDecision, SwitchEvent, UsageMinute
 from planner.types import Decision, SplitPrediction, SwitchAction
 
+_PHASES = {p.value for p in Phase}  # what a stored action's to_phase may hold
 _PREDICTION_FIELDS = {f.name for f in dataclasses.fields(SplitPrediction)}
 
 
@@ -124,7 +125,7 @@ def latest_decision(session: Session) -> Decision | None:
     actions = tuple(
         SwitchAction(node_id=str(a["node_id"]), to_phase=Phase(a["to_phase"]))
         for a in row.actions or []
-        if isinstance(a, dict) and "node_id" in a and a.get("to_phase") in ("prefill", "decode")
+        if isinstance(a, dict) and "node_id" in a and a.get("to_phase") in _PHASES
     )
     inputs = {str(k): float(v) for k, v in (row.inputs or {}).items() if isinstance(v, (int, float))}
     return Decision(
@@ -173,8 +174,8 @@ def add_switch_event(session: Session, *, t: float, outcome: SwitchOutcome, reas
     row = SwitchEvent(
         t=t,
         node_id=outcome.node_id,
-        from_phase=outcome.from_phase,
-        to_phase=outcome.to_phase,
+        from_phase=outcome.from_phase.value,
+        to_phase=outcome.to_phase.value,
         reason=reason,
         who=who,
         drain_s=json_safe(outcome.drain_s) or 0.0,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core import Phase
+
 MAX_PRIORITY = 3  # priority classes 0 (highest) .. 3 (lowest)
 DEFAULT_PRIORITY = 1
 
@@ -80,8 +82,8 @@ class Overrides:
 @dataclass(frozen=True)
 class SwitchOutcome:
     node_id: str
-    from_phase: str
-    to_phase: str
+    from_phase: Phase
+    to_phase: Phase  # a restart record (cli.up) has both the phase the worker restarts in
     drain_s: float
     migrate_s: float
     total_s: float

@@ -32,6 +32,7 @@ from gateway.telemetry._lean import LeanSink
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
+    from core import Phase
     from gateway.store.records import SwitchOutcome
     from planner.types import Decision
 
@@ -55,7 +56,7 @@ class SwitchTrace:
             return
         self.span.set_attributes(
             {
-                "evolving.switch.from_phase": outcome.from_phase,
+                "evolving.switch.from_phase": outcome.from_phase.value,
                 "evolving.switch.outcome": outcome.outcome,
                 "evolving.switch.detail": outcome.detail,
                 "evolving.switch.drain_s": outcome.drain_s,
@@ -132,7 +133,7 @@ class Tracing:
             span.end()
 
     @contextlib.contextmanager
-    def switch(self, node_id: str, to_phase: str, *, reason: str, who: str) -> Iterator[SwitchTrace]:
+    def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> Iterator[SwitchTrace]:
         """The span of one phase switch (a child of the planner decision that ordered it, if any)."""
         if self.tracer is None:
             yield SwitchTrace(None, self.inflight)
@@ -142,7 +143,7 @@ class Tracing:
             kind=SpanKind.INTERNAL,
             attributes={
                 "evolving.node": node_id,
-                "evolving.switch.to_phase": to_phase,
+                "evolving.switch.to_phase": to_phase.value,
                 "evolving.switch.reason": reason,
                 "evolving.switch.who": who,
             },

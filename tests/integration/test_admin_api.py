@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from core import Phase
 from gateway.admin import bootstrap_admin_token, build_admin_router
 from gateway.http.error_responses import install_error_handlers
 from gateway.store import Database, EventSink, repository
@@ -167,7 +168,7 @@ async def test_switch_and_decision_history(admin: Admin) -> None:
                 t=100.0 + i,
                 reason="planner" if i % 2 else "manual drill",
                 who="planner" if i % 2 else "alice",
-                outcome=SwitchOutcome(f"n{i % 2}", "prefill", "decode", 1, 2, 3, "ok"),
+                outcome=SwitchOutcome(f"n{i % 2}", Phase.PREFILL, Phase.DECODE, 1, 2, 3, "ok"),
             )
             repository.add_decision(
                 s,
@@ -325,7 +326,7 @@ async def test_bootstrap_is_once_and_env_token_imports(migrated_db: Database) ->
     assert bootstrap_admin_token(migrated_db, "env-token-0123456789") is None  # idempotent
     with migrated_db.session() as s:
         assert repository.count_active_admin_tokens(s, role="operator") == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 16 characters"):
         bootstrap_admin_token(migrated_db, "short")
     app = FastAPI()
     app.include_router(build_admin_router(control=FakeClusterControl(), db=migrated_db, sink=EventSink(migrated_db)))

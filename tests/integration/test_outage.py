@@ -18,6 +18,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from core import Phase
 from gateway.admin import bootstrap_admin_token, build_admin_router
 from gateway.http.error_responses import install_error_handlers
 from gateway.serving.policy import StoreTenantGate
@@ -98,7 +99,9 @@ async def test_outage_keeps_serving_and_loses_nothing(pg_db: tuple[Database, str
         t0 = time.time()
         for i in range(40):
             sink.record_decision(decision(t0 + i), "advisory")
-            sink.record_switch(SwitchOutcome(f"n{i % 3}", "prefill", "decode", 1, 1, 2, "ok"), "planner", "planner")
+            sink.record_switch(
+                SwitchOutcome(f"n{i % 3}", Phase.PREFILL, Phase.DECODE, 1, 1, 2, "ok"), "planner", "planner"
+            )
         sink.record_usage(UsageRecord("a", "m", 1, 0, 1), t=t0 - 120)  # an older minute
         # Control actions still work; their audit and persisted pin wait in the buffer.
         r = await client.post("/admin/switch", json={"node_id": "n0", "to_phase": "decode"}, headers=op)
@@ -153,7 +156,7 @@ async def test_rejected_row_does_not_block_the_rest(sqlite_db: Database) -> None
 async def test_stop_flushes_what_is_buffered(sqlite_db: Database) -> None:
     sink = EventSink(sqlite_db, config=SinkConfig(flush_interval_s=60))
     sink.start()
-    sink.record_switch(SwitchOutcome("n", "decode", "prefill", 0, 0, 0, "noop"), "manual", "alice", t=5.0)
+    sink.record_switch(SwitchOutcome("n", Phase.DECODE, Phase.PREFILL, 0, 0, 0, "noop"), "manual", "alice", t=5.0)
     sink.record_override(key=repository.PLANNER_MODE, value="manual", who="alice")
     await sink.stop()
     with sqlite_db.session() as s:

@@ -229,7 +229,7 @@ def test_decisions_and_switch_events(migrated_db: Database) -> None:
             repository.add_switch_event(
                 s,
                 t=2000.0 + i,
-                outcome=SwitchOutcome(f"n{i % 2}", "prefill", "decode", 1.0, 2.0, 3.5, outcome),
+                outcome=SwitchOutcome(f"n{i % 2}", Phase.PREFILL, Phase.DECODE, 1.0, 2.0, 3.5, outcome),
                 reason="Planner: decode-heavy" if i else "manual",
                 who="planner" if i else "alice",
             )

@@ -135,7 +135,7 @@ async def test_a_phase_switch_is_a_span_linked_to_the_decodes_it_migrated(tokeni
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.1)
         busy = max(runtime.registry.nodes(), key=lambda n: n.running).node_id
-        outcome = await runtime.cluster.switch(busy, "prefill", reason="test", who="pytest")
+        outcome = await runtime.cluster.switch(busy, Phase.PREFILL, reason="test", who="pytest")
         answers = await asyncio.gather(*tasks)
         assert outcome.outcome == "ok" and all(r.status_code == 200 for r in answers)
         app.state.tracing.flush()

@@ -32,7 +32,7 @@ async def runtime(phases: list[Phase]) -> tuple[ClusterRuntime, dict[str, FakeWo
 async def test_switch_records_outcome_and_flips_phase():
     rt, workers, events = await runtime([Phase.PREFILL, Phase.DECODE])
     out = await rt.switch("w1", "prefill", reason="test", who="alice")
-    assert out.outcome == "ok" and out.from_phase == "decode" and out.to_phase == "prefill"
+    assert out.outcome == "ok" and (out.from_phase, out.to_phase) == (Phase.DECODE, Phase.PREFILL)
     assert workers["http://w1"].phase is Phase.PREFILL and rt.split() == (2, 0)
     assert events[0][1:] == ("test", "alice")
     noop = await rt.switch("w1", "prefill", reason="again", who="alice")
