@@ -73,7 +73,10 @@ def extend_block_hashes(known: Sequence[str], token_ids: Sequence[int], block_si
 
 def hash_tag(block_hash: str) -> bytes:
     """The 16 raw bytes of a hex block hash (the host store's slot tag)."""
-    raw = bytes.fromhex(block_hash)
+    try:
+        raw = bytes.fromhex(block_hash)
+    except ValueError:  # odd length or a non-hex character: the same error as a wrong length
+        raw = b""
     if len(raw) != HASH_BYTES:
         raise ValueError(f"not a {HASH_HEX_CHARS}-hex-char block hash: {block_hash!r}")
     return raw

@@ -115,7 +115,9 @@ class RecursiveLeastSquares:
     # -- updates -----------------------------------------------------------
     def update(self, x: np.ndarray | list[float], y: float) -> float:
         """Add one sample; returns its a-priori residual (y − prediction)."""
-        xs = np.asarray(x, dtype=float) / self.scales
+        raw = np.asarray(x, dtype=float)
+        # the shape first: dividing a wrong-length x by the scales raises numpy's broadcast error instead
+        xs = raw / self.scales if raw.shape == (self.dim,) else raw
         if xs.shape != (self.dim,) or not np.isfinite(xs).all() or not np.isfinite(y):
             raise ValueError("x must be finite with one value per feature, y finite")
         resid = float(y - xs @ self._theta)

@@ -130,5 +130,5 @@ async def test_an_unreachable_redis_is_directory_unavailable() -> None:
 
 
 def test_requires_decoded_responses() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="decode_responses=True"):
         AsyncRedisDirectory(aioredis.Redis.from_url(URL))

@@ -44,7 +44,7 @@ def test_step_overhead_goes_into_both_intercepts_and_negative_slopes_clamp() -> 
     gpu = GpuProfile.from_planner_profile(profile, name="x", node=NODE, step_overhead_ms=2.5)
     assert gpu.model.prefill == pytest.approx((7.5, 0.0, 0.0, 0.2))
     assert gpu.model.decode == pytest.approx((3.5, 0.1, 0.0))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="step_overhead_ms must be >= 0"):
         GpuProfile.from_planner_profile(profile, name="x", node=NODE, step_overhead_ms=-1.0)
 
 

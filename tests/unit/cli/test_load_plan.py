@@ -44,7 +44,7 @@ def test_length_pdf_is_scaled_to_the_mean_and_clipped() -> None:
     rng = random.Random(0)
     draws = [pdf.sample_scaled(rng, 50.0, 10, 70) for _ in range(400)]
     assert set(draws) == {25, 70}  # 100 -> 25, 300 -> 75 clipped to 70
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="empty length distribution"):
         plan.LengthPdf.of({})
 
 
@@ -85,11 +85,11 @@ def test_decode_sessions_keep_the_conversation_and_draw_long_answers() -> None:
 
 
 def test_config_is_validated() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"prefill_prompt_tokens \+ prefill_output_max must fit"):
         plan.LoadConfig(prefill_prompt_tokens=4000, prefill_output_max=200)
-    with pytest.raises(ValueError):
-        plan.LoadConfig(max_context_tokens=512, decode_output_max=400)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="decode_output_max must leave 512 tokens"):
+        plan.LoadConfig(max_context_tokens=1024, decode_output_max=600, prefill_prompt_tokens=512)
+    with pytest.raises(ValueError, match="phases non-empty"):
         plan.LoadConfig(phases=())
 
 

@@ -25,18 +25,18 @@ def test_layout_names_and_addresses() -> None:
 
 
 @pytest.mark.parametrize(
-    ("prefix", "hosts"),
+    ("prefix", "hosts", "message"),
     [
-        ("Bad", ["a"]),
-        ("ei-tb", ["has space"]),
-        ("ei-tb", ["a-b"]),
-        ("ei-tb", ["averylonghost"]),
-        ("ei-tb", ["br"]),
-        ("ei-tb", ["a", "a"]),
+        ("Bad", ["a"], "bad testbed prefix 'Bad'"),
+        ("ei-tb", ["has space"], "bad host name 'has space'"),
+        ("ei-tb", ["a-b"], "bad host name 'a-b'"),
+        ("ei-tb", ["averylonghost"], "bad host name 'averylonghost'"),
+        ("ei-tb", ["br"], "host names must be distinct and not 'br'"),
+        ("ei-tb", ["a", "a"], "host names must be distinct"),
     ],
 )
-def test_layout_refuses_bad_names(prefix: str, hosts: list[str]) -> None:
-    with pytest.raises(ValueError):
+def test_layout_refuses_bad_names(prefix: str, hosts: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         plan_layout(prefix, hosts)
 
 

@@ -54,9 +54,9 @@ def test_with_phase_rewrites_or_adds():
 
 
 def test_policy_is_validated():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="factor >= 1"):
         RestartPolicy(factor=0.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_restarts >= 0"):
         RestartPolicy(max_restarts=-1)
 
 

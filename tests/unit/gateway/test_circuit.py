@@ -31,5 +31,5 @@ def test_backoff_doubles_per_consecutive_failure_up_to_the_cap() -> None:
 
 @pytest.mark.parametrize(("initial", "cap"), [(0.0, 1.0), (2.0, 1.0)])
 def test_config_is_validated(initial: float, cap: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need 0 < initial_s <= max_s"):
         CircuitBreaker(initial_s=initial, max_s=cap)

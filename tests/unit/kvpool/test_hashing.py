@@ -44,7 +44,7 @@ def test_format_and_tag() -> None:
     for h in block_hashes(list(range(64)), 16, "s"):
         assert len(h) == HASH_HEX_CHARS <= 64 and int(h, 16) >= 0
         assert hash_tag(h).hex() == h
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a 32-hex-char block hash"):
         hash_tag("abc")
 
 
@@ -52,12 +52,12 @@ def test_extend_matches_full_hash() -> None:
     full = block_hashes(list(range(40)), 8, "s")
     assert extend_block_hashes(full[:2], list(range(40)), 8, "s") == full
     assert extend_block_hashes([], list(range(40)), 8, "s") == full
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="5 known hashes but only 1 full blocks"):
         extend_block_hashes(full, list(range(8)), 8, "s")
 
 
 def test_invalid_block_size() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="block_size must be positive"):
         block_hashes(TOKENS, 0, "s")
 
 

@@ -44,7 +44,7 @@ def _index(capacity: int, *hashes: str) -> SlotIndex:
 
 
 def test_slot_index_rejects_an_empty_store() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capacity must be > 0"):
         SlotIndex(0)
 
 

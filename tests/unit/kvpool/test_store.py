@@ -39,7 +39,7 @@ def test_put_lookup_view_and_tag() -> None:
     assert s.get_view(1).tolist() == [2] * 8
     assert bytes(s.tags[0].numpy()).hex() == H[0]
     assert s.lookup_prefix([H[0], H[1], H[2], H[0]]) == [0, 1]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="block is 5 bytes, store blocks are 8"):
         s.put(H[3], b"short")
 
 

@@ -28,5 +28,5 @@ def test_a_counter_that_goes_down_starts_over_and_old_ticks_are_forgotten() -> N
     for t in range(50, 400, 10):
         h.add(float(t), t)
     assert h.rate(0.0, 390.0) == pytest.approx((390 - 280) / 110)  # history back to t=280 (+ one before)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="retention_s must be > 0"):
         ArrivalHistory(retention_s=0.0)

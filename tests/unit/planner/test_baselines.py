@@ -78,9 +78,9 @@ def test_dynamo_respects_minimum_and_modes() -> None:
 
 
 def test_dynamo_config_validation() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="prefill_queue_scale_down < prefill_queue_scale_up"):
         DynamoConfig(prefill_queue_scale_up=0.1, prefill_queue_scale_down=0.2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="decode_kv_scale_up <= 1"):
         DynamoConfig(decode_kv_scale_up=1.5)
 
 
@@ -106,5 +106,5 @@ def test_schedule_moves_the_split_when_its_time_comes_and_only_then() -> None:
     assert all(a.to_phase == Phase.PREFILL for a in move.actions)
     advisory = planner.decide(_view(3600.0, 2, 9, queue=0, kv=0.0, mode=PlannerMode.ADVISORY))
     assert not advisory.acted and advisory.actions == () and advisory.chosen_split == (5, 4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="schedule needs at least one"):
         ScheduledPlanner([])

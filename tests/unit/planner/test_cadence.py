@@ -38,7 +38,7 @@ def test_overlap_or_clock_skew_never_shortens_a_step() -> None:
     c = StepCadence()
     out = c.apply([rec("a", 2.0, 3.0), rec("a", 2.002, 3.0)])  # starts before the previous ended
     assert out[1].elapsed_ms == 3.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_gap_ms must be >= 0"):
         StepCadence(max_gap_ms=-1)
 
 
@@ -60,5 +60,5 @@ def test_runs_of_decode_steps_at_one_batch_become_one_mean_record() -> None:
     assert out[2] is prefill  # a prefill passes unchanged and ends the run before it
     capped = coalesce_decode_steps([rec("a", 1.0 + 0.01 * i, 2.0) for i in range(5)], max_steps=2)
     assert [r.generated_tokens for r in capped] == [16, 16, 8]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_steps must be >= 1"):
         coalesce_decode_steps([], max_steps=0)

@@ -268,11 +268,11 @@ def test_node_pin_to_other_phase_is_applied() -> None:
 
 
 def test_config_validation() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="min_decode >= 1"):
         EvolvingConfig(min_decode=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"slo_margin must be in \(0, 1\]"):
         EvolvingConfig(slo_margin=0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="persist_s must not exceed workload.retention_s"):
         EvolvingConfig(persist_s=10_000.0)
 
 

@@ -46,7 +46,7 @@ def test_turn_gaps_per_branch() -> None:
     for b in "xyz":
         gaps.finished(b, 0.0, 1.0, False)
     assert len(gaps) == 2 and gaps.finished("x", 2.0, 3.0, False) is None  # least recent forgotten
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
         TurnGaps(capacity=0)
 
 
@@ -56,7 +56,7 @@ def test_weighted_means_unweighted_rate() -> None:
     e = est.estimate(now=10.0)
     assert e.n == 2 and e.rate_rps == pytest.approx(0.2)
     assert e.uncached_mean == pytest.approx(1750.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one weight > 0 per sample"):
         est.observe([RequestSample(1.0, 1000, 0, 10)], weights=[0.0])
 
 

@@ -65,11 +65,11 @@ def test_round_trip_and_known_coefficients() -> None:
 
 
 def test_rejects_bad_input() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"forgetting must be in \(0.9, 1\]"):
         RLSConfig(forgetting=0.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one value per feature"):
         RecursiveLeastSquares(SCALES).update([1.0, 2.0], 1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="x must be finite"):
         RecursiveLeastSquares(SCALES).update([1.0, np.nan, 2.0], 1.0)
 
 

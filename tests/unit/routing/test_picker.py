@@ -62,7 +62,7 @@ def test_load_slack_filter_keeps_nodes_within_the_bound():
     assert [n.node_id for n in within_load_slack(nodes, 2)] == ["a", "b"]
     assert [n.node_id for n in within_load_slack(nodes, 0)] == ["b"]
     assert within_load_slack(nodes, None) == nodes
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="prefill_load_slack must be >= 0"):
         RouterConfig(prefill_load_slack=-1)
 
 
@@ -105,7 +105,7 @@ def test_pool_hit_counts_even_when_no_node_holds_it_locally():
 
 
 def test_config_is_validated():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="local_prefill_max_tokens must be >= 0"):
         RouterConfig(local_prefill_max_tokens=-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="load_scale must be > 0"):
         RouterConfig(load_scale=0)

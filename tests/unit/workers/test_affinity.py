@@ -1,4 +1,5 @@
 import os
+import re
 
 import pytest
 
@@ -12,9 +13,18 @@ def test_parse_cpu_list_forms():
     assert parse_cpu_list("0-1|4-5") == {0, 1, 4, 5}
 
 
-@pytest.mark.parametrize("bad", ["", "x", "3-1", "-1", ","])
-def test_parse_cpu_list_rejects(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("", "no CPUs in ''"),
+        ("x", "bad CPU list 'x'"),
+        ("3-1", "bad CPU range '3-1'"),
+        ("-1", "bad CPU list '-1'"),
+        (",", "no CPUs in ','"),
+    ],
+)
+def test_parse_cpu_list_rejects(bad, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         parse_cpu_list(bad)
 
 
@@ -25,7 +35,7 @@ def test_auto_takes_the_cores_outside_the_engine_bind():
 
 def test_explicit_list_is_kept_within_the_available_cores():
     assert http_side_cpus("2-5", "0-1", {0, 1, 2, 3}) == {2, 3}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad CPU list 'x'"):
         http_side_cpus("x", "0", {0, 1})
 
 
@@ -75,6 +85,6 @@ def test_spawning_on_gives_children_the_mask_and_this_process_its_own_back():
     assert os.sched_getaffinity(0) == before
     with spawning_on(None):
         assert os.sched_getaffinity(0) == before
-    with pytest.raises(ValueError), spawning_on({max(before) + 1}):
+    with pytest.raises(ValueError, match=r"CPUs \[\d+\] are outside this process's"), spawning_on({max(before) + 1}):
         pass
     assert os.sched_getaffinity(0) == before

@@ -55,5 +55,5 @@ def test_quarantine_forgets_the_oldest_beyond_capacity():
 
 
 def test_quarantine_config_is_validated():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_engine_deaths and capacity must be >= 1"):
         Quarantine(max_engine_deaths=0)

@@ -38,10 +38,17 @@ def test_failover_bound_is_ttl_plus_one_attempt_interval() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ttl", "renew", "drift"), [(0.0, 0.5, 0.1), (2.0, 0.0, 0.1), (2.0, 1.5, 0.1), (2.0, 0.5, 0.5), (2.0, 0.5, -0.1)]
+    ("ttl", "renew", "drift", "message"),
+    [
+        (0.0, 0.5, 0.1, "need ttl_s > 0"),
+        (2.0, 0.0, 0.1, "need ttl_s > 0 and 0 < renew_s"),
+        (2.0, 1.5, 0.1, "renew_s <= ttl_s / 2"),
+        (2.0, 0.5, 0.5, r"drift must be in \[0, 0.5\)"),
+        (2.0, 0.5, -0.1, r"drift must be in \[0, 0.5\)"),
+    ],
 )
-def test_config_is_validated(ttl: float, renew: float, drift: float) -> None:
-    with pytest.raises(ValueError):
+def test_config_is_validated(ttl: float, renew: float, drift: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         LeaseConfig(ttl_s=ttl, renew_s=renew, drift=drift)
 
 

@@ -40,7 +40,7 @@ def test_segment_outcome(reason: FinishReason | None, outcome: SegmentOutcome | 
 
 
 def test_an_error_finish_is_not_a_segment_outcome() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a segment outcome"):
         segment_outcome(FinishReason.ERROR)
 
 

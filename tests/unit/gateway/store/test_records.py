@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -15,21 +16,21 @@ from planner.types import SwitchAction
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"requests_per_minute": 0},
-        {"tokens_per_minute": -1},
-        {"max_concurrent": 0},
-        {"priority": 4},
-        {"priority": -1},
-        {"allowed_models": ("a", "a")},
-        {"allowed_models": ("",)},
-        {"max_active_branches": 0},
-        {"kv_retention_blocks": -1},
+        ({"requests_per_minute": 0}, "requests_per_minute must be a positive integer"),
+        ({"tokens_per_minute": -1}, "tokens_per_minute must be a positive integer"),
+        ({"max_concurrent": 0}, "max_concurrent must be a positive integer"),
+        ({"priority": 4}, "priority must be an integer in 0..3"),
+        ({"priority": -1}, "priority must be an integer in 0..3"),
+        ({"allowed_models": ("a", "a")}, "allowed_models must not repeat a model"),
+        ({"allowed_models": ("",)}, "allowed_models must be non-empty strings"),
+        ({"max_active_branches": 0}, "max_active_branches must be a positive integer"),
+        ({"kv_retention_blocks": -1}, "kv_retention_blocks must be a non-negative integer"),
     ],
 )
-def test_policy_rejects_invalid_values(kwargs: dict) -> None:
-    with pytest.raises(ValueError):
+def test_policy_rejects_invalid_values(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         Policy(**kwargs)
 
 

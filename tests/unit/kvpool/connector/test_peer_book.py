@@ -91,5 +91,5 @@ def test_up_peers_cannot_reconnect() -> None:
 
 @pytest.mark.parametrize("kw", [{"first_s": 0}, {"first_s": 2.0, "max_s": 1.0}, {"factor": 0.5}])
 def test_backoff_validates(kw: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid Backoff"):
         Backoff(**kw)

@@ -47,9 +47,9 @@ def test_descriptor_roundtrip_and_layout_check() -> None:
     layout, payload = decode_descriptor(t.local_descriptor())
     assert (layout.node_id, layout.block_bytes, layout.capacity_blocks, payload) == ("x", 16, 8, b"fake")
     other = FakeTransport("y", HostBlockStore(StoreConfig(32, 8)), fabric)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="peer x blocks are 16 B, ours 32 B"):
         other.add_peer("x", t.local_descriptor())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="descriptor is for 'x', not 'z'"):
         other.add_peer("z", t.local_descriptor())
 
 
@@ -112,11 +112,11 @@ def test_injected_failure_and_timeout() -> None:
 
 def test_bad_slot_lists_are_rejected_up_front() -> None:
     _, _, _, tb = pair()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="2 remote slots but 1 local slots"):
         tb.read_blocks("a", [0, 1], [0])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"remote slot 8 outside \[0, 8\)"):
         tb.read_blocks("a", [8], [0])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="duplicate local slots"):
         tb.read_blocks("a", [0, 1], [3, 3])
 
 

@@ -36,7 +36,7 @@ def test_a_lower_limit_keeps_what_the_window_holds() -> None:
         w.add(1, float(i), i)
     w.resize(2)
     assert w.used(4.0) == 4 and w.wait_s(1, 4.0) == 58.0  # three must leave: the one at t=2, at t=62
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="limit must be >= 1"):
         w.resize(0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="limit must be >= 1 and window_s > 0"):
         SlidingWindowLog(0)

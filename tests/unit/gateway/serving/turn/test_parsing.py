@@ -137,7 +137,7 @@ def test_vllms_validation_errors_name_the_field(parsing) -> None:
 
 
 def test_an_unknown_parser_fails_at_start(tokenizer) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="tool_parser:'no-such-parser' which has not been registered"):
         OutputParsing.create(tokenizer.hf, tool_parser="no-such-parser", reasoning_parser=None)
 
 

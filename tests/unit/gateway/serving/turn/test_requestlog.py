@@ -33,7 +33,7 @@ def test_the_ring_keeps_the_newest_and_reads_newest_first() -> None:
     assert [r.request_id for r in log.recent(1)] == ["r4"]
     assert [r.request_id for r in log.recent(10, branch="even")] == ["r4", "r2"]
     assert log.recent(10, branch="none") == []
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="holds at least one record"):
         RequestLog(0)
 
 

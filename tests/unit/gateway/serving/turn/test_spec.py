@@ -39,7 +39,7 @@ def test_seeds_follow_vllms_seed_plus_index() -> None:
     assert choice_seeds(None, 2, needs_seed=False, draw=99) == [None, None]
     assert choice_seeds(None, 2, needs_seed=True, draw=99) == [99, 100]
     assert choice_seeds(SEED_MAX, 2, needs_seed=False, draw=0) == [SEED_MAX, 0]  # wraps within int64
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n must be >= 1"):
         choice_seeds(None, 0, needs_seed=False, draw=0)
 
 
