@@ -199,8 +199,8 @@ class AdminClient:
     def switches(
         self,
         *,
-        since: str | None = None,
-        until: str | None = None,
+        since: float | str | None = None,  # unix seconds or ISO-8601
+        until: float | str | None = None,
         node: str | None = None,
         reason: str | None = None,
         outcome: str | None = None,
@@ -218,8 +218,8 @@ class AdminClient:
     def decisions(
         self,
         *,
-        since: str | None = None,
-        until: str | None = None,
+        since: float | str | None = None,  # unix seconds or ISO-8601
+        until: float | str | None = None,
         acted: bool | None = None,
         checked: bool | None = None,
         limit: int = 500,

@@ -29,12 +29,13 @@ import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 # Tokens the chat template adds around a prompt (role headers, a default system
 # prompt), kept free of the context.
+T = TypeVar("T")
 TEMPLATE_TOKENS = 128  # a stock template may add its default system prompt too (SmolLM2 does)
 
 
@@ -199,7 +200,7 @@ class LengthPdf:
         return int(min(max(round(v), lo), hi))
 
 
-def head_and_tail(tokens: list[int], head: int, total: int) -> list[int]:
+def head_and_tail(tokens: list[T], head: int, total: int) -> list[T]:
     """The first `head` tokens and the last `total - head`, or all if they fit."""
     if len(tokens) <= total:
         return tokens

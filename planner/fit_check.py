@@ -85,4 +85,5 @@ def fit_mape(
         result[f"floor_{kind}"] = _mape(hindsight, test) if test and train else None
         result[f"train_{kind}"] = len(train)
         result[f"test_{kind}"] = len(test)
+    # result: the report's fields by name, float or int or None; FitReport checks none of them at run time.
     return FitReport(**result)  # type: ignore[arg-type]

@@ -64,6 +64,7 @@ class ChatRenderer:
         # so the caller's messages (a stored Responses turn, the spec) stay as sent.
         owned = [{**m, "tool_calls": copy.deepcopy(m["tool_calls"])} if m.get("tool_calls") else m for m in messages]
         try:
+            # Plain dicts, shaped as vLLM's ChatCompletionMessageParam TypedDicts it declares.
             parsed, mm_data, _ = parse_chat_messages(owned, config, content_format)  # type: ignore[arg-type]
         except (VLLMValidationError, ValueError, TypeError, KeyError) as exc:
             raise InvalidRequest(f"messages: {exc}", param="messages") from exc

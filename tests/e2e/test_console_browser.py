@@ -13,12 +13,16 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from admin_ui.cli import console_command
 from testing.console_live import LiveAdminApi, live_admin_api
+
+if TYPE_CHECKING:  # the module itself is imported below, or the tests skipped
+    from playwright.sync_api import Browser, Page
 
 pytestmark = pytest.mark.browser
 
@@ -85,14 +89,14 @@ def console_url(api: LiveAdminApi, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[sync_api.Browser]:
+def browser() -> Iterator[Browser]:
     with sync_api.sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield chromium
         chromium.close()
 
 
-def logged_in_page(browser: sync_api.Browser, console_url: str, token: str) -> sync_api.Page:
+def logged_in_page(browser: Browser, console_url: str, token: str) -> Page:
     page = browser.new_page(viewport={"width": 1400, "height": 1500})
     page.set_default_timeout(30_000)
     page.goto(console_url)
@@ -102,19 +106,19 @@ def logged_in_page(browser: sync_api.Browser, console_url: str, token: str) -> s
     return page
 
 
-def visit(page: sync_api.Page, title: str) -> None:
+def visit(page: Page, title: str) -> None:
     page.get_by_role("link", name=title).click()
     page.get_by_role("heading", name=title).first.wait_for()
     page.wait_for_load_state("networkidle")
 
 
-def settle(page: sync_api.Page) -> None:
+def settle(page: Page) -> None:
     """Wait for Streamlit's rerun to finish and charts to draw."""
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")
     page.wait_for_timeout(1200)
 
 
-def test_every_page_renders_and_is_captured(browser: sync_api.Browser, console_url: str, api: LiveAdminApi) -> None:
+def test_every_page_renders_and_is_captured(browser: Browser, console_url: str, api: LiveAdminApi) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = logged_in_page(browser, console_url, api.tokens["operator"])
     page.locator(".node-tile").first.wait_for()
@@ -134,9 +138,7 @@ def test_every_page_renders_and_is_captured(browser: sync_api.Browser, console_u
     page.close()
 
 
-def test_pin_split_through_the_ui_and_read_it_back(
-    browser: sync_api.Browser, console_url: str, api: LiveAdminApi
-) -> None:
+def test_pin_split_through_the_ui_and_read_it_back(browser: Browser, console_url: str, api: LiveAdminApi) -> None:
     page = logged_in_page(browser, console_url, api.tokens["operator"])
     visit(page, "Planner")
     prefill = page.get_by_label("Prefill nodes")
@@ -162,7 +164,7 @@ def test_pin_split_through_the_ui_and_read_it_back(
     page.close()
 
 
-def test_history_csv_download(browser: sync_api.Browser, console_url: str, api: LiveAdminApi) -> None:
+def test_history_csv_download(browser: Browser, console_url: str, api: LiveAdminApi) -> None:
     page = logged_in_page(browser, console_url, api.tokens["viewer"])
     visit(page, "History")
     with page.expect_download() as download:
@@ -173,7 +175,7 @@ def test_history_csv_download(browser: sync_api.Browser, console_url: str, api: 
     page.close()
 
 
-def test_viewer_write_controls_are_disabled(browser: sync_api.Browser, console_url: str, api: LiveAdminApi) -> None:
+def test_viewer_write_controls_are_disabled(browser: Browser, console_url: str, api: LiveAdminApi) -> None:
     page = logged_in_page(browser, console_url, api.tokens["viewer"])
     visit(page, "Planner")
     assert page.get_by_role("button", name="Pin split", exact=True).is_disabled()

@@ -79,6 +79,7 @@ def test_harness_completes_two_turns_on_one_branch(request, name):
     assert report.branches == 1, summary
     first, last = report.cached_by_turn[0], report.cached_by_turn[-1]
     assert last is not None and last > (first or 0), summary
+    # HARNESSES maps names to factories (the harness classes), typed as plain callables.
     if HARNESSES[name].forces_tool:  # type: ignore[attr-defined]
         assert report.tool_round_trips >= 1, summary
     assert report.ok, summary

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import yaml
 
@@ -185,6 +186,7 @@ class _Helm:
         raise RuntimeError(message)
 
     def take_json(self, out: ctypes.c_void_p) -> dict:
+        assert out.value is not None, "the library returned no result"
         result = json.loads(ctypes.string_at(out.value).decode())
         self.lib.helm_sdkpy_free(out)
         return result
@@ -258,6 +260,7 @@ def main() -> int:
         )
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     key = "lint" if args.lint else "manifest"
+    result: dict[str, Any] | str | None
     try:
         if args.lint:
             result, error = lint(default_library(), args.chart), None

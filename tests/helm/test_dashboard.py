@@ -157,9 +157,10 @@ def gateway_label_names() -> dict[str, set[str]]:
     labels: dict[str, set[str]] = {}
     metrics = GatewayMetrics()
     families = [(m._name, m._type, m._labelnames) for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
-    families += [(f.name, f.type, f._labelnames) for f in metrics._kv_peers.collect()]
+    # The collector yields Counter/GaugeMetricFamily objects; `Metric`, their declared type, has no label names.
+    families += [(f.name, f.type, f._labelnames) for f in metrics._kv_peers.collect()]  # type: ignore[attr-defined]
     for name, kind, label_names in families:
-        for suffix in _SERIES_SUFFIXES.get(kind, ("",)):
+        for suffix in _SERIES_SUFFIXES.get(kind or "", ("",)):
             extra = {"le"} if suffix == "_bucket" else set()
             labels[name + suffix] = set(label_names) | extra
     return labels

@@ -72,7 +72,8 @@ def stack(demo_model, tmp_path_factory):
         for s in specs:
             while not _ok(s.url + "/readyz"):
                 assert time.monotonic() < deadline, f"{s.name} not ready (log {s.log})"
-                assert children.get(s.name).poll() is None, f"{s.name} exited (log {s.log})"
+                proc = children.get(s.name)
+                assert proc is not None and proc.poll() is None, f"{s.name} exited (log {s.log})"
                 time.sleep(1)
         dog.start()
         with running_gateway(demo_model, [s.url for s in specs]) as (url, _):

@@ -355,6 +355,7 @@ async def test_directory_tenant_counts(backend: str) -> None:
         assert await d.active_branch_count("a") == 0 and await d.active_branch_count("b") == 0
     finally:
         if backend == "redis":
+            # The Redis backend's test-only clear(); the directory Protocol does not name it.
             await d.clear()  # type: ignore[attr-defined]
 
 

@@ -44,7 +44,7 @@ def prefix() -> Iterator[str]:
 class TestRedisDirectory(DirectoryContract):
     @pytest.fixture
     def directory(self, prefix: str) -> BlockDirectory:
-        return _fresh(prefix)  # type: ignore[return-value]
+        return _fresh(prefix)
 
 
 def test_two_replicas_share_one_directory(prefix: str) -> None:

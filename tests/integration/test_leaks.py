@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from core import Phase
 from testing.stacks import MODEL, ControlPlaneStack, control_plane_stack
@@ -36,7 +37,9 @@ def replay(
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=120)
 
     def agent(i: int) -> None:
-        msgs = [{"role": "user", "content": f"Agent {i}: fix the flaky test in module m{i} and report back."}]
+        msgs: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": f"Agent {i}: fix the flaky test in module m{i} and report back."}
+        ]
         for t in range(turns):
             headers = {"X-Branch-ID": f"leak-{i}", "X-Session-ID": f"s-{i // 2}"}
             if i % 3 == 0 and t == turns - 1:

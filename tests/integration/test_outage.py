@@ -122,7 +122,8 @@ async def test_outage_keeps_serving_and_loses_nothing(pg_db: tuple[Database, str
         assert s.query(PlannerDecision).count() == 40
         assert s.query(SwitchEvent).count() == 40
         assert {a.action for a in s.query(AuditEntry)} >= {"switch", "pins.split", "admin_token.bootstrap"}
-        assert s.get(Override, repository.SPLIT_PIN).value == 1
+        pin = s.get(Override, repository.SPLIT_PIN)
+        assert pin is not None and pin.value == 1
         usage_a = repository.list_usage(s, tenant_id="a")
         usage_b = repository.list_usage(s, tenant_id="b")
     assert sum(r.requests for r in usage_a) == 26 and len(usage_a) >= 2
@@ -172,11 +173,12 @@ async def test_writer_writes_once_per_interval_under_steady_traffic(sqlite_db: D
     writes = 0
     real_write = sink._write
 
-    def counting_write(batch, usage):  # type: ignore[no-untyped-def]
+    def counting_write(batch, usage):
         nonlocal writes
         writes += 1
         return real_write(batch, usage)
 
+    # Wraps the sink's write to count the batches it takes.
     sink._write = counting_write  # type: ignore[method-assign]
     sink.start()
     start = time.monotonic()

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import httpx
 import pytest
@@ -51,23 +52,35 @@ def test_exactly_one_leader_and_followers_show_its_decision(cluster: ReplicaClus
     assert recent and all(d["mode"] == "advisory" for d in recent)
 
 
+def _mode_is(cluster: ReplicaCluster, replica: int, mode: str) -> bool:
+    return bool(cluster.planner(replica)["mode"] == mode)
+
+
+def _split_pin_is(cluster: ReplicaCluster, replica: int, split: int | None) -> bool:
+    return bool(cluster.admin(replica, "GET", "/pins").json()["split"] == split)
+
+
+def _refused(cluster: ReplicaCluster, replica: int, key: str) -> bool:
+    return cluster.chat(replica, key).status_code == 401
+
+
 def test_mode_and_pins_reach_every_replica_within_1s(cluster: ReplicaCluster) -> None:
     for via, mode in ((0, "manual"), (2, "advisory")):
         r = cluster.admin(via, "PUT", "/planner/mode", {"mode": mode})
         assert r.status_code == 200
         t = time.monotonic()
         for i in range(3):
-            wait_until(lambda i=i, mode=mode: cluster.planner(i)["mode"] == mode, 1.0, what=f"mode {mode} on g{i}")
+            wait_until(partial(_mode_is, cluster, i, mode), 1.0, what=f"mode {mode} on g{i}")
         assert time.monotonic() - t <= 1.0
     # a split pin that needs no switch (every node is a decode node), set through a follower
     leader = cluster.wait_leader()
     via = (leader + 1) % 3
     assert cluster.admin(via, "PUT", "/pins/split", {"prefill_nodes": 0}).json()["split"] == 0
     for i in range(3):
-        wait_until(lambda i=i: cluster.admin(i, "GET", "/pins").json()["split"] == 0, 1.0, what=f"pin on g{i}")
+        wait_until(partial(_split_pin_is, cluster, i, 0), 1.0, what=f"pin on g{i}")
     assert cluster.admin(leader, "DELETE", "/pins/split").json()["split"] is None
     for i in range(3):
-        wait_until(lambda i=i: cluster.admin(i, "GET", "/pins").json()["split"] is None, 1.0, what=f"unpin on g{i}")
+        wait_until(partial(_split_pin_is, cluster, i, None), 1.0, what=f"unpin on g{i}")
 
 
 def test_revoked_key_refused_by_every_replica_within_1s(cluster: ReplicaCluster) -> None:
@@ -78,14 +91,14 @@ def test_revoked_key_refused_by_every_replica_within_1s(cluster: ReplicaCluster)
     assert r.status_code == 200
     revoked_at = time.monotonic()
     for i in range(3):
-        wait_until(lambda i=i: cluster.chat(i, key).status_code == 401, 1.0, every_s=0.01, what=f"401 on g{i}")
+        wait_until(partial(_refused, cluster, i, key), 1.0, every_s=0.01, what=f"401 on g{i}")
     assert time.monotonic() - revoked_at <= 1.0
     # deleting a tenant is the same notice: its other keys stop everywhere
     other = cluster.tenant("deleted", via=2)
     assert cluster.chat(0, other).status_code == 200
     assert cluster.admin(2, "DELETE", "/tenants/deleted").status_code == 204
     for i in range(3):
-        wait_until(lambda i=i: cluster.chat(i, other).status_code == 401, 1.0, every_s=0.01, what=f"deleted on g{i}")
+        wait_until(partial(_refused, cluster, i, other), 1.0, every_s=0.01, what=f"deleted on g{i}")
 
 
 def test_limits_hold_across_replicas(cluster: ReplicaCluster) -> None:

@@ -50,9 +50,9 @@ def chat(
     branch: str | None = None,
     finished: bool = False,
     messages: list[dict[str, str]] | None = None,
-    **headers: str,
+    headers: dict[str, str] | None = None,
 ) -> httpx.Response:
-    h = {"Authorization": f"Bearer {key}", **headers}
+    h = {"Authorization": f"Bearer {key}", **(headers or {})}
     if branch:
         h["X-Branch-ID"] = branch
     if finished:
@@ -172,7 +172,9 @@ def test_tenant_cannot_touch_another_tenants_branches_usage_or_keys(stack: Contr
     assert stack.loop.run(directory.is_branch_active("iso-a/shared-name"))
     # B working on a branch of the same name, or forking from it, stays in B's namespace.
     assert (
-        chat(stack, key_b, branch="shared-name", finished=True, **{"X-Parent-Branch-ID": "shared-name"}).status_code
+        chat(
+            stack, key_b, branch="shared-name", finished=True, headers={"X-Parent-Branch-ID": "shared-name"}
+        ).status_code
         == 200
     )
     assert stack.loop.run(directory.is_branch_active("iso-a/shared-name"))
@@ -280,8 +282,11 @@ async def test_worker_internal_api_requires_the_token_when_set() -> None:
     from workers.server import create_app
 
     app = create_app(
-        EngineConfig(model="unused", node_id="tok"), Phase.DECODE, cluster_token="cluster-s3cret", engine=_StubEngine()
-    )  # type: ignore[arg-type]
+        EngineConfig(model="unused", node_id="tok"),
+        Phase.DECODE,
+        cluster_token="cluster-s3cret",
+        engine=_StubEngine(),  # type: ignore[arg-type]  # only the token check runs: no engine behind it
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         for headers in (
             {},

@@ -18,6 +18,7 @@ import random
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from testing.live_gateway import running_gateway
 
@@ -32,7 +33,7 @@ def gateway(vllm_cluster, demo_model):
         yield url, app
 
 
-def _long_messages(seed: int) -> list[dict[str, str]]:
+def _long_messages(seed: int) -> list[ChatCompletionMessageParam]:
     # Fresh words each time, so no prefix cache shortens the prefill: > 2048 tokens.
     rng = random.Random(seed)
     words = " ".join(f"{rng.choice(['alpha', 'beta', 'gamma', 'delta'])}{rng.randrange(10_000)}" for _ in range(520))
@@ -57,10 +58,11 @@ def test_long_prompt_with_grammar_and_temperature_answers(gateway, vllm_cluster)
     )
     assert resp.status_code == 200
     body = resp.parse()
+    assert body.usage is not None
     assert body.usage.prompt_tokens > 2048  # more than one prefill chunk
     assert body.usage.completion_tokens >= 1
     if body.choices[0].finish_reason == "stop":
-        json.loads(body.choices[0].message.content)
+        json.loads(body.choices[0].message.content or "")
     _engines_alive(vllm_cluster)
 
 

@@ -87,7 +87,7 @@ def test_migration_0002_renames_active_duplicate_token_names_then_holds_them_uni
             )
     db_upgrade(store_url)
     with engine.connect() as conn:
-        names = dict(conn.execute(sa.text("SELECT id, name FROM admin_tokens")).all())
+        names: dict[str, str] = {row.id: row.name for row in conn.execute(sa.text("SELECT id, name FROM admin_tokens"))}
     assert names == {"adm_a": "ci", "adm_b": "ci (adm_b)", "adm_c": "ci", "adm_d": "ci"}
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:  # the index, under any writer
         conn.execute(sa.text("UPDATE admin_tokens SET name = 'ci' WHERE id = 'adm_b'"))
@@ -123,11 +123,12 @@ def test_concurrent_upgrades_on_a_fresh_postgres_database_both_succeed() -> None
                 waiting = 0
                 while waiting < 2 and time.monotonic() < deadline:
                     assert all(p.poll() is None for p in procs), "an upgrade finished while the lock was held"
-                    waiting = holder.execute(
+                    count = holder.execute(
                         "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
                         "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = %s",
                         (name,),
-                    ).fetchone()[0]
+                    ).fetchone()
+                    waiting = count[0] if count else 0
                     time.sleep(0.1)
                 assert waiting == 2, "the upgrades did not wait on the migration lock"
                 assert db_revision(url) is None  # nothing migrated behind the lock
@@ -170,13 +171,15 @@ def test_tenant_key_policy_roundtrip(migrated_db: Database) -> None:
         with pytest.raises(errors.Conflict):
             repository.create_tenant(s, name="acme")
     with db.session() as s:
-        assert repository.revoke_api_key(s, tenant_id=tenant.id, key_id=key.id, now=200.0).revoked_at == 200.0
+        revoked = repository.revoke_api_key(s, tenant_id=tenant.id, key_id=key.id, now=200.0)
+        assert revoked is not None and revoked.revoked_at == 200.0
         assert repository.revoke_api_key(s, tenant_id="other", key_id=key.id) is None
     with db.session() as s:
         assert repository.load_key_grants(s) == []
         rows, total = repository.list_api_keys(s, tenant_id=tenant.id)
         assert total == 1 and rows[0].revoked_at == 200.0
-        assert repository.rename_tenant(s, tenant_id=tenant.id, name="acme2").name == "acme2"
+        renamed = repository.rename_tenant(s, tenant_id=tenant.id, name="acme2")
+        assert renamed is not None and renamed.name == "acme2"
     with db.session() as s:
         assert repository.delete_tenant(s, tenant_id=tenant.id)
     with db.session() as s:
@@ -239,22 +242,26 @@ def test_decisions_and_switch_events(migrated_db: Database) -> None:
         row = rows[0]
         assert (row.current_prefill, row.current_decode, row.chosen_prefill, row.chosen_decode) == (2, 2, 1, 3)
         assert row.inputs == {"arrival_rps": 1.5, "bad": None}
+        assert row.predictions is not None
         assert row.predictions[0]["switch_cost_s"] is None and row.predictions[0]["ttft_s"] == 0.4
         assert row.actions == [{"node_id": "n1", "to_phase": "decode"}]
         rows, total = repository.list_decisions(s, since=1001.0, until=1003.0)
         assert total == 2 and [r.t for r in rows] == [1002.0, 1001.0]
         rows, total = repository.list_decisions(s, limit=1, offset=3)
         assert total == 4 and rows[0].t == 1000.0
-        t, (pred,) = repository.latest_predictions(s)
+        latest = repository.latest_predictions(s)
+        assert latest is not None
+        t, (pred,) = latest
         assert t == 1003.0 and pred == _decision(0.0, False).predictions[0]  # inf stored as null comes back
         repository.add_decision(s, decision=dataclasses.replace(_decision(1004.0, False), predictions=()), mode="auto")
     with migrated_db.session() as s:  # a later decision without predictions does not hide the last ones
-        assert repository.latest_predictions(s)[0] == 1003.0
-        rows, total = repository.list_switch_events(s, reason="DECODE-heavy")
-        assert total == 2 and {r.outcome for r in rows} == {"ok", "failed"}
-        rows, total = repository.list_switch_events(s, node_id="n0", outcome="ok")
-        assert total == 2 and [r.who for r in rows] == ["planner", "alice"]
-        assert rows[0].total_s == 3.5
+        latest = repository.latest_predictions(s)
+        assert latest is not None and latest[0] == 1003.0
+        events, total = repository.list_switch_events(s, reason="DECODE-heavy")
+        assert total == 2 and {r.outcome for r in events} == {"ok", "failed"}
+        events, total = repository.list_switch_events(s, node_id="n0", outcome="ok")
+        assert total == 2 and [r.who for r in events] == ["planner", "alice"]
+        assert events[0].total_s == 3.5
 
 
 def test_usage_upsert_adds(migrated_db: Database) -> None:
@@ -328,8 +335,10 @@ def test_admin_tokens(migrated_db: Database) -> None:
         imported, same = repository.create_admin_token(s, name="env", role="viewer", pepper=db.pepper, secret="x" * 20)
     assert same == "x" * 20
     with db.session() as s:
-        assert repository.find_admin_token(s, secret=secret, pepper=db.pepper).id == row.id
-        assert repository.find_admin_token(s, secret="x" * 20, pepper=db.pepper).id == imported.id
+        found = repository.find_admin_token(s, secret=secret, pepper=db.pepper)
+        assert found is not None and found.id == row.id
+        found = repository.find_admin_token(s, secret="x" * 20, pepper=db.pepper)
+        assert found is not None and found.id == imported.id
         assert repository.find_admin_token(s, secret=secret + "x", pepper=db.pepper) is None
         assert repository.count_active_admin_tokens(s) == 2
         repository.revoke_admin_token(s, token_id=imported.id)
@@ -348,6 +357,7 @@ def test_policy_check_constraint_on_database(migrated_db: Database) -> None:
         repository.create_tenant(s, name="c", tenant_id="c")
     with pytest.raises(sa.exc.IntegrityError), migrated_db.session() as s:
         row = s.get(TenantPolicy, "c")
+        assert row is not None
         row.priority = 9
 
 

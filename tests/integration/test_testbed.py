@@ -12,6 +12,7 @@ import textwrap
 import threading
 import time
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -93,7 +94,7 @@ def test_the_root_namespace_has_no_way_into_a_host(netns_testbed: Testbed) -> No
 def test_redis_and_postgresql_are_reachable_from_inside_a_host(netns_testbed: Testbed) -> None:
     key = f"ei-tb-test:{uuid.uuid4().hex}"
 
-    def use_services() -> tuple[bytes | None, int]:
+    def use_services() -> tuple[Any, int]:  # redis-py types get() for either decode_responses setting
         r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
         r.set(key, "from w2", ex=60)
         got = r.get(key)

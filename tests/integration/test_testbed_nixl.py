@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_link_faults_peer_death_and_restart_are_survived(
 
     tb = netns_testbed
     peers = [peer]
-    events: dict[str, object] = {}
+    events: dict[str, Any] = {}
 
     def scenario() -> None:
         store = HostBlockStore(StoreConfig(MIB, 64))

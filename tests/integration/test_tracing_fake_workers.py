@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from core import Phase
 from core.tracing import TraceSettings
@@ -40,7 +41,7 @@ def receiver() -> Iterator[OTLPReceiver]:
 @contextlib.asynccontextmanager
 async def traced_stack(
     tokenizer: PromptTokenizer, rx: OTLPReceiver, phases: list[Phase], *, delay: float = 0.0, ratio: float = 1.0
-) -> AsyncIterator[tuple[str, object]]:
+) -> AsyncIterator[tuple[str, FastAPI]]:
     async with contextlib.AsyncExitStack() as es:
         urls = []
         for i, phase in enumerate(phases):

@@ -224,6 +224,7 @@ def full_message(message_id: str, model: str, result: ChoiceResult) -> dict[str,
             )
         ],
     )
+    # vLLM's converter is called unbound: it reads nothing of the serving object it is declared on.
     message = AnthropicServingMessages.messages_full_converter(None, chat)  # type: ignore[arg-type]
     data: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
     data.pop("kv_transfer_params", None)

@@ -58,6 +58,7 @@ class ResponseBuilder:
             model_name=self._model,
             created_time=self.created,
             output=output,
+            # status: one of the Responses literals, carried here as a plain str.
             status=status,  # type: ignore[arg-type]
             usage=ResponseUsage.model_validate(usage) if usage is not None else None,
         )

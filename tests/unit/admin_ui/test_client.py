@@ -16,6 +16,7 @@ def client_for(handler: object) -> tuple[AdminClient, list[httpx.Request]]:
 
     def record(request: httpx.Request) -> httpx.Response:
         seen.append(request)
+        # handler: any callable the test hands in, kept as object so lambdas fit.
         return handler(request)  # type: ignore[operator]
 
     return AdminClient("http://gw:8000/", "eia-secret", transport=httpx.MockTransport(record)), seen
@@ -31,7 +32,12 @@ def test_bearer_token_and_paths() -> None:
 
 def test_admin_mount_point_in_the_url_is_accepted() -> None:
     seen: list[httpx.Request] = []
-    transport = httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200, json={}))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={})
+
+    transport = httpx.MockTransport(handler)
     AdminClient("http://gw:8000/admin/", "t", transport=transport).cluster()
     assert seen[0].url == "http://gw:8000/admin/cluster"
 

@@ -4,6 +4,7 @@ settings and the `console` command line."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 
@@ -231,7 +232,7 @@ def test_cli_main_rejects_bad_arguments_and_starts_streamlit(monkeypatch: pytest
 def test_move_check_rows_show_predicted_against_realized() -> None:
     from admin_ui.move_checks import move_check_rows
 
-    checked = {
+    checked: dict[str, Any] = {
         "t": 800.0,
         "predicted_gain": 0.212,
         "realized_gain": -0.176,
@@ -249,7 +250,7 @@ def test_move_check_rows_show_predicted_against_realized() -> None:
         "realized_gain": 0.25,
         "inputs": {**checked["inputs"], "move_delivered": 1.0, "verified_latency": 1.0},
     }
-    plain = {"t": 5.0, "predicted_gain": None, "realized_gain": None, "inputs": {}}
+    plain: dict[str, Any] = {"t": 5.0, "predicted_gain": None, "realized_gain": None, "inputs": {}}
     rows = move_check_rows([checked, kept, fine, plain])
     assert [r["verdict"] for r in rows] == ["reverted", "short, kept", "delivered"]
     assert rows[0] == {

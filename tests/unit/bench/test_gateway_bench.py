@@ -10,6 +10,7 @@ import json
 import shutil
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -115,7 +116,7 @@ async def test_wrk_runs_are_parsed_with_cpu_accounting(tmp_path) -> None:
     body.write_bytes(chat_body(stream=True, tokens=4))
     async with upstream() as url:
         loop = asyncio.get_running_loop()
-        row = await loop.run_in_executor(
+        row: dict[str, Any] = await loop.run_in_executor(
             None,
             lambda: run_wrk(
                 f"{url}/v1/chat/completions", body, lua, concurrency=2, duration_s=1, pids={"me": os.getpid()}

@@ -21,7 +21,7 @@ class WordCodec:
         return len(text.split())
 
     def cut(self, text: str, head: int, total: int) -> tuple[str, str]:
-        ids = plan.head_and_tail(text.split(), head, total)  # type: ignore[arg-type]
+        ids = plan.head_and_tail(text.split(), head, total)
         return " ".join(ids[:head]) + " ", " ".join(ids[head:])  # joined back, as a tokenizer's pieces
 
 

@@ -67,6 +67,7 @@ def test_in_place_engine_restarts_become_events_once_each():
 
     events: list[RestartEvent] = []
     spec = WorkerSpec("w1", "http://127.0.0.1:1", ["w"], pathlib.Path("w1.log"), phase="prefill")
+    # No children: this test drives the restart decisions only, never a process.
     dog = WorkerWatchdog(children=None, specs=[spec], on_event=events.append)  # type: ignore[arg-type]
     dog._note_in_place(spec, 0)
     dog._note_in_place(spec, 2)  # two restarts since the last look

@@ -4,7 +4,7 @@ stream's end riding on its last event (one write instead of two)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, MutableMapping
 from typing import Any
 
 from gateway.http.sse import EventStreamResponse
@@ -14,7 +14,7 @@ from gateway.serving.openai import sse
 async def _run(events: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
     trail: list[str] = []
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncGenerator[bytes, None]:
         try:
             for e in events:
                 yield e
@@ -31,8 +31,8 @@ async def _run(events: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
 
     sent: list[dict[str, Any]] = []
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
 
     await EventStreamResponse(body(), headers={}, on_close=on_close)({"type": "http"}, receive, send)
     return sent, trail

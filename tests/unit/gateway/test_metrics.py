@@ -8,6 +8,7 @@ import string
 
 import httpx
 
+from core import FinishReason
 from gateway.app import create_app, endpoint_label
 from gateway.metrics import OTHER, GatewayMetrics
 from gateway.serving.orchestrator import Finished
@@ -61,7 +62,7 @@ def test_route_templates_map_to_bounded_endpoint_names() -> None:
 
 
 def done() -> Finished:
-    return Finished("stop", 3, 0, 2, 0.01, 0.02, "decode")  # type: ignore[arg-type]
+    return Finished(FinishReason.STOP, 3, 0, 2, 0.01, 0.02, "decode")
 
 
 def test_tenant_and_endpoint_labels_are_capped() -> None:

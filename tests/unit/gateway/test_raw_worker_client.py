@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -198,6 +198,7 @@ async def test_a_stream_closed_early_does_not_return_its_connection() -> None:
     async with scripted(handler) as (url, script):
         for rid in ("a", "b"):
             stream = client.generate_stream(url, request(rid))
+            assert isinstance(stream, AsyncGenerator)  # an async generator: it can be closed early
             assert (await stream.__anext__()).token_ids == [1]
             await stream.aclose()  # the client left: this connection cannot be reused
         assert script.connections == 2

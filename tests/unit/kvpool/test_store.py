@@ -20,6 +20,7 @@ def block(v: int, n: int = 8) -> torch.Tensor:
 
 
 def make(cap: int = 4, **kw: object) -> HostBlockStore:
+    # kw: the store's optional keywords, passed through untyped by the tests.
     return HostBlockStore(StoreConfig(block_bytes=8, capacity_blocks=cap), **kw)  # type: ignore[arg-type]
 
 

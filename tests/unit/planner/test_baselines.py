@@ -90,7 +90,8 @@ def test_registry() -> None:
     assert isinstance(evolving, EvolvingPlanner) and evolving.config.cooldown_s == 5.0
     assert evolving.switch_kind == "inplace"
     assert make_planner("static", prefill_nodes=2).name == "static"
-    assert make_planner("dynamo", relaunch_delay_s=10.0).relaunch_delay_s == 10.0  # type: ignore[attr-defined]
+    dynamo = make_planner("dynamo", relaunch_delay_s=10.0)
+    assert isinstance(dynamo, DynamoPlanner) and dynamo.relaunch_delay_s == 10.0
     assert make_planner("schedule", schedule=[(0.0, 2)]).name == "schedule"
     with pytest.raises(ValueError, match="known: dynamo, evolving, schedule, static"):
         make_planner("nope")

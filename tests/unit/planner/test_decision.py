@@ -90,7 +90,7 @@ def test_normal_confidence(mean: float, sd: float, expected: float) -> None:
     ],
 )
 def test_slo_bounds(arrays: dict[str, list[float]], margin: float, z: float, bounds: tuple[int, int]) -> None:
-    est = _est([1, 2, 3], **arrays)
+    est = _est([1, 2, 3], 4, **arrays)
     assert slo_bounds(est, SLO(ttft_s=2.0, tpot_s=0.2), margin, z) == bounds
 
 

@@ -19,11 +19,13 @@ LAX = SLO(ttft_s=100.0, tpot_s=1.0)
 
 
 def _planner(**cfg: object) -> EvolvingPlanner:
+    # cfg: config fields of mixed types, overridden by keyword in the tests.
     return EvolvingPlanner(EvolvingConfig(**cfg), Profile.from_coefficients(**COEFFS))  # type: ignore[arg-type]
 
 
 def _view(prefill: int, n: int, now: float = 0.0, **kw: object) -> ClusterView:
     nodes = tuple(NodeState(f"n{i}", Phase.PREFILL if i < prefill else Phase.DECODE, queue=i % 2) for i in range(n))
+    # kw: view fields of mixed types, overridden by keyword in the tests.
     return ClusterView(now=now, nodes=nodes, **kw)  # type: ignore[arg-type]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from core import Phase
@@ -51,7 +52,7 @@ def test_saturated_phase(rows: list[tuple[float, float, float]], last_switch_t: 
 
 
 def test_the_finish_rate_is_measured_over_as_long_as_the_phase_stayed_saturated() -> None:
-    rows = [(t, 0.0, 0.0 if t < 30 else 5.0) for t in range(0, 130, 10)]  # busy from t=30
+    rows = [(float(t), 0.0, 0.0 if t < 30 else 5.0) for t in range(0, 130, 10)]  # busy from t=30
     h = _history(rows)
     assert h.saturated(50.0, CFG, None, longest_s=60.0) is None  # 20 s busy < the 30 s span
     assert h.saturated(60.0, CFG, None, longest_s=60.0) == (Phase.DECODE, 30.0)
@@ -98,6 +99,7 @@ def _w(**kw: float) -> WorkloadEstimate:
         "output_sq_mean": 1.25e4,
     }
     base.update(kw)
+    # base: estimate fields of mixed types, overridden by keyword in the tests.
     return WorkloadEstimate(**base)  # type: ignore[arg-type]
 
 
@@ -110,8 +112,8 @@ def test_scaled_moves_the_phase_work_only() -> None:
     assert (p.output_mean, p.cached_mean) == (100.0, 2000.0)
 
 
-def _decode_capacity(ws: list[WorkloadEstimate]) -> list[float]:
-    return [200.0 / w.output_mean for w in ws]  # a fake model: 2 req/s at 100 output tokens
+def _decode_capacity(ws: list[WorkloadEstimate]) -> np.ndarray:
+    return np.array([200.0 / w.output_mean for w in ws])  # a fake model: 2 req/s at 100 output tokens
 
 
 @pytest.mark.parametrize(

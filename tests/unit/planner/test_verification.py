@@ -13,13 +13,14 @@ from tests.unit.planner.test_evolving import LAX, PREFILL_HEAVY, _planner, _run_
 Z = 1.645
 
 
-def _verifier(rates: list[tuple[float, float, int]], **cfg: float) -> MoveVerifier:
-    """Ticks every 10 s from t=10: (until t, finished per tick) pairs; waiting 0."""
+def _verifier(rates: list[tuple[float, int, float]], **cfg: float) -> MoveVerifier:
+    """Ticks every 10 s from t=10: (until t, finished per tick, e2e s) triples; waiting 0."""
+    # cfg: config fields of mixed types, overridden by keyword in the tests.
     v = MoveVerifier(VerifyConfig(**cfg).resolved(60.0, 600.0), Z, retention_s=600.0)  # type: ignore[arg-type]
     t = 10.0
     for until, per_tick, e2e in rates:
         while t <= until:
-            v.add(TickCounts(t, int(per_tick), e2e * per_tick, e2e * e2e * per_tick, int(per_tick)))
+            v.add(TickCounts(t, per_tick, e2e * per_tick, e2e * e2e * per_tick, per_tick))
             t += 10.0
     return v
 

@@ -60,6 +60,7 @@ class FlipOnce:
 
 def _run(planner, directory: str = "memory") -> dict:
     w = workloads.shift(seed=1, duration_s=300, concurrency=24)
+    # directory: the backend's name as a plain str; SimConfig declares the Literal.
     cfg = SimConfig(nodes=4, prefill_nodes=1, seed=1, directory=directory)  # type: ignore[arg-type]
     return Cluster(w, GpuProfile.from_json(), planner, cfg).run().summary()
 
@@ -80,7 +81,7 @@ def test_local_index_matches_real_directory_on_hits() -> None:
 def test_router_view_matches_node_state_and_follows_switches() -> None:
     w = workloads.shift(seed=1, duration_s=120, concurrency=24)
     cluster = Cluster(w, GpuProfile.from_json(), FlipOnce(), SimConfig(nodes=4, prefill_nodes=1, seed=1))
-    before = {n.node_id for n in cluster._candidates({})}
+    before = {n.node_id for n in cluster._candidates(None)}
     cluster.run()
     for n in cluster.nodes.values():
         load = n.load()
@@ -90,12 +91,12 @@ def test_router_view_matches_node_state_and_follows_switches() -> None:
             expected = (len(n.decode.waiting) + len(n.decode.transit), len(n.decode.batch))
         assert (load.phase, load.queue, load.running) == (n.phase.value, *expected)
         assert load.kv_usage == min(1.0, n.decode.kv_used / n.cfg.kv_capacity_tokens)
-    after = cluster._candidates({})
+    after = cluster._candidates(None)
     assert {c.node_id for c in after} == before == set(cluster.nodes)
     assert sorted(c.phase for c in after) == ["decode", "decode", "prefill", "prefill"]  # the flip is seen
     leaving = cluster.nodes["n0003"]
     leaving.set_status(NodeStatus.DRAINING)  # the cached serving list must drop it at once
-    assert "n0003" not in {c.node_id for c in cluster._candidates({})}
+    assert "n0003" not in {c.node_id for c in cluster._candidates(None)}
 
 
 def test_oracle_with_one_segment_is_the_best_static_split_and_more_segments_do_no_worse() -> None:
@@ -152,6 +153,7 @@ def test_a_queued_prompt_finds_at_scheduling_the_prefix_computed_on_its_node_mea
         seen.append((sr.req.req_id, sr.cached))
         done(sr, now)
 
+    # Records the finished requests instead of the cluster's own bookkeeping.
     cluster._finish = record  # type: ignore[method-assign]
     cluster.run()
     assert sorted(seen) == [(0, 0), (1, 14 * bt)]
@@ -178,6 +180,7 @@ def test_the_decode_node_is_picked_when_the_prefill_is_done_on_the_loads_then() 
         on[sr.decode_node] = on.get(sr.decode_node, 0) + 1
         done(sr, now)
 
+    # Records the finished requests instead of the cluster's own bookkeeping.
     cluster._finish = record  # type: ignore[method-assign]
     cluster.run()
     assert sorted(on.values()) == [6, 6]

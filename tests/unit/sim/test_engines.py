@@ -20,7 +20,7 @@ def req(i: int, prompt: int, out: int) -> SimRequest:
 
 
 def test_loop_runs_in_time_then_seq_order() -> None:
-    loop, seen = EventLoop(), []
+    loop, seen = EventLoop(), list[str]()
     loop.at(2.0, seen.append, "c")
     loop.at(1.0, seen.append, "a")
     loop.at(1.0, seen.append, "b")

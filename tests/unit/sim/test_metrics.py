@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from sim.metrics import RunLog, count_flaps, split_moves
+from sim.switching import SwitchEvent
 
 
-@dataclass
-class Ev:
-    t: float
-    to_phase: str
-    total_s: float = 2.0
+def Ev(t: float, to_phase: str) -> SwitchEvent:
+    return SwitchEvent(
+        t=t, node_id="n", from_phase="decode" if to_phase == "prefill" else "prefill", to_phase=to_phase, total_s=2.0
+    )
 
 
 def test_unfinished_requests_count_at_the_horizon_and_goodput_needs_both_slos() -> None:

@@ -56,7 +56,8 @@ def test_fan_out_forks_sub_agents_and_the_next_turn_joins_them() -> None:
 
 
 def test_loop_flip_and_its_missing_form() -> None:
-    assert flip_loop(_branch()).closed_loop is False  # type: ignore[union-attr]
+    flipped = flip_loop(_branch())
+    assert flipped is not None and flipped.closed_loop is False
     opened = Workload("o", (), 10.0, closed_loop=False)
     assert flip_loop(opened) is None
     assert perturb(_branch(), "overload_3x", 0) == _branch() and load_factor("overload_3x", 1.6) == pytest.approx(1.875)

@@ -78,7 +78,8 @@ def test_bad_numbers_are_refused(kw: dict, says: str) -> None:
 def _exit(argv: list[str], capsys) -> tuple[int, str]:
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
-    return int(e.value.code), capsys.readouterr().err
+    assert isinstance(e.value.code, int)
+    return e.value.code, capsys.readouterr().err
 
 
 def test_cli_bad_trace_exits_2_naming_file_and_line_and_simulates_nothing(tmp_path: Path, capsys, monkeypatch) -> None:

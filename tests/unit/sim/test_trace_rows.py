@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from sim import traces
 from sim.trace_rows import TraceError
 
 GOOD = {"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]}
-TEXT = {"timestamp": 1_700_000_000_000, "session_id": "s", "input": "hello there", "output": "hi"}
+TEXT: dict[str, Any] = {"timestamp": 1_700_000_000_000, "session_id": "s", "input": "hello there", "output": "hi"}
 
 
 def _jsonl(tmp_path: Path, rows: list, name: str = "t.jsonl") -> Path:

@@ -58,6 +58,9 @@ def test_a_traced_call_is_a_child_with_its_pulls_under_it() -> None:
     out = SimpleNamespace(num_cached_tokens=96, metrics=SimpleNamespace(queued_ts=10.0, scheduled_ts=10.25))
     t.end(span, "seg-1", out=out, generated=5, finish="stop")
     pull, call = exporter.get_finished_spans()
+    assert call.parent is not None and call.context is not None and call.attributes is not None
+    assert pull.parent is not None and pull.attributes is not None
+    assert pull.end_time is not None and pull.start_time is not None
     assert call.name == "decode (worker)" and format(call.parent.span_id, "016x") == PARENT
     assert format(call.context.trace_id, "032x") == TRACE
     assert call.attributes["evolving.kv.peer_blocks"] == 3 and call.attributes["evolving.cached_tokens"] == 96
@@ -73,4 +76,5 @@ def test_a_failed_pull_is_an_error_span() -> None:
     t.pulled(PullDone("wA", "timeout", 3, 3.0, rid="seg-1"))
     t.end(span, "seg-1", out=None, generated=0, finish=None)
     pull, call = exporter.get_finished_spans()
+    assert call.attributes is not None
     assert not pull.status.is_ok and call.attributes["evolving.ended_early"] is True

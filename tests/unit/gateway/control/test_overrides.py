@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from core import Phase
 from gateway.control.bus import BusEvent, OverrideChanged
 from gateway.control.overrides import OverridesService, Pins
 from gateway.http.errors import InvalidRequest, NotFound, Unavailable
@@ -46,11 +47,18 @@ class StrictControl(FakeClusterControl):
             raise InvalidRequest(f"mode must be one of auto/advisory/manual, not {mode!r}", param="mode")
         await super().set_mode(mode)
 
-    async def restore_pins(self, split_pin: int | None, node_pins: dict[str, str], *, who: str) -> list[SwitchOutcome]:
+    async def restore_pins(
+        self, split_pin: int | None, node_pins: dict[str, Phase], *, who: str
+    ) -> list[SwitchOutcome]:
         self.calls.append(("restore_pins", split_pin, node_pins, who))
         if self.restore_error is not None:
             raise self.restore_error
         return await super().restore_pins(split_pin, node_pins, who=who)
+
+
+def _split_pin(control: FakeClusterControl) -> int | None:
+    """Read through a call: after `control.split_pin == 1` mypy would take it for an int."""
+    return control.split_pin
 
 
 def _service() -> tuple[OverridesService, StrictControl, Recorder]:
@@ -73,7 +81,7 @@ async def test_audit_rows_carry_the_actor_token_id() -> None:
     svc, _, rec = _service()
     await svc.set_mode("manual", who="alice", actor_id="adm_1")
     await svc.pin_split(1, who="alice", actor_id="adm_1")
-    await svc.pin_node("n0", "decode", who="bob", actor_id="adm_2")
+    await svc.pin_node("n0", Phase.DECODE, who="bob", actor_id="adm_2")
     await svc.pin_node("n0", None, who="bob")
     assert rec.actor_ids == ["adm_1", "adm_1", "adm_2", None]
 
@@ -112,14 +120,14 @@ async def test_pin_split_then_clear() -> None:
 async def test_pin_node_of_an_unknown_node_is_not_found() -> None:
     svc, control, rec = _service()
     with pytest.raises(NotFound) as exc:
-        await svc.pin_node("zz", "decode", who="ops")
+        await svc.pin_node("zz", Phase.DECODE, who="ops")
     assert (exc.value.param, exc.value.code) == ("node_id", "not_found")
     assert (control.node_pins, rec.calls) == ({}, [])
 
 
 async def test_pin_node_then_clear() -> None:
     svc, control, rec = _service()
-    assert await svc.pin_node("n0", "decode", who="ops") == Pins(split=None, nodes={"n0": "decode"})
+    assert await svc.pin_node("n0", Phase.DECODE, who="ops") == Pins(split=None, nodes={"n0": "decode"})
     assert await svc.pin_node("n0", None, who="ops") == Pins(split=None, nodes={})
     assert rec.calls == [
         ("override", "node_pin:n0", "decode", "ops"),
@@ -173,12 +181,15 @@ async def test_every_change_is_published_with_the_version_it_was_recorded_at() -
     svc = OverridesService(control, rec, bus=bus, clock=lambda: next(ticks))
     await svc.set_mode("manual", who="a")
     await svc.set_mode("auto", who="a")  # same clock reading: the version still grows
-    await svc.pin_node("n0", "decode", who="a")
-    assert bus.events == [
-        OverrideChanged("planner_mode", "manual", 100.0),
-        OverrideChanged("planner_mode", "auto", pytest.approx(100.000001)),
-        OverrideChanged("node_pin:n0", "decode", 250.0),
+    await svc.pin_node("n0", Phase.DECODE, who="a")
+    changes = [e for e in bus.events if isinstance(e, OverrideChanged)]
+    assert len(changes) == len(bus.events)
+    assert [(c.key, c.value) for c in changes] == [
+        ("planner_mode", "manual"),
+        ("planner_mode", "auto"),
+        ("node_pin:n0", "decode"),
     ]
+    assert [c.version for c in changes] == [100.0, pytest.approx(100.000001), 250.0]
     assert rec.versions == [100.0, pytest.approx(100.000001), 250.0]
 
 
@@ -189,7 +200,8 @@ async def test_apply_takes_only_newer_versions() -> None:
     assert not await svc.apply("planner_mode", "auto", 10.0)  # the same one twice
     assert control.mode == "manual"
     assert await svc.apply("split_pin", 1, 11.0) and control.split_pin == 1
-    assert await svc.apply("split_pin", None, 12.0) and control.split_pin is None  # a clear is a change too
+    assert await svc.apply("split_pin", None, 12.0)
+    assert _split_pin(control) is None  # a clear is a change too
     assert await svc.apply("node_pin:n1", "prefill", 13.0) and control.node_pins == {"n1": "prefill"}
     assert not await svc.apply("bogus", 1, 14.0)
     assert rec.calls == []  # applying another replica's change records nothing here

@@ -25,10 +25,10 @@ async def cluster(term: list[int]) -> tuple[WorkerRegistry, PhaseSwitcher, dict[
 async def test_orders_carry_the_term_and_a_stale_one_changes_nothing() -> None:
     term = [3]
     registry, switcher, workers, deposed = await cluster(term)
-    ok = await switcher.switch("w0", "prefill", reason="t", who="planner")
+    ok = await switcher.switch("w0", Phase.PREFILL, reason="t", who="planner")
     assert ok.outcome == "ok" and workers["http://w0"].switches[0][0] == 3
     workers["http://w1"].fence.observe(4)  # another replica leads at term 4
-    out = await switcher.switch("w1", "prefill", reason="t", who="planner")
+    out = await switcher.switch("w1", Phase.PREFILL, reason="t", who="planner")
     assert out.outcome == "fenced" and "stale_term" in out.detail
     assert workers["http://w1"].phase is Phase.DECODE and workers["http://w1"].switches == []
     assert registry.get("w1").phase is Phase.DECODE and not registry.get("w1").draining

@@ -82,7 +82,10 @@ async def test_advisory_stores_every_decision_and_auto_acts() -> None:
     rt.mode = PlannerMode.ADVISORY
     stored: list[tuple[str, str]] = []
     now = [10.0]
-    script = [("advisory: would move", True, (_prediction(1),)), ("gain", True, (_prediction(0),))]
+    script: list[tuple[str, bool, tuple[SplitPrediction, ...]]] = [
+        ("advisory: would move", True, (_prediction(1),)),
+        ("gain", True, (_prediction(0),)),
+    ]
     loop = PlannerLoop(
         ScriptedPlanner(script),
         workload=LocalWorkloadFeed(),

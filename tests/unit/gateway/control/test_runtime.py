@@ -31,18 +31,18 @@ async def runtime(phases: list[Phase]) -> tuple[ClusterRuntime, dict[str, FakeWo
 
 async def test_switch_records_outcome_and_flips_phase():
     rt, workers, events = await runtime([Phase.PREFILL, Phase.DECODE])
-    out = await rt.switch("w1", "prefill", reason="test", who="alice")
+    out = await rt.switch("w1", Phase.PREFILL, reason="test", who="alice")
     assert out.outcome == "ok" and (out.from_phase, out.to_phase) == (Phase.DECODE, Phase.PREFILL)
     assert workers["http://w1"].phase is Phase.PREFILL and rt.split() == (2, 0)
     assert events[0][1:] == ("test", "alice")
-    noop = await rt.switch("w1", "prefill", reason="again", who="alice")
+    noop = await rt.switch("w1", Phase.PREFILL, reason="again", who="alice")
     assert noop.outcome == "noop"
 
 
 async def test_failed_switch_restores_phase():
     rt, workers, events = await runtime([Phase.DECODE, Phase.DECODE])
     workers["http://w0"].kill()
-    out = await rt.switch("w0", "prefill", reason="x", who="y")
+    out = await rt.switch("w0", Phase.PREFILL, reason="x", who="y")
     assert out.outcome == "failed"
     node = rt.registry.get("w0")
     assert node.phase is Phase.DECODE and not node.draining
@@ -50,10 +50,10 @@ async def test_failed_switch_restores_phase():
 
 async def test_pins_win():
     rt, workers, _ = await runtime([Phase.PREFILL, Phase.DECODE, Phase.DECODE])
-    await rt.pin_node("w0", "decode")
+    await rt.pin_node("w0", Phase.DECODE)
     assert rt.registry.get("w0").phase is Phase.DECODE
     with pytest.raises(Conflict):
-        await rt.switch("w0", "prefill", reason="x", who="y")
+        await rt.switch("w0", Phase.PREFILL, reason="x", who="y")
     await rt.pin_split(1)
     assert rt.split() == (1, 2)
     snap = await rt.snapshot()

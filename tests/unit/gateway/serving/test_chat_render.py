@@ -12,6 +12,7 @@ template ships in no installed package, so it is not among them.
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def tokenizer(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}}
-CHAT = [
+CHAT: list[dict[str, Any]] = [
     {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
     {"role": "user", "content": [{"type": "text", "text": "List the files"}, {"type": "text", "text": "here."}]},
     {"role": "assistant", "content": None, "tool_calls": [CALL]},

@@ -97,6 +97,7 @@ async def test_disaggregated_prefill_then_decode_with_block_locations():
     assert pre.role is Role.PREFILL and pre.sampling.max_tokens == 1
     assert dec.prompt_token_ids == PROMPT + tokens[:1] and dec.sampling.max_tokens == 7
     # The decode node loads the prompt's 10 full blocks from the prefill node.
+    assert dec.kv is not None
     assert [(b.node_id, b.slot) for b in dec.kv.load] == [("w0", i) for i in range(10)]
 
 
@@ -120,7 +121,7 @@ async def test_migration_resumes_on_other_decode_node_without_gap_or_duplicate()
             switched.set()
             first = c.w("w0").requests[0].request_id if c.w("w0").requests else None
             target = "w0" if first else "w1"
-            asyncio.create_task(c.switcher.switch(target, "prefill", reason="test", who="test"))
+            asyncio.create_task(c.switcher.switch(target, Phase.PREFILL, reason="test", who="test"))
 
     tokens, done = await collect(c.orch, job(PROMPT, 30), switch_at)
     assert tokens == expected(PROMPT, 30)
@@ -129,7 +130,7 @@ async def test_migration_resumes_on_other_decode_node_without_gap_or_duplicate()
     (resumed,) = c.w(second_node).requests
     assert resumed.prompt_token_ids == PROMPT + tokens[: len(resumed.prompt_token_ids) - len(PROMPT)]
     assert resumed.sampling.max_tokens == 30 - (len(resumed.prompt_token_ids) - len(PROMPT))
-    assert resumed.kv.load and all(b.node_id == first_node for b in resumed.kv.load)
+    assert resumed.kv is not None and resumed.kv.load and all(b.node_id == first_node for b in resumed.kv.load)
     await asyncio.sleep(0.05)
     assert c.registry.get(first_node).phase is Phase.PREFILL
 

@@ -91,6 +91,7 @@ async def test_a_heartbeat_asked_before_the_death_does_not_revive_the_node():
         await gate.wait()  # ...and the answer arrives late
         return answer
 
+    # A slow heartbeat stand-in replaces the fake client's method.
     c.client.stats = slow_stats  # type: ignore[method-assign]
     poll = asyncio.create_task(c.registry.poll_once())
     await asyncio.sleep(0.01)

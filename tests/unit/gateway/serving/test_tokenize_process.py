@@ -69,7 +69,7 @@ async def test_warm_starts_the_child_and_close_stops_it(tokenizer_dir: pathlib.P
     before = {p.pid for p in multiprocessing.active_children()}
     proc = ProcessTokenizer(str(tokenizer_dir))
     assert await proc.warm() is True
-    (child,) = [p.pid for p in multiprocessing.active_children() if p.pid not in before]
+    (child,) = [p.pid for p in multiprocessing.active_children() if p.pid is not None and p.pid not in before]
     proc.close()
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:  # the OS's view: the executor's thread reaps it

@@ -21,6 +21,7 @@ def _spans():
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("evolving-infra.gateway", "1.0")
     remote = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "k=v")
+    assert remote is not None
     from opentelemetry.trace import NonRecordingSpan
 
     root = tracer.start_span("chat m", set_span_in_context(NonRecordingSpan(remote)), SpanKind.SERVER, {"a": 1})

@@ -92,6 +92,7 @@ def test_link_cut_mid_pull_is_quarantined_then_healed_once_restored(server: Fake
     _, server.info = _peer(fabric, "a", 10)
     links = _links(fabric, server.url)
     reader = links.transport
+    assert isinstance(reader, FakeTransport)  # _links builds it over the fake fabric
     links.connect("a")
     fabric.cut_link("a")
     assert links.begin("a")
@@ -121,6 +122,7 @@ def test_a_restarted_peer_is_re_registered_from_its_new_agent_info(server: FakeA
     _, server.info = _peer(fabric, "a", 10)
     links = _links(fabric, server.url)
     reader = links.transport
+    assert isinstance(reader, FakeTransport)  # _links builds it over the fake fabric
     links.connect("a")
     reader.read_blocks_sync("a", [0], [0])
     fabric.kill("a")

@@ -46,6 +46,7 @@ def test_cpu_caches_save_before_the_forward_pass(tmp_path) -> None:
     assert side.before_forward
     plan = _plan()
     side.begin_step(plan)  # bound right before the forward pass
+    assert side.store is not None
     assert torch.equal(side.store.data[0], kv[3]) and torch.equal(side.store.data[1], kv[5])
     side.start_step(plan)  # after the forward: nothing left to do, nothing done twice
     assert side.finished(set()) == ({"r1"}, None)
@@ -59,7 +60,7 @@ def test_without_the_cpu_rule_the_save_waits_for_the_forward_pass(tmp_path) -> N
     side.begin_step(plan)
     assert side.finished(set()) == (None, None)
     side.start_step(plan)
-    assert torch.equal(side.store.data[1], kv[5])
+    assert side.store is not None and torch.equal(side.store.data[1], kv[5])
     assert side.finished(set()) == ({"r1"}, None)
     side.close()
 
@@ -77,7 +78,9 @@ def _pulling_side(tmp_path, monkeypatch, fabric: FakeFabric, timeout_s: float = 
     )
     kv = torch.zeros(BLOCKS, BLOCK_BYTES, dtype=torch.uint8)
     side.register({"layer0": kv})
+    assert side.store is not None  # register() made it
     side.attach(FakeTransport("n0", side.store, fabric, timeout_s=timeout_s))
+    assert side.links is not None  # attach() made them
     side.links.book.backoff = Backoff(first_s=0.01, max_s=0.05)
     return side, kv
 

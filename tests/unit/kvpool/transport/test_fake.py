@@ -22,6 +22,7 @@ H = block_hashes(list(range(8)), 1, "transport-test")
 
 
 def pair(**fabric_kw: object) -> tuple[FakeFabric, HostBlockStore, HostBlockStore, FakeTransport]:
+    # fabric_kw: the fake fabric's keywords, passed through untyped by the tests.
     fabric = FakeFabric(**fabric_kw)  # type: ignore[arg-type]
     a = HostBlockStore(StoreConfig(16, 8))
     b = HostBlockStore(StoreConfig(16, 8))
@@ -58,6 +59,7 @@ def test_read_then_commit_verified() -> None:
     wanted = [H[0], H[1], H[2]]
     remote = a.lookup_prefix(wanted)
     local = b.allocate(wanted)
+    # lookup_prefix / allocate return slots typed as `int | None`; here every one is found.
     handle = tb.read_blocks("a", remote, local)  # type: ignore[arg-type]
     assert handle.poll() is TransferState.PENDING
     handle.wait(1.0)
@@ -75,6 +77,7 @@ def test_slot_reused_during_read_is_rejected() -> None:
 
     fabric.between_data_and_tags = reuse
     local = b.allocate([H[0], H[1]])
+    # allocate returns slots typed as `int | None`; here every one is allocated.
     tb.read_blocks_sync("a", [0, 1], local)  # type: ignore[arg-type]
     assert b.commit(local, verify=True) == [True, False]  # type: ignore[arg-type]
     assert b.lookup(H[1]) is None
@@ -95,6 +98,7 @@ def test_dead_peer_is_peer_unavailable_and_reader_keeps_working() -> None:
     with pytest.raises(PeerUnavailable):
         tb.read_blocks("nobody", [0], [0])
     (slot,) = b.allocate([H[5]])
+    # allocate returns a slot typed as `int | None`; here it is allocated.
     tb.read_blocks_sync("c", [0], [slot])  # type: ignore[list-item]
     assert b.commit([slot], verify=True) == [True]  # type: ignore[list-item]
 

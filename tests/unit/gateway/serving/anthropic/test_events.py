@@ -89,6 +89,7 @@ async def _vllms(deltas: list[ChoiceDelta], done: Finished) -> str:
         for c in _chunks(deltas, done):
             yield c
 
+    # vLLM's converter is an unbound method here: no serving object is needed for it.
     converter = AnthropicServingMessages.message_stream_converter(None, source())  # type: ignore[arg-type]
     return "".join([e async for e in converter])
 

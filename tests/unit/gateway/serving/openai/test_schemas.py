@@ -4,6 +4,7 @@ branch headers, text assembly, the demo chat template."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -173,7 +174,8 @@ def test_sampling_fields_are_kept_for_the_worker():
 def test_completion_request_variants():
     assert CompletionRequest.model_validate({"model": "m", "prompt": "x"}).max_tokens == 16
     assert CompletionRequest.model_validate({"model": "m", "prompt": [1, 2, 3]}).prompt == [1, 2, 3]
-    for bad in ({"prompt": []}, {"prompt": ["a", "b"]}, {"prompt": "x", "echo": True}, {"prompt": "x", "best_of": 2}):
+    bads: list[dict[str, Any]] = [{"prompt": []}, {"prompt": ["a", "b"]}, {"prompt": "x", "echo": True}]
+    for bad in [*bads, {"prompt": "x", "best_of": 2}]:
         with pytest.raises(ValidationError):
             CompletionRequest.model_validate({"model": "m", **bad})
 

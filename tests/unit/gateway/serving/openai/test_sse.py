@@ -35,7 +35,8 @@ def test_usage_chunk_has_no_choices():
         "prompt_tokens_details": {"cached_tokens": 4},
     }
     chunk = ChatCompletionChunk.model_validate(_payload(enc.usage(usage)))
-    assert chunk.choices == [] and chunk.usage.prompt_tokens_details.cached_tokens == 4
+    assert chunk.choices == [] and chunk.usage is not None
+    assert chunk.usage.prompt_tokens_details is not None and chunk.usage.prompt_tokens_details.cached_tokens == 4
 
 
 def test_completion_chunks_roundtrip():

@@ -3,6 +3,8 @@ conversation and the stored turn become (no engine)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gateway.http.errors import InvalidRequest
@@ -63,7 +65,7 @@ def test_what_openai_clients_send_is_accepted() -> None:
 
 
 def test_a_continuation_puts_the_stored_history_before_the_new_items() -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "weather?"},
         {
             "role": "assistant",

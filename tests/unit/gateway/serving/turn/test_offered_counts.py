@@ -52,6 +52,7 @@ def _service(gate: FakeGate, feed: LocalWorkloadFeed) -> TurnService:
     return TurnService(
         model_name="m",
         tokenizer=None,  # type: ignore[arg-type]  # admission never tokenizes
+        # Only admission runs here: no orchestrator, metrics or real gate/directory is reached.
         orchestrator=None,  # type: ignore[arg-type]
         gate=gate,  # type: ignore[arg-type]
         directory=FakeDirectory(),  # type: ignore[arg-type]

@@ -4,13 +4,14 @@ what a request becomes for the worker, and how output text is read back."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from gateway.http.errors import InvalidRequest
 from gateway.serving.turn.parsing import OutputParsing, chat_request, structured_output
 
-ADD = {
+ADD: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "add",

@@ -70,6 +70,7 @@ async def test_a_big_prompt_is_tokenized_while_the_loop_runs(tokenizer: PromptTo
         return encode_chat(*args, **kwargs)
 
     service.tokenizer = PromptTokenizer(tokenizer._hf)
+    # Replaces the tokenizer's method to observe where and when it runs.
     service.tokenizer.encode_chat = encode_waiting_for_the_loop  # type: ignore[method-assign]
 
     async def other_request() -> None:
@@ -92,6 +93,7 @@ async def test_a_small_prompt_is_tokenized_inline(tokenizer: PromptTokenizer) ->
         return encode_chat(*args, **kwargs)
 
     service.tokenizer = PromptTokenizer(tokenizer._hf)
+    # Replaces the tokenizer's method to record its calls.
     service.tokenizer.encode_chat = recording  # type: ignore[method-assign]
     await prepare(service, chat("hello"))
     assert threads == [threading.current_thread().name]
@@ -147,6 +149,7 @@ async def test_a_huge_prompt_is_tokenized_in_the_tokenizers_process(
     the same hashes, and a refusal there is the same 400 here."""
     service = make_service(tokenizer, process_tokenizer=process_tokenizer, process_chars=len(BIG) // 2)
     service.tokenizer = PromptTokenizer(tokenizer._hf)
+    # Replaces the tokenizer's method: any call in this process fails the test.
     service.tokenizer.encode_chat = lambda *a, **k: pytest.fail("tokenized in this process")  # type: ignore[method-assign]
     p = await prepare(service, chat(BIG * 2))
     want = tokenizer.encode_chat([{"role": "user", "content": BIG * 2}])
