@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from core import Phase
 from gateway.app import create_app
@@ -61,7 +62,7 @@ async def stack(
         yield Stack(gw, workers, app)
 
 
-MESSAGES = [
+MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Agents call tools, read their results and continue the conversation."},
 ]
@@ -72,6 +73,7 @@ async def test_openai_client_non_stream_and_stream(tokenizer):
         models = await s.client.models.list()
         assert [m.id for m in models.data] == ["demo"]
         full = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=12, temperature=0)
+        assert full.usage is not None and full.usage.prompt_tokens_details is not None
         assert full.choices[0].finish_reason == "length" and full.usage.completion_tokens == 12
         assert full.usage.prompt_tokens_details.cached_tokens == 0
         stream = await s.client.chat.completions.create(
@@ -85,30 +87,34 @@ async def test_openai_client_non_stream_and_stream(tokenizer):
                 text += c.delta.content or ""
                 finish = c.finish_reason or finish
         assert text == full.choices[0].message.content and finish == "length"
+        assert usage is not None
         assert usage.completion_tokens == 12 and usage.prompt_tokens == full.usage.prompt_tokens
         comp = await s.client.completions.create(model="demo", prompt="Prefill computes the prompt", max_tokens=5)
+        assert comp.usage is not None
         assert comp.choices[0].finish_reason == "length" and comp.usage.completion_tokens == 5
 
 
 async def test_multi_turn_branch_cached_tokens_grow(tokenizer):
     async with stack(tokenizer, [Phase.PREFILL, Phase.DECODE]) as s:
         msgs = list(MESSAGES)
-        cached = []
+        cached: list[int] = []
         for turn in range(3):
             r = await s.client.chat.completions.create(
                 model="demo", messages=msgs, max_tokens=8, extra_headers={"X-Branch-ID": "agent-1"}
             )
+            assert r.usage is not None and r.usage.prompt_tokens_details is not None
+            assert r.usage.prompt_tokens_details.cached_tokens is not None
             cached.append(r.usage.prompt_tokens_details.cached_tokens)
             msgs += [
-                {"role": "assistant", "content": r.choices[0].message.content},
+                {"role": "assistant", "content": r.choices[0].message.content or ""},
                 {"role": "user", "content": f"Tool result {turn}: the weather is sunny."},
             ]
         assert cached[0] == 0 and cached[1] > 0 and cached[2] > cached[1]
         directory = s.runtime.directory
         assert await directory.is_branch_active("default/agent-1")
         async with httpx.AsyncClient() as h:
-            r = await h.post(f"{s.url}/v1/branches/agent-1/finish")
-        assert r.status_code == 200 and r.json() == {"id": "agent-1", "object": "branch", "finished": True}
+            done = await h.post(f"{s.url}/v1/branches/agent-1/finish")
+        assert done.status_code == 200 and done.json() == {"id": "agent-1", "object": "branch", "finished": True}
         assert not await directory.is_branch_active("default/agent-1")
 
 
@@ -130,9 +136,11 @@ async def test_finished_requests_carry_their_turn_gap_for_the_planner(tokenizer)
 
 async def test_switch_during_concurrent_streams_loses_nothing(tokenizer):
     async with stack(tokenizer, [Phase.DECODE, Phase.DECODE, Phase.DECODE], delay=0.004) as s:
-        prompts = [[{"role": "user", "content": f"Request number {i} about caching."}] for i in range(12)]
+        prompts: list[list[ChatCompletionMessageParam]] = [
+            [{"role": "user", "content": f"Request number {i} about caching."}] for i in range(12)
+        ]
 
-        async def run(msgs) -> str:
+        async def run(msgs: list[ChatCompletionMessageParam]) -> str:
             out = ""
             stream = await s.client.chat.completions.create(
                 model="demo", messages=msgs, max_tokens=40, stream=True, temperature=0
@@ -145,7 +153,7 @@ async def test_switch_during_concurrent_streams_loses_nothing(tokenizer):
         baseline = await asyncio.gather(*(run(m) for m in prompts))
         tasks = [asyncio.create_task(run(m)) for m in prompts]
         await asyncio.sleep(0.05)
-        outcome = await s.runtime.cluster.switch("w0", "prefill", reason="test", who="pytest")
+        outcome = await s.runtime.cluster.switch("w0", Phase.PREFILL, reason="test", who="pytest")
         switched = await asyncio.gather(*tasks)
         assert outcome.outcome == "ok"
         assert switched == baseline

@@ -266,7 +266,9 @@ async def test_concurrency_cap_and_policy_change(tokenizer, tmp_path) -> None:
     async with product(tokenizer, tmp_path, f"sqlite:///{tmp_path / 's.db'}", delay=0.02) as p:
         key = await p.tenant("cc", max_concurrent=1)
         first = asyncio.create_task(p.chat(key, max_tokens=40))  # ~0.8 s of decoding
-        await wait_for(lambda: p.cp.gate._limiters.get("cc") is not None and p.cp.gate._limiters["cc"].in_flight)
+        gate = p.cp.gate
+        assert isinstance(gate, StoreTenantGate)
+        await wait_for(lambda: (limiter := gate._limiters.get("cc")) is not None and limiter.in_flight)
         r = await p.chat(key)
         assert_openai_error(r, 429, "rate_limit_error", "concurrency_limit_exceeded")
         assert retry_after(r) == 1
@@ -412,7 +414,7 @@ async def test_admin_auth_roles_and_one_audit_entry_per_write(tokenizer, tmp_pat
             ("post", "/admin/switch", {"node_id": "w1", "to_phase": "prefill", "reason": "test"}, "switch"),
         ]
         for method, path, body, _ in writes:
-            kwargs = {"json": body} if body is not None else {}
+            kwargs: dict[str, Any] = {"json": body} if body is not None else {}
             r = await p.http.request(method.upper(), path, headers=p.op(), **kwargs)
             assert r.status_code == 200, (path, r.text)
         expected = [

@@ -15,6 +15,7 @@ import time
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from testing.live_gateway import running_gateway
 from testing.vllm_cluster import EXACT_DTYPE
@@ -43,8 +44,12 @@ LONG_SYSTEM = "You are a careful coding agent. " + " ".join(f"rule {i}: keep edi
 def test_openai_client_streams_and_not(gateway):
     url, _ = gateway
     client = _client(url)
-    messages = [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "list the files"}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": LONG_SYSTEM},
+        {"role": "user", "content": "list the files"},
+    ]
     plain = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0)
+    assert plain.usage is not None
     assert plain.usage.completion_tokens >= 1 and plain.choices[0].message.content is not None
     chunks = list(
         client.chat.completions.create(
@@ -68,13 +73,15 @@ def test_multi_turn_branch_cached_tokens_grow(gateway):
     url, _ = gateway
     client = _client(url)
     headers = {"X-Branch-ID": "agent-multi-turn", "X-Session-ID": "s1"}
-    messages = [{"role": "system", "content": LONG_SYSTEM}]
-    cached = []
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": LONG_SYSTEM}]
+    cached: list[int] = []
     for turn in range(4):
         messages.append({"role": "user", "content": f"tool output {turn}: " + "ok " * 40})
         r = client.chat.completions.create(
             model=MODEL, messages=messages, max_tokens=8, temperature=0, extra_headers=headers
         )
+        assert r.usage is not None and r.usage.prompt_tokens_details is not None
+        assert r.usage.prompt_tokens_details.cached_tokens is not None
         cached.append(r.usage.prompt_tokens_details.cached_tokens)
         messages.append({"role": "assistant", "content": r.choices[0].message.content or ""})
     assert cached[0] == 0 or cached[0] < cached[1]
