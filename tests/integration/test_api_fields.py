@@ -15,12 +15,16 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
 import redis
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.responses import ResponseInputParam
 
 from core import Phase, Role
 from gateway.app import create_app
@@ -31,7 +35,17 @@ from testing.fake_worker_app import create_fake_worker_app
 from testing.replica_cluster import clear_redis_prefix, redis_available
 from testing.stacks import control_plane_stack, serve
 
-MSG = [{"role": "user", "content": "Agents call tools, read their results and continue the conversation."}]
+MSG: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Agents call tools, read their results and continue the conversation."}
+]
+
+
+def error_body(exc: openai.APIStatusError) -> dict[str, Any]:
+    """The error object the gateway answered with (the SDK types the body loosely)."""
+    assert isinstance(exc.body, dict), exc.body
+    return exc.body
+
+
 TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
@@ -129,7 +143,7 @@ async def test_bad_chat_fields_are_400s_naming_them(tokenizer, extra, param):
 
 async def test_responses_and_messages_bad_fields(tokenizer):
     async with stack(tokenizer, [Phase.DECODE], max_model_len=500) as s:
-        cases = [
+        cases: list[tuple[dict[str, Any], str | None]] = [
             ({"background": True}, "background"),
             ({"tools": [{"type": "file_search"}]}, "tools.0.type"),
             ({"text": {"format": {"type": "json_schema"}}}, None),
@@ -172,13 +186,15 @@ async def test_n_choices_run_as_jobs_with_consecutive_seeds(tokenizer):
             model="demo", messages=MSG, max_tokens=5, n=3, seed=40, logprobs=True, top_logprobs=2
         )
         assert [c.index for c in r.choices] == [0, 1, 2]
-        seeds = sorted(req.sampling.seed for req in s.workers[0].requests)
+        seeds = sorted(seed for req in s.workers[0].requests if (seed := req.sampling.seed) is not None)
         assert seeds == [40, 41, 42]
         for c in r.choices:
+            assert c.logprobs is not None and c.logprobs.content is not None
             assert len(c.logprobs.content) == 5
             assert all(
                 e.logprob == -0.5 and [t.logprob for t in e.top_logprobs] == [-0.5, -1.5] for e in c.logprobs.content
             )
+        assert r.usage is not None
         assert (
             r.usage.completion_tokens == 15
             and r.usage.prompt_tokens == s.workers[0].requests[0].prompt_token_ids.__len__()
@@ -204,6 +220,8 @@ async def test_completions_logprobs_in_the_legacy_shape(tokenizer):
             model="demo", prompt="Prefill computes the prompt", max_tokens=4, logprobs=2
         )
         lp = r.choices[0].logprobs
+        assert lp is not None and lp.tokens is not None and lp.token_logprobs is not None
+        assert lp.top_logprobs is not None and lp.text_offset is not None
         assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
         assert lp.text_offset[0] == 0 and all(len(t) <= 2 for t in lp.top_logprobs)
 
@@ -211,17 +229,24 @@ async def test_completions_logprobs_in_the_legacy_shape(tokenizer):
 async def test_default_max_tokens_is_what_the_context_leaves(tokenizer):
     async with stack(tokenizer, [Phase.DECODE], max_model_len=120) as s:
         r = await s.client.chat.completions.create(model="demo", messages=MSG)
+        assert r.usage is not None
         assert r.usage.prompt_tokens + r.usage.completion_tokens == 120 and r.choices[0].finish_reason == "length"
         with pytest.raises(openai.BadRequestError) as err:
             await s.client.chat.completions.create(model="demo", messages=MSG, max_completion_tokens=200)
-        body = err.value.body
+        body = error_body(err.value)
         assert body["code"] == "context_length_exceeded" and body["param"] == "max_completion_tokens"
         assert "maximum context length is 120 tokens" in body["message"] and "worker" not in body["message"]
 
 
 async def test_penalised_request_is_replayed_across_the_prefill_decode_hand_off_and_a_switch(tokenizer):
     async with stack(tokenizer, [Phase.PREFILL, Phase.DECODE, Phase.DECODE], delay=0.004) as s:
-        body = {"model": "demo", "messages": MSG, "max_tokens": 40, "temperature": 0, "presence_penalty": 0.5}
+        body: dict[str, Any] = {
+            "model": "demo",
+            "messages": MSG,
+            "max_tokens": 40,
+            "temperature": 0,
+            "presence_penalty": 0.5,
+        }
         baseline = (await s.client.chat.completions.create(**body)).choices[0].message.content
         decodes = [r for w in s.workers[1:] for r in w.requests if r.role is Role.DECODE]
         # the decode node got the original prompt and the whole budget (not prompt + the prefill's token)
@@ -263,7 +288,7 @@ async def test_responses_chain_store_and_branch(tokenizer):
         assert (await s.http.delete(f"/v1/responses/{first.id}")).status_code == 200
         with pytest.raises(openai.NotFoundError) as err:  # the chain lost its first link
             await s.client.responses.create(model="demo", input="z", previous_response_id=second.id)
-        assert err.value.body["code"] == "previous_response_not_found"
+        assert error_body(err.value)["code"] == "previous_response_not_found"
 
 
 @pytest.mark.redis
@@ -283,7 +308,7 @@ async def test_stored_responses_stay_in_their_redis_prefix(tokenizer):
             assert (await b.http.get(f"/v1/responses/{first.id}")).status_code == 404
             with pytest.raises(openai.NotFoundError) as err:
                 await b.client.responses.create(model="demo", input="more", previous_response_id=first.id)
-            assert err.value.body["code"] == "previous_response_not_found"
+            assert error_body(err.value)["code"] == "previous_response_not_found"
             with redis.Redis.from_url(url, decode_responses=True) as r:
                 stored = [list(r.scan_iter(match="{" + p + "}:responses:*")) for p in prefixes]
             assert [k.endswith(":" + first.id) for k in stored[0]] == [True] and stored[1] == [], stored
@@ -294,12 +319,12 @@ async def test_stored_responses_stay_in_their_redis_prefix(tokenizer):
 
 async def test_a_resent_history_stays_on_one_branch(tokenizer):
     async with stack(tokenizer, [Phase.DECODE]) as s:
-        history = [{"role": "system", "content": "sys"}, {"role": "user", "content": "start"}]
+        history: ResponseInputParam = [{"role": "system", "content": "sys"}, {"role": "user", "content": "start"}]
         for turn in range(2):
             r = await s.client.responses.create(model="demo", input=history, max_output_tokens=2)
             history += [{"role": "assistant", "content": r.output_text}, {"role": "user", "content": f"more {turn}"}]
         ac = anthropic.AsyncAnthropic(base_url=s.url, api_key="x", max_retries=0)
-        msgs = [{"role": "user", "content": "start"}]
+        msgs: list[MessageParam] = [{"role": "user", "content": "start"}]
         await ac.messages.create(model="demo", max_tokens=2, system="other", messages=msgs)
         await ac.messages.create(
             model="demo",
