@@ -8,7 +8,7 @@
 # Variables: IMAGE_REPO (localhost/evolving-infra), IMAGE_TAG (0.1.0, the
 # chart's appVersion), TORCH_INDEX (PyTorch CPU wheel index; empty: the CPU
 # torch wheel from WHEELS_DIR, default /opt/wheels), NO_CACHE=1 (build every
-# layer again), REPORT (JSON lines of name, image, size_mb, build_s; default
+# layer again, pip's download cache and all), REPORT (JSON lines of name, image, size_mb, build_s; default
 # bench-output/images-build.jsonl), CA_BUNDLE (host CA bundle mounted into
 # the build; default the system one). Prints each image's size.
 set -euo pipefail
@@ -46,6 +46,10 @@ if [[ -z $TORCH_INDEX ]]; then
   fi
   cp "${wheels[@]}" images/wheels/
 fi
+
+# NO_CACHE: pip's download cache too (the Dockerfile's cache mount lives in
+# buildah's cache folder, which --no-cache does not touch).
+if [[ -n ${NO_CACHE:-} ]]; then rm -rf "${TMPDIR:-/var/tmp}/buildah-cache-$(id -u)"; fi
 
 mkdir -p "$(dirname "$REPORT")"
 : > "$REPORT"
