@@ -16,6 +16,7 @@ from testing.chart_pods import (
     quantity_bytes,
     secrets_of,
 )
+from testing.chart_host import rewrite
 from testing.chart_scenario import ChartCluster, ScenarioConfig, chart_values, render
 from tests.helm.helm_render import default_library
 
@@ -109,3 +110,21 @@ def test_plan_gives_every_pod_the_one_release_secret(tmp_path: pathlib.Path) -> 
     gateway_token = tokens["ei-evolving-infra-gateway-0-gateway"]
     assert gateway_token
     assert {tokens[w.container_name] for w in workers} == {gateway_token}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("--model=/models/demo-model", "--model=/h/m/demo-model"),
+        ("/tmp", "/h/tmp"),
+        ("/tmp/hf", "/h/tmp/hf"),
+        ("--run-dir=/run/evolving-infra", "--run-dir=/h/run"),
+        ("/models2/x", "/models2/x"),  # another folder, not under the mount
+        ("http://svc:8000/tmp", "http://127.0.0.1:8000/tmp"),  # a URL path is no file path
+        ("http://svc.ns.svc:1,http://svc:2", "http://127.0.0.1:1,http://127.0.0.1:2"),
+        ("http://svc-other:1", "http://svc-other:1"),
+    ],
+)
+def test_host_rewrite_moves_mount_paths_and_release_hosts(text: str, expected: str) -> None:
+    paths = {"/models": "/h/m", "/tmp": "/h/tmp", "/run/evolving-infra": "/h/run"}
+    assert rewrite(text, paths, ["svc", "svc.ns.svc"]) == expected
