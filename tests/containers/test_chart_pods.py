@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+from testing.chart_host import rewrite
 from testing.chart_pods import (
     ChartPodError,
     VolumeBinding,
@@ -16,7 +17,6 @@ from testing.chart_pods import (
     quantity_bytes,
     secrets_of,
 )
-from testing.chart_host import rewrite
 from testing.chart_scenario import ChartCluster, ScenarioConfig, chart_values, render
 from tests.helm.helm_render import default_library
 
