@@ -58,7 +58,7 @@ build() {  # name target
   start=$(date +%s)
   local ca=()
   [[ -f $CA_BUNDLE ]] && ca=(-v "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro")
-  nice -n 15 podman build --network=host ${NO_CACHE:+--no-cache} "${ca[@]}" \
+  nice -n 15 podman build --network=host ${no_cache:+--no-cache} "${ca[@]}" \
     --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg TORCH_INDEX="$TORCH_INDEX" \
     --target "$target" -t "$image" .
   elapsed=$(( $(date +%s) - start ))
@@ -67,7 +67,11 @@ build() {  # name target
     "$name" "$image" $(( bytes / 1000000 )) "$elapsed" "$BASE_IMAGE" "$base_s" >> "$REPORT"
 }
 # The worker first: the product target then finds every heavy layer cached.
+# NO_CACHE applies to the first build only: the second then reuses the layers
+# just built, as a build from a cold cache does.
+no_cache=${NO_CACHE:-}
 build evolving-infra-worker-cpu worker-cpu
+no_cache=
 build evolving-infra product
 rm -rf images/wheels
 # Intermediate layers of replaced images (and the worker's build stage) take GBs.
