@@ -74,7 +74,7 @@ build evolving-infra-worker-cpu worker-cpu
 no_cache=
 build evolving-infra product
 rm -rf images/wheels
-# Intermediate layers of replaced images (and the worker's build stage) take GBs.
+# Layers of the images this build replaced take GBs.
 if [[ ${PRUNE:-1} == 1 ]]; then podman image prune -f >/dev/null; fi
 
 echo "images (size, build time):"
