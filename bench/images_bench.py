@@ -5,7 +5,8 @@ Helm chart starts them (testing.chart_scenario), print one JSON object.
 
 Keys: `images` (per image: `size_mb`, `build_s`), `base_s` (debootstrap base;
 0 when cached or a registry base was used), `started`, `request_ok`,
-`switch_ok`, `switch_s`, `stop_s`, `clean_stop`, `read_only_root`,
+`switch_ok`, `switch_s`, `all_prefill_ok` (a request served with every
+worker pinned to prefill), `stop_s`, `clean_stop`, `read_only_root`,
 `bench_or_testing_in_images`, `ready_s`. Without --build the last build's
 times come from bench-output/images-build.jsonl (`make images` writes it).
 Needs root and podman; see docs/operations.md, "Container images".
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         "request_ok": run["request_ok"],
         "switch_ok": run["switch_ok"],
         "switch_s": run.get("switch", {}).get("s"),
+        "all_prefill_ok": run.get("all_prefill_request", {}).get("ok", False),
         "stop_s": run.get("stop_s"),
         "clean_stop": run.get("clean_stop", False),
         "read_only_root": run["read_only_root"],

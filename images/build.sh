@@ -8,7 +8,7 @@
 # Variables: IMAGE_REPO (localhost/evolving-infra), IMAGE_TAG (0.1.0, the
 # chart's appVersion), TORCH_INDEX (PyTorch CPU wheel index; empty: the CPU
 # torch wheel from WHEELS_DIR, default /opt/wheels), NO_CACHE=1 (build every
-# layer again), REPORT (JSON lines of name, image, size_mb, build_s; default
+# layer again, pip's download cache and all), REPORT (JSON lines of name, image, size_mb, build_s; default
 # bench-output/images-build.jsonl), CA_BUNDLE (host CA bundle mounted into
 # the build; default the system one). Prints each image's size.
 set -euo pipefail
@@ -47,6 +47,10 @@ if [[ -z $TORCH_INDEX ]]; then
   cp "${wheels[@]}" images/wheels/
 fi
 
+# NO_CACHE: pip's download cache too (the Dockerfile's cache mount lives in
+# buildah's cache folder, which --no-cache does not touch).
+if [[ -n ${NO_CACHE:-} ]]; then rm -rf "${TMPDIR:-/var/tmp}/buildah-cache-$(id -u)"; fi
+
 mkdir -p "$(dirname "$REPORT")"
 : > "$REPORT"
 build() {  # name target
@@ -54,7 +58,7 @@ build() {  # name target
   start=$(date +%s)
   local ca=()
   [[ -f $CA_BUNDLE ]] && ca=(-v "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro")
-  nice -n 15 podman build --network=host ${NO_CACHE:+--no-cache} "${ca[@]}" \
+  nice -n 15 podman build --network=host ${no_cache:+--no-cache} "${ca[@]}" \
     --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg TORCH_INDEX="$TORCH_INDEX" \
     --target "$target" -t "$image" .
   elapsed=$(( $(date +%s) - start ))
@@ -63,10 +67,14 @@ build() {  # name target
     "$name" "$image" $(( bytes / 1000000 )) "$elapsed" "$BASE_IMAGE" "$base_s" >> "$REPORT"
 }
 # The worker first: the product target then finds every heavy layer cached.
+# NO_CACHE applies to the first build only: the second then reuses the layers
+# just built, as a build from a cold cache does.
+no_cache=${NO_CACHE:-}
 build evolving-infra-worker-cpu worker-cpu
+no_cache=
 build evolving-infra product
 rm -rf images/wheels
-# Intermediate layers of replaced images (and the worker's build stage) take GBs.
+# Layers of the images this build replaced take GBs.
 if [[ ${PRUNE:-1} == 1 ]]; then podman image prune -f >/dev/null; fi
 
 echo "images (size, build time):"

@@ -145,13 +145,17 @@ class ChartCluster:
         peers = f"{full}-worker-peers"
         workers = []
         hosts = dict.fromkeys(service_hosts(renders[0], NAMESPACE), "127.0.0.1")
+        # One release has one Secret. Each render draws its own random cluster
+        # token (the chart's `lookup` finds no Secret outside a cluster), so every
+        # pod takes the first render's Secret: with its own render's, worker 1
+        # refused the gateway's heartbeats (401) and never joined the cluster.
+        secrets = secrets_of(renders[0])
         for i, objects in enumerate(renders):
             pod = f"{full}-worker-{i}"
-            workers += pod_containers(find_object(objects, "StatefulSet", f"{full}-worker"), pod, secrets_of(objects))
+            workers += pod_containers(find_object(objects, "StatefulSet", f"{full}-worker"), pod, secrets)
             for host in (f"{pod}.{peers}", f"{pod}.{peers}.{NAMESPACE}", f"{pod}.{peers}.{NAMESPACE}.svc"):
                 hosts[host] = "127.0.0.1"
         assert sts["spec"]["replicas"] == 2
-        secrets = secrets_of(renders[0])
         gateway = pod_containers(find_object(renders[0], "Deployment", f"{full}-gateway"), f"{full}-gateway-0", secrets)
         console = pod_containers(find_object(renders[0], "Deployment", f"{full}-console"), f"{full}-console-0", secrets)
         for run in gateway:
@@ -188,6 +192,11 @@ class ChartCluster:
             return
         podman.podman("run", "-d", *args)
         self.started.append(run)
+
+    def process_state(self, run: ContainerRun) -> dict[str, Any]:
+        """The container's process: `Pid`, `StartedAt`, `Running` (podman's State)."""
+        state: dict[str, Any] = podman.inspect(run.container_name)["State"]
+        return state
 
     def wait_ready(self, run: ContainerRun) -> float:
         assert run.readiness is not None, f"{run.container_name} has no readiness probe in the chart"

@@ -4,7 +4,11 @@ States: PREFILL, DECODE, DRAINING_TO_PREFILL, DRAINING_TO_DECODE. One table
 says which events move between them; anything else is `InvalidTransition`.
 Admission says which request roles a state takes: a draining node already
 takes its *target* role (so a switch never refuses work the cluster routes
-to it after the flip) and refuses the role it is leaving.
+to it after the flip) and refuses the role it is leaving. A prefill node also
+takes a whole request (the decode role, computing its own prompt): the router
+sends one there only when no decode node is left (routing.picker.route, e.g.
+an operator pinned every node to prefill), and refusing it left such a
+cluster answering 503 "no healthy worker" with healthy workers.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ TRANSITIONS: dict[tuple[PhaseState, PhaseEvent], PhaseState] = {
 }
 
 _ACCEPTS: dict[PhaseState, frozenset[Role]] = {
-    _S.PREFILL: frozenset({Role.PREFILL}),
+    _S.PREFILL: frozenset({Role.PREFILL, Role.DECODE}),
     _S.DECODE: frozenset({Role.DECODE}),
     _S.DRAINING_TO_DECODE: frozenset({Role.DECODE}),
     _S.DRAINING_TO_PREFILL: frozenset({Role.PREFILL}),

@@ -90,6 +90,7 @@ def test_chat_request_and_operator_pin_switch_a_worker_in_place(report: dict) ->
     assert report["request_ok"], report["requests"]
     assert report["switch_ok"], report["switch"]
     assert report["switch"]["same_process"]
+    assert report["all_prefill_request"]["ok"], report["all_prefill_request"]
 
 
 def test_every_container_stops_on_sigterm(report: dict) -> None:

@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+from testing.chart_host import rewrite
 from testing.chart_pods import (
     ChartPodError,
     VolumeBinding,
@@ -16,7 +17,7 @@ from testing.chart_pods import (
     quantity_bytes,
     secrets_of,
 )
-from testing.chart_scenario import ScenarioConfig, chart_values, render
+from testing.chart_scenario import ChartCluster, ScenarioConfig, chart_values, render
 from tests.helm.helm_render import default_library
 
 
@@ -87,3 +88,43 @@ def test_worker_pod_expands_its_pod_name_and_keeps_the_image_user(objects: list[
     assert shm.memory_backed and shm.size_limit_bytes == 2 * 1024**3
     with pytest.raises(ChartPodError, match="no host binding"):
         worker.podman_args({}, {})
+
+
+@pytest.mark.helm
+def test_plan_gives_every_pod_the_one_release_secret(tmp_path: pathlib.Path) -> None:
+    # The plan renders the chart once per worker (each its own port); the chart
+    # draws a random cluster token per render, and a worker with another token
+    # answers the gateway's heartbeats 401 (the containers test's old 503).
+    if not default_library().exists():
+        pytest.skip("helm-sdkpy's library is missing; `make setup` installs it")
+    cfg = ScenarioConfig(
+        model_dir=pathlib.Path("/data/demo-model"),
+        product_image="localhost/evolving-infra/evolving-infra:0.1.0",
+        worker_image="localhost/evolving-infra/evolving-infra-worker-cpu:0.1.0",
+        gateway_port=18000,
+        console_port=18501,
+        worker_ports=(18100, 18101),
+    )
+    pods, workers, _ = ChartCluster(cfg, tmp_path).plan()
+    tokens = {r.container_name: r.env.get("EVOLVING_CLUSTER_TOKEN") for r in pods + workers}
+    gateway_token = tokens["ei-evolving-infra-gateway-0-gateway"]
+    assert gateway_token
+    assert {tokens[w.container_name] for w in workers} == {gateway_token}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("--model=/models/demo-model", "--model=/h/m/demo-model"),
+        ("/tmp", "/h/tmp"),
+        ("/tmp/hf", "/h/tmp/hf"),
+        ("--run-dir=/run/evolving-infra", "--run-dir=/h/run"),
+        ("/models2/x", "/models2/x"),  # another folder, not under the mount
+        ("http://svc:8000/tmp", "http://127.0.0.1:8000/tmp"),  # a URL path is no file path
+        ("http://svc.ns.svc:1,http://svc:2", "http://127.0.0.1:1,http://127.0.0.1:2"),
+        ("http://svc-other:1", "http://svc-other:1"),
+    ],
+)
+def test_host_rewrite_moves_mount_paths_and_release_hosts(text: str, expected: str) -> None:
+    paths = {"/models": "/h/m", "/tmp": "/h/tmp", "/run/evolving-infra": "/h/run"}
+    assert rewrite(text, paths, ["svc", "svc.ns.svc"]) == expected

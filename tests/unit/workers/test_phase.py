@@ -64,7 +64,7 @@ def test_invalid_transition_message_names_event_and_state() -> None:
 
 @pytest.mark.parametrize(
     ("state", "takes_prefill", "takes_decode"),
-    [(P, True, False), (D, False, True), (TO_P, True, False), (TO_D, False, True)],
+    [(P, True, True), (D, False, True), (TO_P, True, False), (TO_D, False, True)],
 )
 def test_accepts(state: PhaseState, takes_prefill: bool, takes_decode: bool) -> None:
     assert accepts(state, Role.PREFILL) is takes_prefill
