@@ -68,7 +68,7 @@ def test_the_same_workload_in_two_formats_is_planned_once_and_loads_follow_capac
     root = _traces(tmp_path)
     gpu = GpuProfile.from_json()
     cfg = SuiteConfig(nodes=3, starts=(1, 2), window_s=120.0, max_requests=10**8, traces_root=root, synthetic=())
-    cases, same = plan_trace_cases(cfg, gpu)
+    cases, same, _ = plan_trace_cases(cfg, gpu)
     assert same == {"agents/converted/chat.jsonl": "agents/chat"}
     mc = [c for c in cases if c.unit == "mc/a.jsonl"]
     assert [c.level for c in mc] == ["light", "near", "overload"] and not any(c.capped for c in mc)
