@@ -7,7 +7,8 @@ the source code it depends on: every planner but `evolving` reads only
 the simulator, routing, core and the baseline planners, so a change to
 the evolving planner re-runs its own simulations and reuses the static
 splits and Dynamo-like ones, which are most of a suite. A change to the
-simulator changes every key. Files are written whole (rename), so two
+simulator changes every key; one to the suite's own orchestration
+(which cases, how they are reported) changes none. Files are written whole (rename), so two
 processes or a run killed halfway leave no torn entry.
 """
 
@@ -23,13 +24,16 @@ from typing import Any
 _ROOT = Path(__file__).resolve().parents[1]
 # What a non-evolving planner's run depends on (the evolving planner's runs depend on all of planner/ too).
 _SHARED = ("sim", "routing", "core", "kvpool")
+# What runs the suite around the simulations (which cases, how reported): never changes one run's result.
+_ORCHESTRATION = ("sim/suite.py", "sim/cli.py", "sim/result_cache.py")
 _BASELINE = ("planner/baselines.py", "planner/decision.py", "planner/types.py", "planner/registry.py")
 
 
 @functools.lru_cache(maxsize=2)
 def code_fingerprint(evolving: bool) -> str:
     """Hash of the source files a run with (or without) the evolving planner depends on."""
-    files = sorted(p for d in _SHARED for p in (_ROOT / d).rglob("*.py"))
+    skip = {_ROOT / f for f in _ORCHESTRATION}
+    files = sorted(p for d in _SHARED for p in (_ROOT / d).rglob("*.py") if p not in skip)
     files += sorted((_ROOT / "planner").glob("*.py")) if evolving else [_ROOT / f for f in _BASELINE]
     h = hashlib.sha256()
     for p in files:

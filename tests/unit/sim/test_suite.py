@@ -169,3 +169,17 @@ def test_a_cached_suite_reruns_nothing_and_prints_the_same_report(tmp_path: Path
     assert cli.main([*argv[:4], "100", *argv[5:]]) == 0
     capsys.readouterr()
     assert len(list(cache.glob("*.json"))) == 2 * len(stored)
+
+
+def test_best_split_breaks_a_tie_in_served_by_the_shorter_mean_response() -> None:
+    from sim.suite import best_split
+
+    statics = {
+        4: {"served": 22_275, "mean_e2e_all_s": 272.2},
+        5: {"served": 26_375, "mean_e2e_all_s": 121.7},
+        6: {"served": 26_375, "mean_e2e_all_s": 11.8},
+        7: {"served": 26_375, "mean_e2e_all_s": 11.0},
+        8: {"served": 23_893, "mean_e2e_all_s": 221.4},
+    }
+    assert best_split(statics) == 7
+    assert best_split({**statics, 5: {"served": 26_376, "mean_e2e_all_s": 121.7}}) == 5
