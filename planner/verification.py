@@ -22,7 +22,16 @@ span of k ticks varies by k times the variance of one tick's count. A move that
 did not deliver and shows no gain beyond its measurement noise
 (``realized − z · measured_sd ≤ 0``) is **reverted**: it spent a switch
 for nothing measurable, and the split it left was measured to serve as
-well. A move that gained less than predicted but still gained is kept.
+well. A move that gained less than predicted but still gained is kept,
+and so is a latency move whose finish rate rose beyond its noise: served
+throughput comes first in the planner's objective (response time only
+decides between splits that serve the same), so more served is a gain
+whatever the responses say. Early in a run the responses cannot say
+much: only requests shorter than the history can have finished, so the
+mean response of the finished ones climbs with time whatever the split
+(DeepSeek-R1 near, 3P -> 1P at 190 s, a latency move: responses measured
+48 % longer, the finish rate 33 % higher; reverting it cost 900 s at the
+old split before a throughput move made the same switch).
 
 Either way a miss (predicted − realized, when the move did not deliver)
 is the model's **verified error** on this workload: later gains of the
@@ -246,6 +255,9 @@ class MoveVerifier:
         bound = m.predicted - self.z * math.hypot(m.predicted_sd, sd)
         delivered = realized >= bound
         revert = self.config.revert and not delivered and realized - self.z * sd <= 0.0
+        if revert and m.kind == "latency":
+            served, served_sd = _realized(replace(m, kind="throughput"), after)
+            revert = served - self.z * served_sd <= 0.0  # more served is a gain, whatever the responses say
         if not delivered:
             self._misses.append((now, m.kind, m.predicted - realized))
         self.verdicts += 1

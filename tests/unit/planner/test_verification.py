@@ -142,3 +142,18 @@ def test_the_planner_reverts_a_move_the_finish_rate_did_not_follow() -> None:
     assert between and all(not d.acted for d in between)
     kept = [d for d in _run_live(_planner(verify=None), done, _view(1, 8, slo=LAX), 5, 900, arrival_rps=4.0) if d.acted]
     assert not any(d.reason.startswith("revert") for d in kept)
+
+
+def test_a_latency_move_that_raised_the_finish_rate_is_kept() -> None:
+    # Responses measured longer (as early in a run, when only short ones could have finished
+    # before the move), but 30 % more requests finish: served throughput comes first.
+    v = _verifier([(100.0, 100, 10.0)])
+    v.start(100.0, 3, 5, "latency", predicted=0.2, predicted_sd=0.02)
+    verdict, _ = _after(v, 110.0, 400.0, 130, e2e=15.0)
+    assert verdict is not None and verdict.realized == pytest.approx(-0.5)
+    assert not verdict.delivered and not verdict.revert
+    # The same longer responses at the same finish rate: nothing gained, reverted.
+    same = _verifier([(100.0, 100, 10.0)])
+    same.start(100.0, 3, 5, "latency", predicted=0.2, predicted_sd=0.02)
+    flat, _ = _after(same, 110.0, 400.0, 100, e2e=15.0)
+    assert flat is not None and not flat.delivered and flat.revert
