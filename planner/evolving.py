@@ -21,7 +21,8 @@ Every model-based move (5 and 6) is refused when it goes back to the split
 the last one left, within ``flap_window_s`` of it. Every model-based move
 is then checked once it has settled (``planner.verification``): until its
 verdict no other model move is made; one that did not deliver is reverted
-(before any rule above but the pins), and its miss is counted against
+(before any rule above but the pins; never an SLO repair, nor a latency
+move that raised the finish rate), and its miss is counted against
 later gains of its kind, so staying put wins unless a move clears its
 bound net of the switch cost and the verified error. The offered load is
 counted at arrival when the view carries the counts (``planner.arrivals``).
@@ -360,7 +361,8 @@ class EvolvingPlanner:
             target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
         if est.served_rps[est.index(target)] >= (1.0 - cfg.tie_frac) * est.served_rps[i_cur]:
             why = "TTFT" if p_cur < p_floor else "TPOT"
-            return self._model_move(tick, target, f"SLO repair ({why}): bounds [{floor}, {ceiling}]", 1.0, "throughput")
+            why = f"SLO repair ({why}): bounds [{floor}, {ceiling}]"
+            return self._model_move(tick, target, why, 1.0, "throughput", revertible=False)
         tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
         return None
 
@@ -507,10 +509,20 @@ class EvolvingPlanner:
         )
 
     # -- output --------------------------------------------------------------
-    def _model_move(self, tick: _Tick, target: int, why: str, confidence: float, kind: Kind | None = None) -> Decision:
+    def _model_move(
+        self,
+        tick: _Tick,
+        target: int,
+        why: str,
+        confidence: float,
+        kind: Kind | None = None,
+        *,
+        revertible: bool = True,
+    ) -> Decision:
         """A move the model asks for; refused when it undoes the last one too
         soon. A move of ``kind`` is checked once it has settled
-        (``planner.verification``); early moves (None) are not."""
+        (``planner.verification``); early moves (None) are not; an SLO
+        repair is checked but not reverted (``revertible``)."""
         p_cur, now = tick.current[0], tick.view.now
         last = self._last_move
         if last is not None and target == last[1] and now - last[0] < self.config.flap_window_s:
@@ -525,7 +537,7 @@ class EvolvingPlanner:
         if decision.acted:
             self._last_move = (now, p_cur, decision.chosen_split[0])
             if self.verifier is not None and predicted is not None and kind is not None:
-                self.verifier.start(now, p_cur, decision.chosen_split[0], kind, *predicted)
+                self.verifier.start(now, p_cur, decision.chosen_split[0], kind, *predicted, revertible=revertible)
         return decision
 
     @staticmethod

@@ -22,7 +22,24 @@ span of k ticks varies by k times the variance of one tick's count. A move that
 did not deliver and shows no gain beyond its measurement noise
 (``realized − z · measured_sd ≤ 0``) is **reverted**: it spent a switch
 for nothing measurable, and the split it left was measured to serve as
-well. A move that gained less than predicted but still gained is kept.
+well. A move that gained less than predicted but still gained is kept,
+and so is a latency move whose finish rate rose beyond its noise: served
+throughput comes first in the planner's objective (response time only
+decides between splits that serve the same), so more served is a gain
+whatever the responses say. Early in a run the responses cannot say
+much: only requests shorter than the history can have finished, so the
+mean response of the finished ones climbs with time whatever the split
+(DeepSeek-R1 near, 3P -> 1P at 190 s, a latency move: responses measured
+48 % longer, the finish rate 33 % higher; reverting it cost 900 s at the
+old split before a throughput move made the same switch).
+An SLO repair is checked and its miss counted, but never reverted: it
+was made because the split it left broke the TTFT (or TPOT) bound, and it
+was allowed only at no cost in predicted throughput, so its purpose is
+the bound, not a gain in the finish rate; a revert would put the split
+back outside the bound and the planner would repair it again once the
+flap window passed (OpenCode near from 1P: 1P -> 2P for TTFT at 250 s,
+reverted at 320 s on a finish rate 3 % lower with 4 % fewer arrivals,
+repaired again at 970 s).
 
 Either way a miss (predicted − realized, when the move did not deliver)
 is the model's **verified error** on this workload: later gains of the
@@ -125,6 +142,7 @@ class PendingMove:
     predicted: float  # gain fraction on means (throughput: X(T)/X(C) − 1; latency: 1 − R(T)/R(C))
     predicted_sd: float  # its standard deviation, same units
     before: Span
+    revertible: bool = True  # False: an SLO repair (module doc)
 
 
 @dataclass(frozen=True)
@@ -210,14 +228,24 @@ class MoveVerifier:
         scatter = k * sum((c - n / k) ** 2 for c in counts) / (k - 1) if k > 1 else 0.0
         return Span(end - start, n, mean, sd, en, slope, max(float(n), scatter))
 
-    def start(self, now: float, from_p: int, to_p: int, kind: Kind, predicted: float, predicted_sd: float) -> bool:
+    def start(
+        self,
+        now: float,
+        from_p: int,
+        to_p: int,
+        kind: Kind,
+        predicted: float,
+        predicted_sd: float,
+        *,
+        revertible: bool = True,
+    ) -> bool:
         """Await the check of a move made at ``now``; False (nothing awaited)
         when the span before it holds too few requests to compare with."""
         before = self.span(now - self.settle_s, now)
         self.pending, self._settled_t, self._drained = None, None, False
         if before.finished < self.config.min_requests or not math.isfinite(predicted):
             return False
-        self.pending = PendingMove(now, from_p, to_p, kind, predicted, max(predicted_sd, 0.0), before)
+        self.pending = PendingMove(now, from_p, to_p, kind, predicted, max(predicted_sd, 0.0), before, revertible)
         return True
 
     def check(self, now: float, draining: bool, prefill_now: int) -> Verdict | None:
@@ -245,7 +273,10 @@ class MoveVerifier:
         realized, sd = _realized(m, after)
         bound = m.predicted - self.z * math.hypot(m.predicted_sd, sd)
         delivered = realized >= bound
-        revert = self.config.revert and not delivered and realized - self.z * sd <= 0.0
+        revert = self.config.revert and m.revertible and not delivered and realized - self.z * sd <= 0.0
+        if revert and m.kind == "latency":
+            served, served_sd = _realized(replace(m, kind="throughput"), after)
+            revert = served - self.z * served_sd <= 0.0  # more served is a gain, whatever the responses say
         if not delivered:
             self._misses.append((now, m.kind, m.predicted - realized))
         self.verdicts += 1

@@ -204,6 +204,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--suite-max-requests", type=int, default=90_000, help="--suite: requests per simulation, at most")
     ap.add_argument("--no-synthetic", action="store_true", help="--suite: trace cases only")
     ap.add_argument(
+        "--suite-units", default="", help="--suite: only trace units whose name starts with one of these (comma list)"
+    )
+    ap.add_argument(
+        "--suite-cache", help="--suite: keep each simulation's result in this folder and reuse it (sim.result_cache)"
+    )
+    ap.add_argument(
         "--perturb",
         default=",".join(PERTURBATIONS),
         help="--suite: perturbations every trace case also runs under (comma list, or none); sim.perturb",
@@ -238,6 +244,8 @@ def _suite(ap: argparse.ArgumentParser, a: argparse.Namespace, extra: dict[str, 
             traces_root=Path(a.suite_traces),
             perturbations=() if a.perturb == "none" else tuple(x for x in a.perturb.split(",") if x),
             perturb_levels=tuple(x for x in a.perturb_levels.split(",") if x),
+            units=tuple(x for x in a.suite_units.split(",") if x),
+            cache=Path(a.suite_cache) if a.suite_cache else None,
         )
         return run_suite(cfg, profile=a.profile, jobs=a.jobs, extra=extra)
     except ValueError as e:

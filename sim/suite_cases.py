@@ -54,7 +54,10 @@ class SuiteConfig:
     runs under each perturbation (`sim.perturb`), from the first start only.
     holdout_every: the distinct trace units, sorted, alternate between the
     tuning half and the held-out half (`split_units`); the planner's
-    constants are chosen on the first and reported on the second."""
+    constants are chosen on the first and reported on the second.
+    units: run only the units whose name starts with one of these (every
+    unit when empty; the halves stay those of all units); synthetic: the
+    scenarios beside the traces; cache: a `sim.result_cache` folder."""
 
     nodes: int = 9
     starts: tuple[int, ...] = (3, 6)
@@ -67,6 +70,8 @@ class SuiteConfig:
     convergence: tuple[tuple[str, str], ...] = CONVERGENCE
     perturbations: tuple[str, ...] = tuple(PERTURBATIONS)
     perturb_levels: tuple[str, ...] = tuple(LOADS)
+    units: tuple[str, ...] = ()
+    cache: Path | None = None
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.perturbations if p not in PERTURBATIONS]
@@ -183,8 +188,9 @@ def split_units(units: list[str]) -> tuple[list[str], list[str]]:
     return ordered[0::2], ordered[1::2]
 
 
-def plan_trace_cases(cfg: SuiteConfig, gpu: GpuProfile) -> tuple[list[TraceCase], dict[str, str]]:
-    """Cases per distinct unit, and {duplicate unit: the unit it repeats}."""
+def plan_trace_cases(cfg: SuiteConfig, gpu: GpuProfile) -> tuple[list[TraceCase], dict[str, str], list[str]]:
+    """Cases per distinct unit picked by `cfg.units`, {duplicate unit: the
+    unit it repeats}, and every distinct unit (picked or not: the halves)."""
     cases: list[TraceCase] = []
     same: dict[str, str] = {}
     seen: dict[int, str] = {}
@@ -196,8 +202,10 @@ def plan_trace_cases(cfg: SuiteConfig, gpu: GpuProfile) -> tuple[list[TraceCase]
             same[unit] = seen[key]
             continue
         seen[key] = unit
+        if cfg.units and not unit.startswith(cfg.units):
+            continue
         cases += unit_cases(cfg, unit, len(base.requests), capacity_rps(base, gpu, cfg.nodes), cfg.loads)
-    return cases, same
+    return cases, same, list(seen.values())
 
 
 def unit_cases(

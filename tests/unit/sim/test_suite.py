@@ -68,7 +68,7 @@ def test_the_same_workload_in_two_formats_is_planned_once_and_loads_follow_capac
     root = _traces(tmp_path)
     gpu = GpuProfile.from_json()
     cfg = SuiteConfig(nodes=3, starts=(1, 2), window_s=120.0, max_requests=10**8, traces_root=root, synthetic=())
-    cases, same = plan_trace_cases(cfg, gpu)
+    cases, same, _ = plan_trace_cases(cfg, gpu)
     assert same == {"agents/converted/chat.jsonl": "agents/chat"}
     mc = [c for c in cases if c.unit == "mc/a.jsonl"]
     assert [c.level for c in mc] == ["light", "near", "overload"] and not any(c.capped for c in mc)
@@ -137,3 +137,49 @@ def test_convergence_cases_run_evolving_from_every_start(tmp_path: Path) -> None
     assert conv["case"] == "mc/a.jsonl light" and set(conv["settled_s"]) == {"1", "2", "3"}
     assert set(conv["vs_static_best"]) == {"1", "2", "3"} and conv["near_best_splits"]
     assert report["max_settled_s"] == conv["max_settled_s"]
+
+
+def test_units_filter_runs_only_those_units_and_keeps_the_halves_of_all(tmp_path: Path) -> None:
+    root = _traces(tmp_path)
+    gpu = GpuProfile.from_json()
+    cfg = SuiteConfig(nodes=3, starts=(1, 2), window_s=120.0, traces_root=root, synthetic=(), units=("mc/",))
+    cases, same, every = plan_trace_cases(cfg, gpu)
+    assert {c.unit for c in cases} == {"mc/a.jsonl"}
+    assert every == ["agents/chat", "mc/a.jsonl"] and same == {"agents/converted/chat.jsonl": "agents/chat"}
+
+
+def test_a_cached_suite_reruns_nothing_and_prints_the_same_report(tmp_path: Path, capsys) -> None:
+    root = _traces(tmp_path)
+    cache = tmp_path / "cache"
+    argv = ["--suite", "--suite-traces", str(root), "--suite-window", "120", "--suite-max-requests", "300"]
+    argv += ["--no-synthetic", "--nodes", "3", "--jobs", "1", "--perturb", "none", "--json"]
+    argv += ["--suite-units", "mc/", "--suite-cache", str(cache)]
+    assert cli.main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    stored = sorted(cache.glob("*.json"))
+    assert len(stored) == first["simulations"] and not list(cache.glob(".*.tmp"))
+    assert {c["trace"] for c in first["cases"]} == {"mc/a.jsonl"}
+    assert first["tuning_units"] == ["agents/chat"] and first["holdout_units"] == ["mc/a.jsonl"]
+    assert cli.main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert sorted(cache.glob("*.json")) == stored
+    for key in ("cases", "min_vs_static_best", "min_vs_dynamo", "flaps", "moves_from_best_start"):
+        assert again[key] == first[key]
+    # Another horizon is another run: nothing of the first is reused.
+    assert cli.main([*argv[:4], "100", *argv[5:]]) == 0
+    capsys.readouterr()
+    assert len(list(cache.glob("*.json"))) == 2 * len(stored)
+
+
+def test_best_split_breaks_a_tie_in_served_by_the_shorter_mean_response() -> None:
+    from sim.suite import best_split
+
+    statics = {
+        4: {"served": 22_275, "mean_e2e_all_s": 272.2},
+        5: {"served": 26_375, "mean_e2e_all_s": 121.7},
+        6: {"served": 26_375, "mean_e2e_all_s": 11.8},
+        7: {"served": 26_375, "mean_e2e_all_s": 11.0},
+        8: {"served": 23_893, "mean_e2e_all_s": 221.4},
+    }
+    assert best_split(statics) == 7
+    assert best_split({**statics, 5: {"served": 26_376, "mean_e2e_all_s": 121.7}}) == 5
