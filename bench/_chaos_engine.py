@@ -22,7 +22,9 @@ exited or gave up.
   the gateway: it kills an engine, then the one it is retried on, then is
   answered 500 request_quarantined (counted as failed, expected).
 - `engine_death`: the same crash sent straight to one worker that still has
-  the stock sampler: its engine dies inside the live process.
+  the stock sampler: its engine dies inside the live process. The poison
+  kills two engines at most, so with 3 workers one stock engine is left;
+  the crash is re-sent until an engine dies (a switch may refuse it).
 - `oom_kill`: SIGKILL of the busiest decode worker's engine-core process.
 - `gateway_restart`: the gateway stops (draining its streams) and a fresh
   one starts on the same port; clients retry connections as the OpenAI SDK
@@ -32,6 +34,7 @@ exited or gave up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import pathlib
 import random
 import subprocess
@@ -49,6 +52,7 @@ from cli.watchdog import RestartEvent, RestartPolicy, WorkerSpec, WorkerWatchdog
 from testing.engine_faults import kill_engine
 
 STOCK_FLAG = "--stock-cpu-sampler"
+ENGINE_DEATH_TRIES_S = 90.0  # how long `engine_death` keeps trying to find and crash a stock engine
 
 
 class WorkerProcesses:
@@ -193,32 +197,52 @@ async def poison(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float |
     return since(t0, detected), since(t0, back)
 
 
-async def engine_death(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float | None]:
-    nodes = await ctx.nodes()
-    stock = [
-        n
-        for n in nodes.values()
-        if n["healthy"] and not n["draining_to"] and await asyncio.to_thread(ctx.procs.stock, n["node_id"])
-    ]
-    if not stock:
-        extra["skipped"] = "no worker left with the stock sampler"
-        return None, None
-    node = stock[0]
+async def _stock_node(ctx: Ctx) -> dict[str, Any] | None:
+    """A node in routing, not switching, whose engine still has the stock sampler."""
+    for n in (await ctx.nodes()).values():
+        if n["healthy"] and not n["draining_to"] and await asyncio.to_thread(ctx.procs.stock, n["node_id"]):
+            return n
+    return None
+
+
+def crash_body(role: str) -> dict[str, Any]:
+    """The engine-killing request (seeded, prompt over the chunked-prefill budget), straight to a worker."""
     rng = random.Random(7)
-    body = {
-        "request_id": "chaos-engine-death",
+    return {
+        "request_id": f"chaos-engine-death-{rng.randrange(10**9)}",
         "prompt_token_ids": [rng.randrange(5, 3000) for _ in range(2300)],
-        "role": node["phase"],
+        "role": role,
         "sampling": {"max_tokens": 4, "temperature": 1.0, "seed": 7},
         "stream": False,
     }
+
+
+async def engine_death(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Sent again until an engine dies: the switcher may move the chosen
+    node out of its phase between the look and the call (a 409), and the
+    one stock node left after the poison may be mid-switch at the first look."""
     t0 = time.monotonic()
-    async with httpx.AsyncClient(timeout=120) as c:
-        r = await c.post(node["url"] + "/internal/generate", json=body)
-    extra.update(node=node["node_id"], worker_status=r.status_code)
-    detected = await wait_until(lambda: _node_out(ctx, node["node_id"]), 30)
-    back = await wait_until(lambda: _all_in(ctx), 300)
-    return since(t0, detected), since(t0, back)
+    attempts: list[str] = []
+    while time.monotonic() - t0 < ENGINE_DEATH_TRIES_S:
+        node = await _stock_node(ctx)
+        if node is None:
+            if not any(await asyncio.gather(*(asyncio.to_thread(ctx.procs.stock, n) for n in ctx.workers))):
+                break  # no engine with the stock sampler anywhere: nothing to kill this way
+            await asyncio.sleep(0.5)
+            continue
+        sent = time.monotonic()
+        async with httpx.AsyncClient(timeout=120) as c:
+            r = await c.post(node["url"] + "/internal/generate", json=crash_body(node["phase"]))
+        victim = node["node_id"]
+        attempts.append(f"{victim}:{r.status_code}")
+        detected = await wait_until(functools.partial(_node_out, ctx, victim), 10)
+        if detected is None:
+            continue  # refused (its phase changed) or it survived: another look
+        extra.update(node=victim, worker_status=r.status_code, attempts=attempts)
+        back = await wait_until(lambda: _all_in(ctx), 300)
+        return since(sent, detected), since(sent, back)
+    extra.update(skipped="no worker left with the stock sampler", attempts=attempts)
+    return None, None
 
 
 async def oom_kill(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float | None]:
