@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import pathlib
 import random
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +63,7 @@ class WorkerProcesses:
 
     def __init__(self, workers: dict[str, Any]) -> None:
         self.workers = workers
+        self.keep_stock: set[str] = set()  # the next start of these keeps the stock sampler (once)
 
     def get(self, name: str) -> subprocess.Popen[bytes] | None:
         return self.workers[name].proc
@@ -73,7 +76,11 @@ class WorkerProcesses:
         w = self.workers[name]
         if "--phase" in argv:
             w.phase = argv[argv.index("--phase") + 1]
-        w.extra = [x for x in w.extra if x != STOCK_FLAG]
+        if name in self.keep_stock:
+            self.keep_stock.discard(name)
+            w.extra = [*[x for x in w.extra if x != STOCK_FLAG], STOCK_FLAG]
+        else:
+            w.extra = [x for x in w.extra if x != STOCK_FLAG]
         w.start()
 
     def stock(self, name: str) -> bool:
@@ -329,10 +336,32 @@ async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     }
 
 
+async def ensure_stock_engine(ctx: Ctx) -> str | None:
+    """Before `engine_death`: when no engine with the stock sampler is left
+    (the poison may have killed all three under load), the last worker is
+    stopped between windows, with no load running, and the watchdog
+    relaunches it with the stock sampler. Returns the node relaunched."""
+    if any(await asyncio.gather(*(asyncio.to_thread(ctx.procs.stock, n) for n in ctx.workers))):
+        return None
+    node = list(ctx.workers)[-1]
+    ctx.procs.keep_stock.add(node)
+    await asyncio.to_thread(ctx.workers[node].stop)
+    await wait_until(functools.partial(_node_out, ctx, node), 15)
+    await wait_until(lambda: _all_in(ctx), 300)
+    return node
+
+
 async def run_faults(ctx: Ctx) -> dict[str, Any]:
     out = {}
     for name, fault in FAULTS.items():
+        if name not in ctx.cfg.faults:
+            continue
+        relaunched = await ensure_stock_engine(ctx) if name == "engine_death" else None
         out[name] = await window(ctx, name, fault)
+        if relaunched is not None:
+            out[name]["relaunched_with_stock_sampler"] = relaunched
+        # Each window's record as it ends (stderr): a run cut short still shows its finished windows.
+        print(f"chaos window {name}: {json.dumps(out[name], default=str)}", file=sys.stderr, flush=True)
     return out
 
 

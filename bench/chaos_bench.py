@@ -91,6 +91,7 @@ class ChaosConfig:
     fault_agents: int = 6  # agents of the plan loading each engine-fault window
     fault_at_s: float = 3.0  # into each window
     fuzz_cases: int = 40
+    faults: tuple[str, ...] = ("poison", "engine_death", "oom_kill", "gateway_restart")  # step 4's windows, in order
 
     def __post_init__(self) -> None:
         if self.workers < 3:
@@ -101,6 +102,9 @@ class ChaosConfig:
             raise ValueError("sessions >= 1, turns >= 2, max_tokens >= 1")
         if self.db not in ("auto", "postgres", "sqlite"):
             raise ValueError("db must be auto, postgres or sqlite")
+        known = ("poison", "engine_death", "oom_kill", "gateway_restart")
+        if not set(self.faults) <= set(known):
+            raise ValueError(f"faults must be among {known}")
 
 
 async def drive(
@@ -272,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-faults-only", action="store_true", help="skip step 2 (switches, crash, DB outage)")
     p.add_argument("--fault-agents", type=int, default=d.fault_agents, help="agents loading each fault window")
     p.add_argument("--fuzz-cases", type=int, default=d.fuzz_cases)
+    p.add_argument(
+        "--faults", default=",".join(d.faults), help="comma-separated engine-fault windows to run (default: all)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -298,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         engine_faults=not a.no_engine_faults,
         fault_agents=a.fault_agents,
         fuzz_cases=a.fuzz_cases,
+        faults=tuple(f for f in a.faults.split(",") if f),
     )
     report = run(cfg)
     if a.json:
