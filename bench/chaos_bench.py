@@ -18,10 +18,12 @@ no outage window, see `--db`).
    Each fault is its own module: `_chaos_switch`, `_chaos_kill`, `_chaos_db`.
 3. Every stream is checked: finished with a finish_reason and a usage chunk
    (completed), or raised an OpenAI-shaped error (failed); anything else is
-   `lost` (silent truncation, hang). Completed text is compared with the
-   reference token by token (difflib on re-encoded ids: inserted tokens count
-   as duplicated, deleted as missing, replaced as mismatched). Usage rows
-   must reach the database once it is back.
+   `lost` (silent truncation, hang). Completed streams are compared with
+   the reference token by token on their logprobs' tokens
+   (`bench._chaos_load`): a first difference at a near tie is a
+   `tie_flip` (float rounding), anything else counts by difflib (inserted
+   tokens as duplicated, deleted as missing, replaced as mismatched).
+   Usage rows must reach the database once it is back.
 
 4. Engine faults (`_chaos_engine`, issue 31; `--no-engine-faults` skips
    them, `--engine-faults-only` skips step 2): a poison request, an engine
