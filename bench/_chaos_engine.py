@@ -22,7 +22,9 @@ exited or gave up.
   the gateway: it kills an engine, then the one it is retried on, then is
   answered 500 request_quarantined (counted as failed, expected).
 - `engine_death`: the same crash sent straight to one worker that still has
-  the stock sampler: its engine dies inside the live process.
+  the stock sampler: its engine dies inside the live process. The poison
+  kills two engines at most, so with 3 workers one stock engine is left;
+  the crash is re-sent until an engine dies (a switch may refuse it).
 - `oom_kill`: SIGKILL of the busiest decode worker's engine-core process.
 - `gateway_restart`: the gateway stops (draining its streams) and a fresh
   one starts on the same port; clients retry connections as the OpenAI SDK
@@ -32,9 +34,12 @@ exited or gave up.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import pathlib
 import random
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +54,7 @@ from cli.watchdog import RestartEvent, RestartPolicy, WorkerSpec, WorkerWatchdog
 from testing.engine_faults import kill_engine
 
 STOCK_FLAG = "--stock-cpu-sampler"
+ENGINE_DEATH_TRIES_S = 90.0  # how long `engine_death` keeps trying to find and crash a stock engine
 
 
 class WorkerProcesses:
@@ -57,6 +63,7 @@ class WorkerProcesses:
 
     def __init__(self, workers: dict[str, Any]) -> None:
         self.workers = workers
+        self.keep_stock: set[str] = set()  # the next start of these keeps the stock sampler (once)
 
     def get(self, name: str) -> subprocess.Popen[bytes] | None:
         return self.workers[name].proc
@@ -69,7 +76,11 @@ class WorkerProcesses:
         w = self.workers[name]
         if "--phase" in argv:
             w.phase = argv[argv.index("--phase") + 1]
-        w.extra = [x for x in w.extra if x != STOCK_FLAG]
+        if name in self.keep_stock:
+            self.keep_stock.discard(name)
+            w.extra = [*[x for x in w.extra if x != STOCK_FLAG], STOCK_FLAG]
+        else:
+            w.extra = [x for x in w.extra if x != STOCK_FLAG]
         w.start()
 
     def stock(self, name: str) -> bool:
@@ -193,32 +204,52 @@ async def poison(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float |
     return since(t0, detected), since(t0, back)
 
 
-async def engine_death(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float | None]:
-    nodes = await ctx.nodes()
-    stock = [
-        n
-        for n in nodes.values()
-        if n["healthy"] and not n["draining_to"] and await asyncio.to_thread(ctx.procs.stock, n["node_id"])
-    ]
-    if not stock:
-        extra["skipped"] = "no worker left with the stock sampler"
-        return None, None
-    node = stock[0]
+async def _stock_node(ctx: Ctx) -> dict[str, Any] | None:
+    """A node in routing, not switching, whose engine still has the stock sampler."""
+    for n in (await ctx.nodes()).values():
+        if n["healthy"] and not n["draining_to"] and await asyncio.to_thread(ctx.procs.stock, n["node_id"]):
+            return n
+    return None
+
+
+def crash_body(role: str) -> dict[str, Any]:
+    """The engine-killing request (seeded, prompt over the chunked-prefill budget), straight to a worker."""
     rng = random.Random(7)
-    body = {
-        "request_id": "chaos-engine-death",
+    return {
+        "request_id": f"chaos-engine-death-{rng.randrange(10**9)}",
         "prompt_token_ids": [rng.randrange(5, 3000) for _ in range(2300)],
-        "role": node["phase"],
+        "role": role,
         "sampling": {"max_tokens": 4, "temperature": 1.0, "seed": 7},
         "stream": False,
     }
+
+
+async def engine_death(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Sent again until an engine dies: the switcher may move the chosen
+    node out of its phase between the look and the call (a 409), and the
+    one stock node left after the poison may be mid-switch at the first look."""
     t0 = time.monotonic()
-    async with httpx.AsyncClient(timeout=120) as c:
-        r = await c.post(node["url"] + "/internal/generate", json=body)
-    extra.update(node=node["node_id"], worker_status=r.status_code)
-    detected = await wait_until(lambda: _node_out(ctx, node["node_id"]), 30)
-    back = await wait_until(lambda: _all_in(ctx), 300)
-    return since(t0, detected), since(t0, back)
+    attempts: list[str] = []
+    while time.monotonic() - t0 < ENGINE_DEATH_TRIES_S:
+        node = await _stock_node(ctx)
+        if node is None:
+            if not any(await asyncio.gather(*(asyncio.to_thread(ctx.procs.stock, n) for n in ctx.workers))):
+                break  # no engine with the stock sampler anywhere: nothing to kill this way
+            await asyncio.sleep(0.5)
+            continue
+        sent = time.monotonic()
+        async with httpx.AsyncClient(timeout=120) as c:
+            r = await c.post(node["url"] + "/internal/generate", json=crash_body(node["phase"]))
+        victim = node["node_id"]
+        attempts.append(f"{victim}:{r.status_code}")
+        detected = await wait_until(functools.partial(_node_out, ctx, victim), 10)
+        if detected is None:
+            continue  # refused (its phase changed) or it survived: another look
+        extra.update(node=victim, worker_status=r.status_code, attempts=attempts)
+        back = await wait_until(lambda: _all_in(ctx), 300)
+        return since(sent, detected), since(sent, back)
+    extra.update(skipped="no worker left with the stock sampler", attempts=attempts)
+    return None, None
 
 
 async def oom_kill(ctx: Ctx, extra: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -305,10 +336,32 @@ async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
     }
 
 
+async def ensure_stock_engine(ctx: Ctx) -> str | None:
+    """Before `engine_death`: when no engine with the stock sampler is left
+    (the poison may have killed all three under load), the last worker is
+    stopped between windows, with no load running, and the watchdog
+    relaunches it with the stock sampler. Returns the node relaunched."""
+    if any(await asyncio.gather(*(asyncio.to_thread(ctx.procs.stock, n) for n in ctx.workers))):
+        return None
+    node = list(ctx.workers)[-1]
+    ctx.procs.keep_stock.add(node)
+    await asyncio.to_thread(ctx.workers[node].stop)
+    await wait_until(functools.partial(_node_out, ctx, node), 15)
+    await wait_until(lambda: _all_in(ctx), 300)
+    return node
+
+
 async def run_faults(ctx: Ctx) -> dict[str, Any]:
     out = {}
     for name, fault in FAULTS.items():
+        if name not in ctx.cfg.faults:
+            continue
+        relaunched = await ensure_stock_engine(ctx) if name == "engine_death" else None
         out[name] = await window(ctx, name, fault)
+        if relaunched is not None:
+            out[name]["relaunched_with_stock_sampler"] = relaunched
+        # Each window's record as it ends (stderr): a run cut short still shows its finished windows.
+        print(f"chaos window {name}: {json.dumps(out[name], default=str)}", file=sys.stderr, flush=True)
     return out
 
 

@@ -4,9 +4,26 @@ Each agent is a multi-turn branch (streaming, greedy, `X-Branch-ID` /
 `X-Session-ID`, the last turn `X-Branch-Finished`; every fourth agent forks a
 two-turn sub-agent with `X-Parent-Branch-ID`). A stream either finished with
 a finish_reason and a usage chunk (completed), or raised an OpenAI-shaped
-error (failed); anything else is `lost`. Completed text is compared with
-the reference token by token (difflib on re-encoded ids: inserted tokens
-count as duplicated, deleted as missing, replaced as mismatched).
+error (failed); anything else is `lost`.
+
+Completed streams are compared with the reference token by token, on the
+tokens the stream itself reported (`logprobs` with the top 2 per token):
+
+- Up to the first token where they differ the two agree. From there on
+  the output is conditioned on a different token, so what follows is not
+  a fault's doing token by token: it is counted by difflib only when the
+  first difference is not a *near tie*.
+- A near tie: the other run's token was the runner-up within `TIE_NATS`
+  of the chosen one, in both runs' distributions at that position. Greedy
+  argmax then follows float rounding, which differs with the batch a
+  request ran in and with KV computed in a prefill against a decode, even
+  in float32 (measured: a fault-free second pass of the reference prompts
+  differed on 3 of 210 requests, all a digit flipped). Such a request
+  counts as `tie_flips`, with its gap, never as duplicated.
+- Otherwise difflib on the token sequences: inserted tokens count as
+  duplicated, deleted as missing, replaced as mismatched. A duplicate
+  that a resume sends twice lands here: a repeated token is the chosen
+  one of an earlier position, not the runner-up of this one.
 """
 
 from __future__ import annotations
@@ -14,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,10 +47,23 @@ class Agent:
     turns: int
 
 
+TIE_NATS = 0.02  # a first difference within this logprob gap is a near tie (see the module docstring)
+
+
+@dataclass(frozen=True)
+class Tok:
+    """One streamed token: its text, logprob and the top alternatives' logprobs."""
+
+    token: str
+    logprob: float
+    top: dict[str, float]
+
+
 @dataclass
 class Outcome:
     status: str  # completed | failed | lost
     text: str = ""
+    tokens: list[Tok] = field(default_factory=list)
     finish: str | None = None
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -72,6 +102,8 @@ async def stream_one(
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
+            logprobs=True,
+            top_logprobs=2,  # the runner-up tells a near tie from a fault (see `compare`)
             extra_headers=headers,
         )
         async for chunk in stream:
@@ -79,6 +111,8 @@ async def stream_one(
                 out.usage = chunk.usage.model_dump()
             for c in chunk.choices:
                 out.text += c.delta.content or ""
+                for t in (c.logprobs.content or []) if c.logprobs is not None else []:
+                    out.tokens.append(Tok(t.token, t.logprob, {a.token: a.logprob for a in t.top_logprobs}))
                 out.finish = c.finish_reason or out.finish
     except (openai.APIConnectionError, openai.APITimeoutError) as exc:
         out.error = {"client": type(exc).__name__}  # no answer from the gateway: lost
@@ -119,12 +153,49 @@ async def run_agents(
     return results
 
 
-def compare(tokenizer: Any, ref: str, got: str) -> tuple[int, int, int]:
-    """(duplicated, missing, mismatched) tokens of `got` against `ref`."""
-    if ref == got:
-        return 0, 0, 0
-    a = tokenizer.encode_text(ref, add_special_tokens=False)
-    b = tokenizer.encode_text(got, add_special_tokens=False)
+@dataclass(frozen=True)
+class Diff:
+    """How a completed stream differs from the reference (all 0: identical)."""
+
+    duplicated: int = 0
+    missing: int = 0
+    mismatched: int = 0
+    tie_at: int | None = None  # the first difference, a near tie, at this token
+    tie_gap: float | None = None  # its logprob gap (nats)
+    first_diff: int | None = None  # position of the first differing token
+
+    @property
+    def counted(self) -> bool:
+        return bool(self.duplicated or self.missing or self.mismatched)
+
+
+def tie_gap(ref: Tok, got: Tok) -> float | None:
+    """The larger of the two runs' gaps between the chosen token and the
+    other run's token at one position; None when either run did not list
+    the other's token among its top alternatives."""
+    gaps = []
+    for mine, other in ((ref, got), (got, ref)):
+        if other.token not in mine.top:
+            return None
+        gaps.append(max(mine.logprob, *mine.top.values()) - mine.top[other.token])
+    return max(gaps)
+
+
+def compare_tokens(ref: list[Tok], got: list[Tok], tie_nats: float = TIE_NATS) -> Diff:
+    """`got` against `ref`, token by token (see the module docstring)."""
+    a, b = [t.token for t in ref], [t.token for t in got]
+    if a == b:
+        return Diff()
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    if first < min(len(a), len(b)):
+        gap = tie_gap(ref[first], got[first])
+        if gap is not None and gap <= tie_nats:
+            return Diff(tie_at=first, tie_gap=round(gap, 6), first_diff=first)
+    dup, miss, wrong = _difflib_counts(a, b)
+    return Diff(dup, miss, wrong, first_diff=first)
+
+
+def _difflib_counts(a: list[Any], b: list[Any]) -> tuple[int, int, int]:
     dup = miss = wrong = 0
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if op == "insert":
@@ -136,6 +207,23 @@ def compare(tokenizer: Any, ref: str, got: str) -> tuple[int, int, int]:
     return dup, miss, wrong
 
 
+def compare(tokenizer: Any, ref: Outcome, got: Outcome) -> Diff:
+    """`compare_tokens` on the streamed tokens; a stream that reported none
+    (a text-only answer) is compared on re-encoded ids, with no tie test."""
+    if ref.text == got.text and [t.token for t in ref.tokens] == [t.token for t in got.tokens]:
+        return Diff()
+    if ref.tokens and got.tokens:
+        return compare_tokens(ref.tokens, got.tokens)
+    a = tokenizer.encode_text(ref.text, add_special_tokens=False)
+    b = tokenizer.encode_text(got.text, add_special_tokens=False)
+    dup, miss, wrong = _difflib_counts(a, b)
+    return Diff(dup, miss, wrong)
+
+
+def _around(o: Outcome, at: int) -> str:
+    return "".join(t.token for t in o.tokens[max(0, at - 3) : at + 4])
+
+
 def score(
     tokenizer: Any, reference: dict[tuple[str, int], Outcome], results: dict[tuple[str, int], Outcome]
 ) -> dict[str, Any]:
@@ -144,6 +232,8 @@ def score(
     errors: Counter[str] = Counter()
     shaped = True
     completion_tokens = 0
+    ties: list[float] = []
+    detail: list[str] = []
     for (branch, turn), got in results.items():
         ref = reference[(branch.removeprefix("healed/"), turn)]
         if got.status == "failed":
@@ -151,14 +241,19 @@ def score(
             shaped = shaped and {"message", "type"} <= set(got.error or {})
         if got.status != "completed":
             continue
-        d, m, w = compare(tokenizer, ref.text, got.text)
-        dup, miss, wrong = dup + d, miss + m, wrong + w
-        mismatched += bool(d or m or w)
+        d = compare(tokenizer, ref, got)
+        dup, miss, wrong = dup + d.duplicated, miss + d.missing, wrong + d.mismatched
+        mismatched += d.counted
+        if d.tie_gap is not None:
+            ties.append(d.tie_gap)
+        if d.counted and len(detail) < 10:
+            at = d.first_diff or 0
+            detail.append(f"{branch}#{turn} @{at}: ref {_around(ref, at)!r} got {_around(got, at)!r}")
         assert got.usage is not None and ref.usage is not None
         completion_tokens += got.usage["completion_tokens"]
-        usage_bad += (
-            got.usage["completion_tokens"] != ref.usage["completion_tokens"]
-            or got.usage["prompt_tokens"] != ref.usage["prompt_tokens"]
+        # A near tie leads to another continuation, which may stop elsewhere.
+        usage_bad += got.usage["prompt_tokens"] != ref.usage["prompt_tokens"] or (
+            d.tie_at is None and got.usage["completion_tokens"] != ref.usage["completion_tokens"]
         )
     return {
         "sent": len(results),
@@ -169,6 +264,9 @@ def score(
         "missing_tokens": miss,
         "mismatched_tokens": wrong,
         "mismatched_requests": mismatched,
+        "tie_flips": len(ties),
+        "tie_flip_gaps": sorted(ties),
+        "mismatch_detail": detail,
         "usage_mismatch": usage_bad,
         "errors": dict(errors),
         "errors_openai_shaped": shaped,

@@ -18,10 +18,12 @@ no outage window, see `--db`).
    Each fault is its own module: `_chaos_switch`, `_chaos_kill`, `_chaos_db`.
 3. Every stream is checked: finished with a finish_reason and a usage chunk
    (completed), or raised an OpenAI-shaped error (failed); anything else is
-   `lost` (silent truncation, hang). Completed text is compared with the
-   reference token by token (difflib on re-encoded ids: inserted tokens count
-   as duplicated, deleted as missing, replaced as mismatched). Usage rows
-   must reach the database once it is back.
+   `lost` (silent truncation, hang). Completed streams are compared with
+   the reference token by token on their logprobs' tokens
+   (`bench._chaos_load`): a first difference at a near tie is a
+   `tie_flip` (float rounding), anything else counts by difflib (inserted
+   tokens as duplicated, deleted as missing, replaced as mismatched).
+   Usage rows must reach the database once it is back.
 
 4. Engine faults (`_chaos_engine`, issue 31; `--no-engine-faults` skips
    them, `--engine-faults-only` skips step 2): a poison request, an engine
@@ -91,6 +93,7 @@ class ChaosConfig:
     fault_agents: int = 6  # agents of the plan loading each engine-fault window
     fault_at_s: float = 3.0  # into each window
     fuzz_cases: int = 40
+    faults: tuple[str, ...] = ("poison", "engine_death", "oom_kill", "gateway_restart")  # step 4's windows, in order
 
     def __post_init__(self) -> None:
         if self.workers < 3:
@@ -101,6 +104,9 @@ class ChaosConfig:
             raise ValueError("sessions >= 1, turns >= 2, max_tokens >= 1")
         if self.db not in ("auto", "postgres", "sqlite"):
             raise ValueError("db must be auto, postgres or sqlite")
+        known = ("poison", "engine_death", "oom_kill", "gateway_restart")
+        if not set(self.faults) <= set(known):
+            raise ValueError(f"faults must be among {known}")
 
 
 async def drive(
@@ -272,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-faults-only", action="store_true", help="skip step 2 (switches, crash, DB outage)")
     p.add_argument("--fault-agents", type=int, default=d.fault_agents, help="agents loading each fault window")
     p.add_argument("--fuzz-cases", type=int, default=d.fuzz_cases)
+    p.add_argument(
+        "--faults", default=",".join(d.faults), help="comma-separated engine-fault windows to run (default: all)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -298,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         engine_faults=not a.no_engine_faults,
         fault_agents=a.fault_agents,
         fuzz_cases=a.fuzz_cases,
+        faults=tuple(f for f in a.faults.split(",") if f),
     )
     report = run(cfg)
     if a.json:
