@@ -410,11 +410,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
         long: dict[str, Any] = {}
         if long_cfg is not None:
             proxies = {n: (urls[n], procs[n].pid, keys.get(n, "sk-bench")) for n in urls if n in procs}
-            body = _long_stream.chat_stream_body(MODEL, MESSAGES, long_cfg.tokens)
+            long_body = _long_stream.chat_stream_body(MODEL, MESSAGES, long_cfg.tokens)
             long = _long_stream.run_targets(
                 proxies,
                 cfg=long_cfg,
-                body=body,
+                body=long_body,
                 upstream_pid=up.pid,
                 cpu=load_cpu,
                 rounds=args.long_rounds,
