@@ -35,6 +35,12 @@ tokenized in full (`stall`); the same prompt with the model's context
 limit set, refused before tokenizing (`stall_refused`); and a control run
 with no big prompt (`stall_control`: the machine's own noise, measured the
 same way).
+
+The long-stream case (`bench._long_stream`): 256 concurrent streams of
+1,024 tokens, the upstream pacing them at one token per stream every
+`--long-interval-ms` (40: 6,400 tokens/s in all), through each proxy in
+turn; `relay_cpu_us_per_1k_tokens` = the proxy's CPU per 1,000 tokens
+relayed (`--skip-long-stream` leaves it out).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from typing import Any
 
 import httpx
 
-from bench import _tracing
+from bench import _long_stream, _tracing
 from bench._stall import stall_case
 from bench._wrk import POST_LUA, run_wrk, wrk_path
 
@@ -268,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", default=",".join(TARGETS), help="subset of " + ",".join(TARGETS))
     p.add_argument("--skip-stall", action="store_true")
     p.add_argument("--skip-tracing", action="store_true", help="leave out tracing_overhead_cpu")
+    p.add_argument("--skip-long-stream", action="store_true", help="leave out relay_cpu_us_per_1k_tokens")
+    p.add_argument("--long-streams", type=int, default=256, help="concurrent streams of the long-stream case")
+    p.add_argument("--long-tokens", type=int, default=1024, help="tokens per stream of the long-stream case")
+    p.add_argument("--long-interval-ms", type=float, default=40.0, help="token interval per long stream")
+    p.add_argument("--long-rounds", type=int, default=1, help="runs of the long-stream case per proxy")
     p.add_argument("--big-mb", type=float, default=3.5, help="size of the stall case's prompt")
     p.add_argument("--no-pin", action="store_true", help="do not pin proxy / load to cpu0 / cpu1")
     p.add_argument("--serve", choices=["gateway"], help=argparse.SUPPRESS)
@@ -307,6 +318,12 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
         up_port = free_port()
         upstream = f"http://127.0.0.1:{up_port}"
         up_argv = [sys.executable, "-m", "bench.gateway_upstream", "--port", str(up_port), "--vocab", str(vocab)]
+        long_cfg = None
+        if not args.skip_long_stream:  # the same upstream paces the long streams only
+            long_cfg = _long_stream.LongStreamConfig(args.long_streams, args.long_tokens, args.long_interval_ms)
+            if args.tokens >= long_cfg.tokens:
+                raise SystemExit("--tokens must be below --long-tokens (the upstream paces streams that long)")
+            up_argv += ["--token-interval-ms", str(long_cfg.interval_ms), "--pace-from-tokens", str(long_cfg.tokens)]
         up = stack.enter_context(process(up_argv, f"{upstream}/health", tmp / "upstream.log", cpu=load_cpu))
         urls: dict[str, str] = {"direct": upstream}
         procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -390,7 +407,23 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
         stall: dict[str, Any] = {}
         if not args.skip_stall and "gateway" in urls:
             stall = run_stall(args, urls, keys, start_gateway)
+        long: dict[str, Any] = {}
+        if long_cfg is not None:
+            proxies = {n: (urls[n], procs[n].pid, keys.get(n, "sk-bench")) for n in urls if n in procs}
+            long_body = _long_stream.chat_stream_body(MODEL, MESSAGES, long_cfg.tokens)
+            long = _long_stream.run_targets(
+                proxies,
+                cfg=long_cfg,
+                body=long_body,
+                upstream_pid=up.pid,
+                cpu=load_cpu,
+                rounds=args.long_rounds,
+                log=not args.json,
+            )
     out = report(args, summary, stall, notes, levels, modes)
+    if long:
+        out.update(long)
+        out["targets"] = {**out["targets"], _long_stream.TARGET_KEY: _long_stream.TARGET}
     if tracing:
         out["tracing_overhead_cpu"] = tracing.pop("tracing_overhead_cpu")
         out["tracing_detail"] = {"level": _tracing.LEVEL, "mode": _tracing.MODE, **tracing}

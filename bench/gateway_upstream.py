@@ -14,13 +14,19 @@ which made "direct" slow and every ratio to it flattering):
     GET  /health /healthz /readyz /v1/models     readiness probes of every caller
 
 Every generating route emits the same `max_tokens` tokens (default 16) with
-no delay; `--token-interval-ms` > 0 writes one token per write with that
-pause between them. Responses go out in one write otherwise. Bodies over
+no delay; `--token-interval-ms` > 0 paces the streams of at least
+`--pace-from-tokens` tokens (default 0: every stream): one token per write,
+all paced streams written together on one shared tick every interval, the
+way a decode batch steps (one timer for all of them, so 256 paced streams
+cost the upstream one wake-up a tick, not 256). The first token goes out at
+once, the next at the following tick. Responses go out in one write
+otherwise. A streamed OpenAI answer ends with a usage chunk when the
+request asks for it (`stream_options.include_usage`). Bodies over
 256 KiB are not JSON-parsed (request id and max_tokens are read from their
 head and tail), so a 3.5 MB prompt never stalls the upstream in the stall
 case. Keep-alive and pipelining are supported.
 
-Run: `python -m bench.gateway_upstream --port P [--vocab 800] [--token-interval-ms 0]`.
+Run: `python -m bench.gateway_upstream --port P [--vocab 800] [--token-interval-ms 0 [--pace-from-tokens N]]`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import asyncio
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +52,7 @@ class UpstreamConfig:
     vocab: tuple[int, int] = (10, 800)  # token ids drawn from [lo, hi)
     block_size: int = 32
     token_interval_s: float = 0.0
+    pace_from_tokens: int = 0  # with token_interval_s > 0: pace streams of at least this many tokens
     counters: dict[str, int] = field(default_factory=lambda: {"requests": 0, "connections": 0})
 
 
@@ -58,9 +66,53 @@ def tokens_for(seed: int, n: int, vocab: tuple[int, int]) -> list[int]:
     return out
 
 
+class _Pacer:
+    """Writes the next part of every paced stream once a tick (a fixed
+    schedule: tick k at start + k * interval, so the interval does not drift
+    with the time the writes take); the timer runs only while streams do."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.streams: list[tuple[_Conn, Iterator[bytes], bool]] = []
+        self._next = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, conn: _Conn, parts: list[bytes], keep_alive: bool) -> None:
+        it = iter(parts)
+        if conn.transport is not None:
+            conn.transport.write(next(it))
+        self.streams.append((conn, it, keep_alive))
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._next = loop.time() + self.interval_s
+            self._timer = loop.call_at(self._next, self._tick)
+
+    def _tick(self) -> None:
+        current, self.streams = self.streams, []  # a stream added while this tick writes starts next tick
+        for conn, it, keep_alive in current:
+            part = next(it, None)
+            t = conn.transport
+            if t is None:
+                continue  # the client went away: drop the rest
+            if part is not None:
+                t.write(part)
+                self.streams.append((conn, it, keep_alive))
+                continue
+            if not keep_alive:
+                t.close()
+            conn.stream_done()
+        if not self.streams:
+            self._timer = None
+            return
+        loop = asyncio.get_running_loop()
+        self._next = max(self._next + self.interval_s, loop.time())
+        self._timer = loop.call_at(self._next, self._tick)
+
+
 class _Conn(asyncio.Protocol):
-    def __init__(self, cfg: UpstreamConfig) -> None:
+    def __init__(self, cfg: UpstreamConfig, pacer: _Pacer | None = None) -> None:
         self.cfg = cfg
+        self.pacer = pacer
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
@@ -116,30 +168,28 @@ class _Conn(asyncio.Protocol):
         if not keep_alive:
             t.close()
 
-    def _stream(self, ctype: bytes, frames: list[bytes], keep_alive: bool) -> None:
+    def _stream(self, ctype: bytes, frames: list[bytes], keep_alive: bool, tokens: int, lead: int = 0) -> None:
+        """`frames` as one chunked body: `lead` frames before the `tokens` token
+        frames, any after them (usage, [DONE]); paced, one write per token with
+        the lead going out with the first and the tail with the last."""
         head = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ntransfer-encoding: chunked\r\n%s\r\n" % (
             ctype,
             b"" if keep_alive else b"connection: close\r\n",
         )
         chunks = [b"%x\r\n%s\r\n" % (len(f), f) for f in frames]
-        if self.cfg.token_interval_s <= 0:
+        if self.pacer is None or tokens < max(2, self.cfg.pace_from_tokens):
             if self.transport is not None:
                 self.transport.write(head + b"".join(chunks) + b"0\r\n\r\n")
                 if not keep_alive:
                     self.transport.close()
             return
+        last = lead + tokens - 1
+        parts = [head + b"".join(chunks[: lead + 1]), *chunks[lead + 1 : last], b"".join(chunks[last:]) + b"0\r\n\r\n"]
         self.busy = True
-        asyncio.ensure_future(self._paced(head, chunks, keep_alive))
+        self.pacer.add(self, parts, keep_alive)
 
-    async def _paced(self, head: bytes, chunks: list[bytes], keep_alive: bool) -> None:
-        for i, part in enumerate([head + chunks[0], *chunks[1:], b"0\r\n\r\n"]):
-            if i:
-                await asyncio.sleep(self.cfg.token_interval_s)
-            if self.transport is None:
-                return
-            self.transport.write(part)
-        if not keep_alive and self.transport is not None:
-            self.transport.close()
+    def stream_done(self) -> None:
+        """The pacer wrote a stream's last part: answer what was pipelined behind it."""
         self.busy = False
         if self.queue:
             self._handle(*self.queue.pop(0))
@@ -199,7 +249,7 @@ class _Conn(asyncio.Protocol):
         head = b'{"request_id":%s,"prompt_tokens":%d,"token_ids":[' % (orjson.dumps(rid), prompt_len)
         frames = [head + b"%d]}\n" % t for t in toks[:-1]]
         frames.append(head + b'%d],"finish_reason":"length"}\n' % toks[-1])
-        self._stream(b"application/x-ndjson", frames, keep_alive)
+        self._stream(b"application/x-ndjson", frames, keep_alive, len(toks))
 
     def _openai(self, body: bytes, keep_alive: bool, *, chat: bool) -> None:
         if len(body) > _BIG:
@@ -245,13 +295,16 @@ class _Conn(asyncio.Protocol):
         part = b'"delta":{"content":" tok"}' if chat else b'"text":" tok"'
         for i in range(n):
             frames.append(head + part + b',"finish_reason":%s}]}\n\n' % (b'"length"' if i == n - 1 else b"null"))
+        if (req.get("stream_options") or {}).get("include_usage"):
+            frames.append(head.removesuffix(b'[{"index":0,') + b"[]," + usage + b"}\n\n")
         frames.append(b"data: [DONE]\n\n")
-        self._stream(b"text/event-stream", frames, keep_alive)
+        self._stream(b"text/event-stream", frames, keep_alive, n, lead=1 if chat else 0)
 
 
 async def serve(cfg: UpstreamConfig, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Conn(cfg), host, port, backlog=2048, reuse_address=True)
+    pacer = _Pacer(cfg.token_interval_s) if cfg.token_interval_s > 0 else None
+    server = await loop.create_server(lambda: _Conn(cfg, pacer), host, port, backlog=2048, reuse_address=True)
     async with server:
         await server.serve_forever()
 
@@ -264,10 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=800, help="token ids are drawn from [10, vocab)")
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--token-interval-ms", type=float, default=0.0)
+    p.add_argument("--pace-from-tokens", type=int, default=0, help="pace only streams of at least this many tokens")
     args = p.parse_args(argv)
     import uvloop
 
-    cfg = UpstreamConfig(args.model, (10, args.vocab), args.block_size, args.token_interval_ms / 1000)
+    cfg = UpstreamConfig(
+        args.model, (10, args.vocab), args.block_size, args.token_interval_ms / 1000, args.pace_from_tokens
+    )
     uvloop.run(serve(cfg, args.host, args.port))
     return 0
 

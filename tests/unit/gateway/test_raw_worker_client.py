@@ -155,6 +155,26 @@ async def test_a_worker_that_goes_quiet_times_out_as_unreachable_not_refused() -
     await client.aclose()
 
 
+async def test_the_read_timeout_is_per_read_not_per_stream() -> None:
+    """Chunks 0.08 s apart for 0.64 s under a 0.2 s timeout: the one deadline
+    timer fires mid-stream, finds a read since, and waits again."""
+
+    async def handler(reader, writer, index):
+        req = await read_request(reader)
+        writer.write(ndjson_head())
+        for t in range(8):
+            await asyncio.sleep(0.08)
+            writer.write(chunk(line(req["request_id"], [t], "length" if t == 7 else None)))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    client = RawWorkerClient(read_timeout_s=0.2)
+    async with scripted(handler) as (url, _):
+        assert await tokens_of(client, url, request(n=8)) == list(range(8))
+        assert await tokens_of(client, url, request("r2", n=8)) == list(range(8))  # a pooled connection, same
+    await client.aclose()
+
+
 async def test_a_stream_cut_before_its_final_chunk_is_unreachable() -> None:
     async def handler(reader, writer, index):
         req = await read_request(reader)
