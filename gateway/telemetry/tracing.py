@@ -30,9 +30,10 @@ from gateway.telemetry._inflight import InflightSegments
 from gateway.telemetry._lean import LeanSink
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace import TracerProvider
 
     from gateway.store.records import SwitchOutcome
+    from gateway.telemetry._export import SpanQueue
     from planner.types import Decision
 
 
@@ -67,13 +68,19 @@ class SwitchTrace:
 
 
 class Tracing:
-    def __init__(self, provider: TracerProvider | None = None, processor: SpanProcessor | None = None) -> None:
+    def __init__(
+        self,
+        provider: TracerProvider | None = None,
+        queue: SpanQueue | None = None,
+        settings: TraceSettings | None = None,
+    ) -> None:
         self._provider = provider
+        self.queue = queue
         self.tracer: Tracer | None = provider.get_tracer("evolving-infra.gateway") if provider is not None else None
-        # The request path's spans (`_lean.py`): same sampler, resource and processor as the tracer's.
+        # The request path's spans (`_lean.py`): the same sampling rule and export queue as the tracer's.
         self.sink: LeanSink | None = None
-        if provider is not None and processor is not None:
-            self.sink = LeanSink(processor, provider.resource, provider.sampler, "evolving-infra.gateway")
+        if queue is not None and settings is not None:
+            self.sink = LeanSink(queue.put, settings)
         self.inflight = InflightSegments()
 
     @classmethod
@@ -86,17 +93,18 @@ class Tracing:
             return cls.off()
         from gateway.telemetry._provider import build_provider
 
-        provider, processor = build_provider(
+        provider, queue = build_provider(
             settings, service_name="evolving-infra-gateway", attributes={"service.instance.id": replica}
         )
-        return cls(provider, processor)
+        return cls(provider, queue, settings)
 
     @property
     def enabled(self) -> bool:
         return self.sink is not None
 
     def flush(self, timeout_ms: int = 5000) -> bool:
-        return self._provider.force_flush(timeout_ms) if self._provider is not None else True
+        """Exports every span ended so far (blocking; tests and shutdown)."""
+        return self.queue.flush() if self.queue is not None else True
 
     def shutdown(self) -> None:
         if self._provider is not None:
