@@ -6,10 +6,12 @@ Request spans come from the middleware and the span sites (`_turn.py`);
 this object also makes the control plane's spans, each a root of its own
 trace and linked to the requests it touched:
 
-- `decision(decision)`: one planner tick's decision (chosen split, the
-  predicted gain, acted or not), linked to the traced calls in flight on the
-  nodes its actions name (the requests it moves, or holds where it is when
-  it does not act). The switches it orders run inside it, as its children.
+- `decision(decision)`: a planner decision that moves requests or holds
+  them (it acts, or chose another split and did not act; a tick that keeps
+  the split makes no span): current and chosen split, the predicted gain,
+  linked to the traced calls in flight on the nodes its actions name (the
+  requests it moves, or holds where it is when it does not act). The
+  switches it orders run inside it, as its children.
 - `switch(node, ...)`: one phase switch; `SwitchTrace.migrated(ids)` links
   it to the decodes the worker migrated.
 
@@ -112,8 +114,10 @@ class Tracing:
 
     @contextlib.contextmanager
     def decision(self, decision: Decision) -> Iterator[None]:
-        """The span of one planner decision; the switches ordered inside are its children."""
-        if self.tracer is None:
+        """The span of one planner decision that moves requests or holds them
+        (it acts, or would have and did not); the switches ordered inside are
+        its children. A tick that keeps the split as it is makes no span."""
+        if self.tracer is None or not (decision.acted or decision.chosen_split != decision.current_split):
             yield
             return
         nodes = [a.node_id for a in decision.actions]

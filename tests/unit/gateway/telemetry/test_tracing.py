@@ -28,6 +28,24 @@ def decision(current: tuple[int, int], chosen: tuple[int, int], *, acted: bool) 
     return Decision(0.0, "evolving", current, chosen, actions, acted, "test")
 
 
+def test_only_decisions_that_move_or_hold_requests_are_spans() -> None:
+    posts = Posts()
+    t = tracing(posts)
+    for d in (
+        decision((1, 3), (1, 3), acted=False),  # the split stays: every quiet tick, no span
+        decision((1, 3), (2, 2), acted=True),  # moves
+        decision((1, 3), (2, 2), acted=False),  # would move, held (advisory)
+    ):
+        with t.decision(d):
+            pass
+    t.flush()
+    spans = posts.spans()
+    assert [s.name for s in spans] == ["planner.decision", "planner.decision"]
+    acted = [a.value.bool_value for s in spans for a in s.attributes if a.key == "evolving.planner.acted"]
+    assert acted == [True, False]
+    t.shutdown()
+
+
 def test_a_switch_inside_a_decision_is_its_child() -> None:
     posts = Posts()
     t = tracing(posts)
