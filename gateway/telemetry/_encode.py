@@ -1,13 +1,15 @@
-"""Finished spans to the bytes of an OTLP `ExportTraceServiceRequest`, written
-directly in the protobuf wire format.
+"""Spans to the bytes of an OTLP `ExportTraceServiceRequest`, written directly
+in the protobuf wire format, one pass per batch (in the export thread).
 
 Why not the SDK's encoder (`opentelemetry.exporter.otlp.proto.common`): it
 builds one generated message object per span, attribute and value before
-serialising; on the gateway's request path that was the larger part of what
-tracing cost (~2/3 of the CPU of a traced request's spans here,
-docs/benchmarks-history.md). Writing the bytes costs a fraction of it. The output is
-checked against the SDK's encoder, decoded with the OpenTelemetry proto
-package (tests/unit/gateway/telemetry/test_encode.py).
+serialising, several times the CPU of the spans themselves. Here each
+ended `LeanSpan` (`_lean.py`) becomes its finished `Span` field, and a batch
+of them one request body by a join: most attribute fields repeat (model,
+node, phase, tenant, operation) and are a dict hit on their finished bytes;
+the rest are written from a per-key prefix. The
+output is checked against the SDK's encoder, decoded with the OpenTelemetry
+proto package (tests/unit/gateway/telemetry/test_encode.py).
 
 Field numbers are those of opentelemetry/proto/trace/v1/trace.proto,
 common/v1/common.proto and collector/trace/v1/trace_service.proto.
@@ -16,14 +18,21 @@ common/v1/common.proto and collector/trace/v1/trace_service.proto.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-# Encoded KeyValue messages by (key, value): most attributes repeat (model, node, phase,
-# tenant, operation), so most are a dict hit. Bounded; past the bound values are encoded each time.
-_KV: dict[tuple[str, Any], bytes] = {}
-_MAX_KV = 65536
+from gateway.telemetry._lean import LeanSpan
+
 _SMALL = tuple(bytes((i,)) for i in range(128))
+# Finished span attribute fields: key -> value -> (type, bytes). A key's values
+# are cleared when they pass the bound, so the values that repeat (model, node,
+# tenant, phase) are back after one miss and unique ones (ids) never pin it.
+_SPAN_FIELDS: dict[str, dict[Any, tuple[type, bytes]]] = {}
+_NO_CACHE: dict[Any, tuple[type, bytes]] = {}  # the values of keys past _MAX_KEYS: never stored
+_MAX_KEYS = 1024
+_MAX_VALUES = 4096
+_KEYS: dict[str, bytes] = {}  # key -> its KeyValue.key field
+_HEADS: dict[str, tuple[bytes, ...]] = {}  # span name -> its name and kind fields, by kind
 
 
 def _varint(n: int) -> bytes:
@@ -39,6 +48,16 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+def _int64(n: int) -> bytes:
+    """An int64 field's varint; OTLP has no wider integer."""
+    if not _MIN64 <= n <= _MAX64:
+        raise ValueError(f"{n} does not fit an OTLP int (64 bits)")
+    return _varint(n)
+
+
+_MIN64, _MAX64 = -(1 << 63), (1 << 63) - 1
+
+
 def _tag(field: int) -> bytes:
     """The tag of a length-delimited field (wire type 2)."""
     return _varint(field << 3 | 2)
@@ -50,25 +69,45 @@ def _len(tag: bytes, payload: bytes) -> bytes:
 
 
 T1, T2, T3, T4, T5, T7, T9, T11, T13, T15 = (_tag(f) for f in (1, 2, 3, 4, 5, 7, 9, 11, 13, 15))
+_DOUBLE = struct.Struct("<d")
+_TIMES = struct.Struct("<BQBQ")  # Span fields 7 and 8 (fixed64): start and end time
+# Span fields 1 (trace_id, 16 bytes, as two big-endian halves), 2 (span_id) and 4 (parent_span_id)
+_IDS = struct.Struct(">BBQQBBQ")
+_IDS_PARENT = struct.Struct(">BBQQBBQBBQ")
+_LOW64 = (1 << 64) - 1
 
 
 def _str(tag: bytes, value: str) -> bytes:
     return _len(tag, value.encode())
 
 
-def _fixed64(field: int, value: int) -> bytes:
-    return _varint(field << 3 | 1) + struct.pack("<Q", value)
-
-
 def _any_value(value: Any) -> bytes:
-    if isinstance(value, str):
+    kind = type(value)  # exact types first: the ABC checks below cost ~1 µs each
+    if kind is str:
         return _str(T1, value)
+    if kind is bool:
+        return b"\x10\x01" if value else b"\x10\x00"
+    if kind is int:
+        return b"\x18" + _int64(value)
+    if kind is float:
+        return b"\x21" + _DOUBLE.pack(value)
+    if kind is tuple or kind is list:
+        return _len(T5, b"".join([_len(T1, _any_value(v)) for v in value]))
+    return _other_value(value)
+
+
+def _other_value(value: Any) -> bytes:
+    """A value of a rarer type (a mapping, a subclass, bytes) or of none OTLP has (its str())."""
+    if isinstance(value, Mapping):
+        return _any_value(_pairs(value))
+    if isinstance(value, str):
+        return _str(T1, str(value))
     if isinstance(value, bool):  # before int: bool is an int
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
-        return b"\x18" + _varint(value)
+        return b"\x18" + _int64(int(value))
     if isinstance(value, float):
-        return b"\x21" + struct.pack("<d", value)
+        return b"\x21" + _DOUBLE.pack(value)
     if isinstance(value, bytes):
         return _len(T7, value)
     if isinstance(value, Sequence):
@@ -76,23 +115,29 @@ def _any_value(value: Any) -> bytes:
     return _str(T1, str(value))
 
 
-def _key_value(key: str, value: Any) -> bytes:
-    """A KeyValue message's body (its key and value fields)."""
-    try:
-        cached = _KV.get((key, value))
-    except TypeError:  # an unhashable value (a list): encoded each time
-        return _str(T1, key) + _len(T2, _any_value(value))
-    if cached is None:
-        cached = _str(T1, key) + _len(T2, _any_value(value))
-        if len(_KV) < _MAX_KV:
-            _KV[(key, value)] = cached
-    return cached
+def _pairs(value: Mapping[str, Any]) -> tuple[str, ...]:
+    """A raw mapping attribute (counts by name, _lean.py) as sorted "name=count" strings."""
+    return tuple([f"{k}={v}" for k, v in sorted(value.items())])
+
+
+def _field(tag: bytes, key: str, value: Any) -> bytes:
+    """One attribute as a whole field `tag` (a KeyValue message, its tag and length)."""
+    return _len(tag, _key(key) + _len(T2, _any_value(value)))
+
+
+def _key(key: str) -> bytes:
+    prefix = _KEYS.get(key)
+    if prefix is None:
+        prefix = _str(T1, key)
+        if len(_KEYS) < _MAX_KEYS:
+            _KEYS[key] = prefix
+    return prefix
 
 
 def _attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
     if not attrs:
         return b""
-    return b"".join([_len(tag, _key_value(k, v)) for k, v in attrs.items()])
+    return b"".join([_field(tag, k, v) for k, v in attrs.items()])
 
 
 _KIND = tuple(b"\x30" + _varint(k + 1) for k in range(5))  # OTLP's SpanKind counts from UNSPECIFIED = 0
@@ -100,58 +145,124 @@ _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)  # field 16, fixed32: "has
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)  # ... and the parent is remote
 _LINK_FLAGS = (b"\x35" + struct.pack("<I", 0x100), b"\x35" + struct.pack("<I", 0x300))  # Link.flags, field 6
 _NO_STATUS = _len(T15, b"")  # present even when unset, as the SDK's encoder writes it
-_T7_FIXED, _T8_FIXED = b"\x39", b"\x41"  # fields 7 and 8, wire type 1 (fixed64)
+_TAIL_LOCAL = _NO_STATUS + _FLAGS_LOCAL  # the common end of a span: no status, local parent
 
 
-def _span(span: Any) -> bytes:
-    ctx = span.context
-    parent = span.parent
-    parts = [_len(T1, ctx.trace_id.to_bytes(16, "big")), _len(T2, ctx.span_id.to_bytes(8, "big"))]
-    if ctx.trace_state:
-        parts.append(_str(T3, ctx.trace_state.to_header()))
-    if parent is not None:
-        parts.append(_len(T4, parent.span_id.to_bytes(8, "big")))
-    parts.append(_str(T5, span.name))
-    parts.append(_KIND[span.kind.value])
-    parts.append(_T7_FIXED + struct.pack("<Q", span.start_time or 0))
-    parts.append(_T8_FIXED + struct.pack("<Q", span.end_time or 0))
-    parts.append(_attributes(T9, span.attributes))
-    if span.dropped_attributes:
-        parts.append(b"\x50" + _varint(span.dropped_attributes))
-    for event in span.events:
-        body = _fixed64(1, event.timestamp) + _str(T2, event.name) + _attributes(T3, event.attributes)
+def _head(name: str) -> tuple[bytes, ...]:
+    """A span name's `name` field followed by each `kind` field, by kind value."""
+    heads = _HEADS.get(name)
+    if heads is None:
+        heads = tuple(_str(T5, name) + kind for kind in _KIND)
+        if len(_HEADS) < _MAX_KEYS:
+            _HEADS[name] = heads
+    return heads
+
+
+def _span(span: LeanSpan) -> bytes:
+    """One `Span` field of a ScopeSpans message (tag 2, length, body). The
+    fields go in the order that costs least (protobuf readers take any order)."""
+    tid = span.trace_id
+    if span.parent_id:
+        ids = _IDS_PARENT.pack(0x0A, 16, tid >> 64, tid & _LOW64, 0x12, 8, span.span_id, 0x22, 8, span.parent_id)
+    else:
+        ids = _IDS.pack(0x0A, 16, tid >> 64, tid & _LOW64, 0x12, 8, span.span_id)
+    parts = [ids, _head(span.name)[span.kind], _TIMES.pack(0x39, span.start_time, 0x41, span.end_time)]
+    if span.trace_state:
+        parts.append(_str(T3, span.trace_state.to_header()))
+    if span.attributes:
+        _attribute_fields(span.attributes, parts.append)
+    if span.events or span.links or span.status is not None:
+        parts += _rare_fields(span)
+    elif span.parent_remote:
+        parts += (_NO_STATUS, _FLAGS_REMOTE)
+    else:
+        parts.append(_TAIL_LOCAL)
+    return _len(T2, b"".join(parts))
+
+
+def _attribute_fields(attributes: dict[str, Any], append: Callable[[bytes], None]) -> None:
+    """A span's attribute fields (tag 9), most from the cache: per key, value ->
+    (its type, the finished field); the type because True == 1 == 1.0 as dict keys."""
+    cache = _SPAN_FIELDS
+    for key, value in attributes.items():
+        if type(value) is dict:
+            value = _pairs(value)
+        by_value = cache.get(key)
+        if by_value is None:
+            by_value = cache[key] = {} if len(cache) < _MAX_KEYS else _NO_CACHE
+        try:
+            hit = by_value.get(value)
+        except TypeError:  # unhashable (a list): written each time
+            append(_field(T9, key, value))
+            continue
+        if hit is not None and hit[0] is type(value):
+            append(hit[1])
+            continue
+        field = _field(T9, key, value)
+        if by_value is not _NO_CACHE:
+            if len(by_value) >= _MAX_VALUES:
+                by_value.clear()
+            by_value[value] = (type(value), field)
+        append(field)
+
+
+def _rare_fields(span: LeanSpan) -> list[bytes]:
+    """Events, links, status and flags: of the control plane's spans and the request path's errors."""
+    parts = []
+    for timestamp, event_name, event_attrs in span.events:
+        body = b"\x09" + struct.pack("<Q", timestamp) + _str(T2, event_name) + _attributes(T3, event_attrs)
         parts.append(_len(T11, body))
-    for link in span.links:
+    for link in span.links or ():
         lc = link.context
         body = _len(T1, lc.trace_id.to_bytes(16, "big")) + _len(T2, lc.span_id.to_bytes(8, "big"))
         parts.append(_len(T13, body + _attributes(T4, link.attributes) + _LINK_FLAGS[bool(lc.is_remote)]))
     status = span.status
     if status is not None and status.status_code.value:
-        body = (
-            (_str(T2, status.description) if status.description else b"") + b"\x18" + _varint(status.status_code.value)
-        )
-        parts.append(_len(T15, body))
+        code = b"\x18" + _varint(status.status_code.value)
+        parts.append(_len(T15, (_str(T2, status.description) if status.description else b"") + code))
     else:
         parts.append(_NO_STATUS)
-    parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
-    return b"".join(parts)
+    parts.append(_FLAGS_REMOTE if span.parent_remote else _FLAGS_LOCAL)
+    return parts
+
+
+def resource_head(attributes: Mapping[str, Any]) -> bytes:
+    """The `resource` field of a ResourceSpans message (written once per process)."""
+    return _len(T1, _attributes(T1, attributes))
+
+
+def scope_head(name: str, version: str = "") -> bytes:
+    """The `scope` field of a ScopeSpans message (written once per process)."""
+    return _len(T1, _str(T1, name) + (_str(T2, version) if version else b""))
+
+
+def encode_span(span: LeanSpan) -> bytes:
+    """One span as a `Span` field of a ScopeSpans message, for `wrap_spans`."""
+    return _span(span)
+
+
+def wrap_spans(resource: bytes, scope: bytes, spans: list[bytes]) -> bytes:
+    """The serialised `ExportTraceServiceRequest` of encoded spans (`encode_span`),
+    all of one resource and scope (`resource_head`, `scope_head`)."""
+    if not spans:
+        return b""
+    return _len(T1, resource + _len(T2, scope + b"".join(spans)))
 
 
 def encode_spans(spans: Sequence[Any]) -> bytes:
-    """The serialised `ExportTraceServiceRequest` of `spans` (SDK `ReadableSpan`s),
+    """The serialised `ExportTraceServiceRequest` of SDK `ReadableSpan`s,
     grouped by resource and instrumentation scope as the collector expects."""
-    groups: dict[int, tuple[Any, dict[tuple[str, str], list[bytes]]]] = {}
+    groups: dict[int, tuple[Any, dict[tuple[str, str], list[LeanSpan]]]] = {}
     for span in spans:
         resource = span.resource
         scope = span.instrumentation_scope
         key = (scope.name, scope.version or "") if scope is not None else ("", "")
         entry = groups.setdefault(id(resource), (resource, {}))
-        entry[1].setdefault(key, []).append(_len(T2, _span(span)))
+        entry[1].setdefault(key, []).append(LeanSpan.from_readable(span))
     out = []
     for resource, scopes in groups.values():
-        body = _len(T1, _attributes(T1, resource.attributes)) if resource is not None else b""
-        for (name, version), encoded in scopes.items():
-            scope_msg = _str(T1, name) + (_str(T2, version) if version else b"")
-            body += _len(T2, _len(T1, scope_msg) + b"".join(encoded))
+        body = resource_head(resource.attributes) if resource is not None else b""
+        for (name, version), records in scopes.items():
+            body += _len(T2, scope_head(name, version) + b"".join([_span(s) for s in records]))
         out.append(_len(T1, body))
     return b"".join(out)

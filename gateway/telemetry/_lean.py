@@ -2,111 +2,181 @@
 
 The SDK's `Tracer.start_span` builds, per span, locks, bounded and
 validated attribute, event and link containers, and runs the processors'
-start hooks: ~90 µs of CPU per span on this machine under load, against
-~6 µs for the finished `ReadableSpan` that is all an exporter ever reads
-(docs/benchmarks-history.md, "bench gateway", tracing). A request makes six to ten
-spans, so the request path records `LeanSpan`s: plain slots while open, one
-SDK `ReadableSpan` handed to the same batch processor when ended. What stays
-the SDK's: the sampler (its decision for each new trace), the resource, the
-batch processor and the OTLP exporter. The control plane's few spans use the
-SDK's tracer as is.
+start hooks (~90 µs of CPU per span on this machine under load); even a
+finished `ReadableSpan` handed to its batch processor cost ~10 µs a span
+(docs/benchmarks-history.md, "bench gateway", tracing). A request makes six
+to ten spans, so the request path records `LeanSpan`s: a slots object with
+the ids as plain ints, the attributes as the serving code's own dict and
+values; `end()` hands it to the export queue (`_export.SpanQueue`), which
+keeps only its OTLP bytes (`_encode.py`) for the export thread to post in
+batches. No `SpanContext` is built unless a caller asks for one (a
+`traceparent` for a worker call, a link).
 
-Attribute values are the serving code's own (str, int, float, bool and
-tuples of one of them), so they are not re-validated here.
+The sampling rule is the one `TraceSettings` names (ratio on the trace id,
+the caller's sampled flag first when parent-based), applied inline with the
+SDK's own bound (`TraceIdRatioBased.get_bound_for_rate`); the control
+plane's few spans use the SDK's tracer and sampler as is.
+
+Attribute values are the serving code's own (str, int, float, bool, tuples
+of one of them, or a str -> number mapping, written as sorted "key=value"
+strings), so they are not re-validated here; a span takes ownership of the
+attribute dict it is given.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.sdk.trace.sampling import Decision, Sampler
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import (
-    Link,
-    NonRecordingSpan,
-    SpanContext,
-    SpanKind,
-    Status,
-    StatusCode,
-    TraceFlags,
-    TraceState,
-    set_span_in_context,
-)
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-_UNSET = Status(StatusCode.UNSET)
+from core.tracing import TraceSettings
+
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_LOW64 = TraceIdRatioBased.TRACE_ID_LIMIT
+_getrandbits = random.getrandbits
+_time_ns = time.time_ns
+INTERNAL = SpanKind.INTERNAL.value
 
 
 class LeanSink:
-    """Where this process's lean spans go: the provider's sampler, resource and batch processor."""
+    """Where this process's lean spans go, and which new traces are kept.
 
-    def __init__(self, processor: SpanProcessor, resource: Resource, sampler: Sampler, scope: str) -> None:
-        self.processor = processor
-        self.resource = resource
-        self.sampler = sampler
-        self.scope = InstrumentationScope(scope)
+    `put` takes an ended span (the export queue's `put`; it must not block)."""
+
+    __slots__ = ("put", "_bound", "_parent_based")
+
+    def __init__(self, put: Callable[[LeanSpan], None], settings: TraceSettings) -> None:
+        self.put = put
+        self._bound = TraceIdRatioBased.get_bound_for_rate(settings.sample_ratio)
+        self._parent_based = settings.parent_based
+
+    def sampled(self, trace_id: int, remote: SpanContext | None) -> bool:
+        """The SDK samplers' rule (`ParentBased(TraceIdRatioBased(r))` or `TraceIdRatioBased(r)`)."""
+        if remote is not None and self._parent_based:
+            return remote.trace_flags.sampled
+        return trace_id & _LOW64 < self._bound
 
     def root(
         self, name: str, remote: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]
     ) -> LeanSpan | None:
         """A request's own span, child of the client's `remote` context if any;
         None when the sampler drops the trace."""
-        parent = set_span_in_context(NonRecordingSpan(remote)) if remote is not None else None
-        trace_id = remote.trace_id if remote is not None else random.getrandbits(128) or 1
-        result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
-        if result.decision is not Decision.RECORD_AND_SAMPLE:
+        if remote is None:
+            trace_id = _getrandbits(128) or 1
+            if trace_id & _LOW64 >= self._bound:
+                return None
+            return LeanSpan(self.put, name, trace_id, 0, kind.value, attributes, _time_ns())
+        if not self.sampled(remote.trace_id, remote):
             return None
-        state = result.trace_state if result.trace_state is not None else TraceState()
-        return LeanSpan(self, name, trace_id, remote, kind, attributes, state=state)
+        span = LeanSpan(self.put, name, remote.trace_id, remote.span_id, kind.value, attributes, _time_ns())
+        span.parent_remote = True
+        span.trace_state = remote.trace_state or None
+        return span
 
     def child(
         self, parent: LeanSpan, name: str, kind: SpanKind, attributes: dict[str, Any] | None, start_time: int | None
     ) -> LeanSpan:
-        ctx = parent.context
-        return LeanSpan(
-            self, name, ctx.trace_id, ctx, kind, attributes or {}, start_time=start_time, state=ctx.trace_state
+        span = LeanSpan(
+            self.put,
+            name,
+            parent.trace_id,
+            parent.span_id,
+            kind.value,
+            {} if attributes is None else attributes,
+            _time_ns() if start_time is None else start_time,
         )
+        span.trace_state = parent.trace_state
+        return span
 
 
 class LeanSpan:
-    """An open span: attributes, status and links set as it runs; `end()` hands
-    the finished span to the batch processor (once)."""
+    """A span: open while the request runs (attributes, status and links set as
+    it goes), then, once ended, the record the exporter encodes.
 
-    __slots__ = ("_sink", "name", "context", "parent", "kind", "attributes", "start_time", "status", "links", "ended")
+    Ids are ints (`parent_id` 0: a root); `kind` is `SpanKind`'s value."""
+
+    __slots__ = (
+        "_put",
+        "name",
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "parent_remote",
+        "trace_state",
+        "kind",
+        "attributes",
+        "start_time",
+        "end_time",
+        "status",
+        "links",
+        "events",
+    )
 
     def __init__(
         self,
-        sink: LeanSink,
+        put: Callable[[LeanSpan], None] | None,
         name: str,
         trace_id: int,
-        parent: SpanContext | None,
-        kind: SpanKind,
+        parent_id: int,
+        kind: int,
         attributes: dict[str, Any],
-        *,
-        start_time: int | None = None,
-        state: TraceState | None = None,
+        start_time: int,
     ) -> None:
-        self._sink = sink
+        self._put = put
         self.name = name
-        self.context = SpanContext(trace_id, random.getrandbits(64) or 1, False, _SAMPLED, state)
-        self.parent = parent
+        self.trace_id = trace_id
+        self.span_id = _getrandbits(64) or 1
+        self.parent_id = parent_id
+        self.parent_remote = False
+        self.trace_state: TraceState | None = None
         self.kind = kind
-        self.attributes = dict(attributes)
-        self.start_time = start_time if start_time is not None else time.time_ns()
-        self.status = _UNSET
-        self.links: list[Link] = []
-        self.ended = False
+        self.attributes = attributes
+        self.start_time = start_time
+        self.end_time = 0
+        self.status: Status | None = None
+        self.links: list[Link] | None = None
+        # (time_ns, name, attributes) of each event: only spans converted from the SDK's have any
+        self.events: tuple[tuple[int, str, Any], ...] = ()
+
+    @classmethod
+    def from_readable(cls, span: ReadableSpan) -> LeanSpan:
+        """The record of an SDK span (the control plane's), for the same queue."""
+        ctx = span.context
+        assert ctx is not None, "an SDK span always has its context"
+        parent = span.parent
+        lean = cls(
+            None,
+            span.name,
+            ctx.trace_id,
+            parent.span_id if parent is not None else 0,
+            span.kind.value,
+            dict(span.attributes or {}),
+            span.start_time or 0,
+        )
+        lean.span_id = ctx.span_id
+        lean.parent_remote = bool(parent is not None and parent.is_remote)
+        lean.trace_state = ctx.trace_state or None
+        lean.end_time = span.end_time or 0
+        lean.status = span.status if span.status.status_code is not StatusCode.UNSET else None
+        lean.links = list(span.links) or None
+        lean.events = tuple((e.timestamp, e.name, e.attributes) for e in span.events)
+        return lean
 
     # -- the parts of opentelemetry.trace.Span the serving code uses -------------------
     def get_span_context(self) -> SpanContext:
-        return self.context
+        return SpanContext(self.trace_id, self.span_id, False, _SAMPLED, self.trace_state)
+
+    def traceparent(self) -> str:
+        """The W3C `traceparent` naming this span as the parent (sampled: only sampled spans exist)."""
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
 
     def is_recording(self) -> bool:
-        return not self.ended
+        return self.end_time == 0
 
     def update_name(self, name: str) -> None:
         self.name = name
@@ -121,6 +191,8 @@ class LeanSpan:
         self.status = status
 
     def add_link(self, context: SpanContext, attributes: dict[str, Any] | None = None) -> None:
+        if self.links is None:
+            self.links = []
         self.links.append(Link(context, attributes))
 
     def record_exception(self, exc: BaseException) -> None:
@@ -128,21 +200,9 @@ class LeanSpan:
         self.attributes["exception.message"] = str(exc)[:512]
 
     def end(self, end_time: int | None = None) -> None:
-        if self.ended:
+        """Ends the span (once) and hands it to the export queue."""
+        if self.end_time:
             return
-        self.ended = True
-        sink = self._sink
-        finished = ReadableSpan(
-            name=self.name,
-            context=self.context,
-            parent=self.parent,
-            resource=sink.resource,
-            attributes=self.attributes,
-            links=tuple(self.links),
-            kind=self.kind,
-            status=self.status,
-            start_time=self.start_time,
-            end_time=end_time if end_time is not None else time.time_ns(),
-            instrumentation_scope=sink.scope,
-        )
-        sink.processor.on_end(finished)
+        self.end_time = _time_ns() if end_time is None else end_time
+        if self._put is not None:
+            self._put(self)

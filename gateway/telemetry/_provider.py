@@ -1,5 +1,7 @@
-"""The OpenTelemetry SDK objects of one process: a tracer provider exporting
-OTLP over HTTP in batches, built from `core.tracing.TraceSettings`.
+"""The OpenTelemetry objects of the gateway process, built from
+`core.tracing.TraceSettings`: the export queue (`_export.SpanQueue`) posting
+OTLP over HTTP, and a tracer provider for the control plane's spans that
+feeds the same queue.
 
 The provider is this process's own object, never the global one: vLLM (in a
 worker) and a test's second app in the same process each keep theirs.
@@ -7,45 +9,34 @@ worker) and a test's second app in the same process each keep theirs.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
-
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 
 from core.tracing import TraceSettings
-from gateway.telemetry._encode import encode_spans
+from gateway.telemetry._export import SpanQueue, SpanQueueProcessor
 
-log = logging.getLogger(__name__)
-
-# Spans a process holds while the collector is slow or gone; past this they
-# are dropped (counted by the SDK), never queued without bound.
-MAX_QUEUE = 8192
-EXPORT_BATCH = 1024
-# Spans leave at most this often: fewer, bigger exports cost less CPU per span.
-SCHEDULE_DELAY_MS = 1000
+SCOPE = "evolving-infra.gateway"
 
 
-class FastOTLPSpanExporter(OTLPSpanExporter):
-    """The SDK's OTLP/HTTP exporter (its transport: retries, compression, headers,
-    timeouts) with the request body written by `_encode.encode_spans` instead of
-    the SDK's message objects (the same bytes; a fraction of the CPU). Relies on
-    the exporter's `_client` and `_shutdown` (opentelemetry-exporter-otlp-proto-http
-    is pinned; tests/integration/test_tracing_* decode what it sends)."""
+class OTLPBodyPoster:
+    """Posts an encoded `ExportTraceServiceRequest` with the SDK's OTLP/HTTP
+    exporter's transport (its retries, compression, headers, timeouts; the
+    body is ours, `_encode.py`). Relies on the exporter's `_client`
+    (opentelemetry-exporter-otlp-proto-http is pinned;
+    tests/integration/test_tracing_* decode what it sends)."""
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
-        try:
-            body = encode_spans(spans)
-        except (TypeError, ValueError, AttributeError) as exc:  # a span the encoder cannot write: this batch only
-            log.error("could not encode %d spans: %s", len(spans), exc)
-            return SpanExportResult.FAILURE
-        result = self._client.export(body)
-        return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
+    def __init__(self, endpoint: str, timeout_s: float = 10.0) -> None:
+        self._exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
+
+    def __call__(self, body: bytes) -> bool:
+        if not body:
+            return True
+        return bool(self._exporter._client.export(body).success)
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()  # type: ignore[no-untyped-call]  # the SDK's method has no annotations
 
 
 def sampler_of(settings: TraceSettings) -> Sampler:
@@ -55,18 +46,13 @@ def sampler_of(settings: TraceSettings) -> Sampler:
 
 def build_provider(
     settings: TraceSettings, *, service_name: str, attributes: dict[str, str]
-) -> tuple[TracerProvider, BatchSpanProcessor]:
-    """A provider whose spans go to `settings.endpoint` (which must be set), and its
-    batch processor (the request path's lean spans go to it directly, `_lean.py`)."""
+) -> tuple[TracerProvider, SpanQueue]:
+    """A provider whose spans go to `settings.endpoint` (which must be set), and
+    the export queue behind it (the request path's lean spans go to it directly)."""
     assert settings.endpoint is not None, "build_provider needs an endpoint"
     resource = Resource.create({"service.name": settings.service_name or service_name, **attributes})
+    poster = OTLPBodyPoster(settings.endpoint)
+    queue = SpanQueue(poster, resource=resource.attributes, scope=SCOPE, on_shutdown=poster.shutdown)
     provider = TracerProvider(resource=resource, sampler=sampler_of(settings))
-    exporter = FastOTLPSpanExporter(endpoint=settings.endpoint, timeout=10)
-    processor = BatchSpanProcessor(
-        exporter,
-        max_queue_size=MAX_QUEUE,
-        max_export_batch_size=EXPORT_BATCH,
-        schedule_delay_millis=SCHEDULE_DELAY_MS,
-    )
-    provider.add_span_processor(processor)
-    return provider, processor
+    provider.add_span_processor(SpanQueueProcessor(queue))
+    return provider, queue

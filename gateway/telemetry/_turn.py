@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from gateway.telemetry._ids import format_traceparent
 from gateway.telemetry._inflight import InflightSegments
 from gateway.telemetry._lean import LeanSink, LeanSpan
 
@@ -74,7 +73,18 @@ class Turn:
         kind: SpanKind = SpanKind.INTERNAL,
         start_time: int | None = None,
     ) -> Span:
-        span = self.sink.child(self.span, name, kind, attributes, start_time)
+        """A child of the request's span (it takes `attributes` as its own dict)."""
+        parent = self.span
+        span = LeanSpan(
+            self.sink.put,
+            name,
+            parent.trace_id,
+            parent.span_id,
+            kind.value,
+            {} if attributes is None else attributes,
+            time.time_ns() if start_time is None else start_time,
+        )
+        span.trace_state = parent.trace_state
         self.open.add(span)
         return span
 
@@ -208,7 +218,8 @@ class JobTrace:
                 "evolving.route.role": role,
                 "evolving.route.context_tokens": context_tokens,
                 "evolving.route.pool_cached_tokens": pool_cached_tokens,
-                "evolving.route.cached_by_node": tuple(f"{n}={t}" for n, t in sorted(cached_by_node.items())),
+                # raw: written as sorted "node=tokens" strings by the export thread (_encode.py)
+                "evolving.route.cached_by_node": cached_by_node,
             },
             start_time=started_ns,
         )
@@ -221,7 +232,7 @@ class JobTrace:
         if self._migration is not None:
             self._turn.end(self._migration, {"evolving.migration.to_node": node_id})
             self._migration = None
-        peers = sorted({b.node_id for b in kv.load if b.node_id != node_id})
+        others = [b.node_id for b in kv.load if b.node_id != node_id]
         span = self._turn.child(
             role,
             {
@@ -232,16 +243,15 @@ class JobTrace:
                 "evolving.context_tokens": context_tokens,
                 "gen_ai.request.max_tokens": max_tokens,
                 "evolving.kv.load_blocks": len(kv.load),
-                "evolving.kv.peer_blocks": sum(1 for b in kv.load if b.node_id != node_id),
-                "evolving.kv.peers": tuple(peers),
+                "evolving.kv.peer_blocks": len(others),
+                "evolving.kv.peers": tuple(sorted(set(others))) if others else (),
                 "evolving.resumed": self._resumed,
             },
             kind=SpanKind.CLIENT,
         )
         self._segment, self._segment_id, self._node = span, segment_id, node_id
-        ctx = span.get_span_context()
-        self._turn.inflight.add(segment_id, node_id, ctx)
-        return format_traceparent(ctx)
+        self._turn.inflight.add(segment_id, node_id, span)
+        return span.traceparent()
 
     def segment_ended(self, *, outcome: str, reason: str | None, error: str, tokens: int, cached_tokens: int) -> None:
         span = self._segment

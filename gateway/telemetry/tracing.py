@@ -6,10 +6,12 @@ Request spans come from the middleware and the span sites (`_turn.py`);
 this object also makes the control plane's spans, each a root of its own
 trace and linked to the requests it touched:
 
-- `decision(decision)`: one planner tick's decision (chosen split, the
-  predicted gain, acted or not), linked to the traced calls in flight on the
-  nodes its actions name (the requests it moves, or holds where it is when
-  it does not act). The switches it orders run inside it, as its children.
+- `decision(decision)`: a planner decision that moves requests or holds
+  them (it acts, or chose another split and did not act; a tick that keeps
+  the split makes no span): current and chosen split, the predicted gain,
+  linked to the traced calls in flight on the nodes its actions name (the
+  requests it moves, or holds where it is when it does not act). The
+  switches it orders run inside it, as its children.
 - `switch(node, ...)`: one phase switch; `SwitchTrace.migrated(ids)` links
   it to the decodes the worker migrated.
 
@@ -30,10 +32,11 @@ from gateway.telemetry._inflight import InflightSegments
 from gateway.telemetry._lean import LeanSink
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace import TracerProvider
 
     from core import Phase
     from gateway.store.records import SwitchOutcome
+    from gateway.telemetry._export import SpanQueue
     from planner.types import Decision
 
 
@@ -68,13 +71,19 @@ class SwitchTrace:
 
 
 class Tracing:
-    def __init__(self, provider: TracerProvider | None = None, processor: SpanProcessor | None = None) -> None:
+    def __init__(
+        self,
+        provider: TracerProvider | None = None,
+        queue: SpanQueue | None = None,
+        settings: TraceSettings | None = None,
+    ) -> None:
         self._provider = provider
+        self.queue = queue
         self.tracer: Tracer | None = provider.get_tracer("evolving-infra.gateway") if provider is not None else None
-        # The request path's spans (`_lean.py`): same sampler, resource and processor as the tracer's.
+        # The request path's spans (`_lean.py`): the same sampling rule and export queue as the tracer's.
         self.sink: LeanSink | None = None
-        if provider is not None and processor is not None:
-            self.sink = LeanSink(processor, provider.resource, provider.sampler, "evolving-infra.gateway")
+        if queue is not None and settings is not None:
+            self.sink = LeanSink(queue.put, settings)
         self.inflight = InflightSegments()
 
     @classmethod
@@ -87,17 +96,18 @@ class Tracing:
             return cls.off()
         from gateway.telemetry._provider import build_provider
 
-        provider, processor = build_provider(
+        provider, queue = build_provider(
             settings, service_name="evolving-infra-gateway", attributes={"service.instance.id": replica}
         )
-        return cls(provider, processor)
+        return cls(provider, queue, settings)
 
     @property
     def enabled(self) -> bool:
         return self.sink is not None
 
     def flush(self, timeout_ms: int = 5000) -> bool:
-        return self._provider.force_flush(timeout_ms) if self._provider is not None else True
+        """Exports every span ended so far (blocking; tests and shutdown)."""
+        return self.queue.flush() if self.queue is not None else True
 
     def shutdown(self) -> None:
         if self._provider is not None:
@@ -105,8 +115,10 @@ class Tracing:
 
     @contextlib.contextmanager
     def decision(self, decision: Decision) -> Iterator[None]:
-        """The span of one planner decision; the switches ordered inside are its children."""
-        if self.tracer is None:
+        """The span of one planner decision that moves requests or holds them
+        (it acts, or would have and did not); the switches ordered inside are
+        its children. A tick that keeps the split as it is makes no span."""
+        if self.tracer is None or not (decision.acted or decision.chosen_split != decision.current_split):
             yield
             return
         nodes = [a.node_id for a in decision.actions]

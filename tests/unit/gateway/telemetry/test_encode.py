@@ -1,5 +1,6 @@
 """gateway.telemetry._encode writes what the SDK's own OTLP encoder writes:
-both outputs decoded with the OpenTelemetry proto package compare equal."""
+both outputs decoded with the OpenTelemetry proto package compare equal
+(whole requests of SDK spans, and the request path's span-by-span bytes)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, set_span_in_context
 
-from gateway.telemetry._encode import encode_spans
+from gateway.telemetry._encode import encode_span, encode_spans, resource_head, scope_head, wrap_spans
 from gateway.telemetry._ids import parse_traceparent
+from gateway.telemetry._lean import LeanSpan
 
 
 def _spans():
@@ -68,3 +70,41 @@ def test_same_message_as_the_sdk_encoder() -> None:
 
 def test_no_span_is_an_empty_request() -> None:
     assert encode_spans([]) == b""
+
+
+def _one_request(spans: list) -> ExportTraceServiceRequest:
+    """The SDK spans of one resource and scope, through the request path's encoder."""
+    first = spans[0]
+    head = resource_head(first.resource.attributes)
+    scope = scope_head(first.instrumentation_scope.name, first.instrumentation_scope.version or "")
+    return _decoded(wrap_spans(head, scope, [encode_span(LeanSpan.from_readable(s)) for s in spans]))
+
+
+def test_the_request_paths_span_bytes_are_the_sdk_encoders() -> None:
+    spans = [s for s in _spans() if s.name != "lone"]  # one resource and scope, as one process has
+    assert _one_request(spans) == _decoded(sdk_encode_spans(spans).SerializeToString())
+
+
+def test_equal_values_of_other_types_are_not_mixed_up_by_the_cache() -> None:
+    # True == 1 == 1.0 as dict keys: each must still be written as its own type
+    spans = [LeanSpan(None, f"s{i}", 7, 0, 1, {"x": v}, 1) for i, v in enumerate((1, True, 1.0, 1, True))]
+    for s in spans:
+        s.end_time = 2
+    req = _decoded(wrap_spans(resource_head({}), scope_head("t"), [encode_span(s) for s in spans]))
+    values = [s.attributes[0].value for s in req.resource_spans[0].scope_spans[0].spans]
+    assert [v.WhichOneof("value") for v in values] == ["int_value", "bool_value", "double_value"] + [
+        "int_value",
+        "bool_value",
+    ]
+
+
+def test_a_mapping_value_is_written_as_sorted_name_value_strings() -> None:
+    span = LeanSpan(None, "route", 7, 0, 1, {"cached": {"w2": 0, "w1": 256}}, 1)
+    span.end_time = 2
+    req = _decoded(wrap_spans(resource_head({}), scope_head("t"), [encode_span(span)]))
+    (attr,) = req.resource_spans[0].scope_spans[0].spans[0].attributes
+    assert [v.string_value for v in attr.value.array_value.values] == ["w1=256", "w2=0"]
+
+
+def test_no_span_is_an_empty_body() -> None:
+    assert wrap_spans(resource_head({}), scope_head("t"), []) == b""

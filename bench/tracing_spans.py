@@ -1,0 +1,167 @@
+"""CPU the gateway's request-path spans cost, in one process, without the
+rest of the gateway: `python -m bench.tracing_spans --json`.
+
+Each request runs the real tracing middleware around a stand-in app that
+calls every span site a streamed, routed, single-segment request calls
+(tokenize, admission, turn_started, route, decode segment with its
+`traceparent`, 16 token chunks relayed, turn_finished), the same names and
+attributes the serving code gives. Requests run 32 at a time on one event
+loop, as a loaded gateway runs them. Spans are exported by the gateway's own
+exporter to a receiver process (`testing.otlp_receiver`), so the process's
+CPU includes recording, batching, encoding and posting.
+
+Prints one JSON object: CPU µs per request with tracing off and on (median
+of `--rounds`), their difference (`span_cpu_us`, the cost of the spans),
+the receiver's span count against the expected six spans per request.
+The goal (issue 34): `span_cpu_us` <= 40 on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from core.tracing import TraceSettings
+from gateway.telemetry import (
+    Tracing,
+    TracingMiddleware,
+    end_span,
+    job_trace,
+    start_span,
+    turn_finished,
+    turn_started,
+)
+from workers.protocol import BlockLocation, KVTransferSpec
+
+SPANS_PER_REQUEST = 6  # request, tokenize, admission, route, decode, relay
+CHUNKS = 16
+GOAL_US = 40.0
+LOAD = [BlockLocation(block_hash=f"{i:064x}", node_id="w1", slot=i) for i in range(16)]  # 16 local cached blocks
+
+
+async def _app(scope: Any, receive: Any, send: Any) -> None:
+    """What the serving code does at its span sites for one streamed request."""
+    span = start_span("tokenize", **{"evolving.prompt_chars": 1200})
+    sizes: dict[str, Any] = {"gen_ai.usage.input_tokens": 300, "evolving.prompt_blocks": 18}
+    end_span(span, **sizes)
+    span = start_span("admission", **{"evolving.tenant": "t1"})
+    end_span(span)
+    turn_started(
+        model="demo", request_id="chatcmpl-1", tenant="t1", branch="b1", session=None, max_tokens=16, choices=1
+    )
+    trace = job_trace("chatcmpl-1")
+    started = trace.clock()
+    trace.routed(
+        started,
+        node_id="w1",
+        role="decode",
+        candidates=["w1", "w2"],
+        cached_by_node={"w1": 256, "w2": 0},
+        pool_cached_tokens=256,
+        context_tokens=300,
+    )
+    kv = KVTransferSpec.model_construct(load=LOAD, peers={}, save=True)
+    trace.segment_started("chatcmpl-1-0", node_id="w1", role="decode", kv=kv, context_tokens=300, max_tokens=16)
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    for _ in range(CHUNKS):
+        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
+    trace.segment_ended(outcome="finished", reason="length", error="", tokens=CHUNKS, cached_tokens=256)
+    turn_finished(
+        prompt_tokens=300,
+        cached_tokens=256,
+        completion_tokens=CHUNKS,
+        finish_reason="length",
+        first_phase="decode",
+        nodes=["w1"],
+        resumes=0,
+        ttft_s=0.01,
+    )
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
+async def _serve(app: Any, requests: int, concurrency: int, flush: Any) -> None:
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        return None
+
+    for i in range(requests // concurrency):
+        await asyncio.gather(*(app(dict(scope), receive, send) for _ in range(concurrency)))
+        if i % 16 == 15:  # ~600 requests a batch: a loaded gateway's second, within the exporter's queue
+            flush()
+
+
+def _cpu_us_per_request(app: Any, requests: int, concurrency: int, flush: Any) -> float:
+    t0 = time.process_time()
+    asyncio.run(_serve(app, requests, concurrency, flush))
+    flush()
+    return (time.process_time() - t0) / requests * 1e6
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.tracing_spans", description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object (the only output)")
+    p.add_argument("--requests", type=int, default=8192)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args(argv)
+
+    port = _free_port()
+    rx = subprocess.Popen([sys.executable, "-m", "testing.otlp_receiver", "--port", str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(url + "/stats", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        tracing = Tracing.build(TraceSettings(endpoint=url + "/v1/traces"), replica="bench")
+        traced = TracingMiddleware(_app, tracing)
+        off, on = [], []
+        _cpu_us_per_request(traced, args.concurrency * 8, args.concurrency, tracing.flush)  # warm up
+        before = httpx.get(url + "/stats", timeout=10).json().get("spans", 0)
+        for _ in range(args.rounds):
+            off.append(_cpu_us_per_request(_app, args.requests, args.concurrency, lambda: None))
+            on.append(_cpu_us_per_request(traced, args.requests, args.concurrency, tracing.flush))
+        time.sleep(0.5)
+        spans = httpx.get(url + "/stats", timeout=10).json().get("spans", 0) - before
+        tracing.shutdown()
+    finally:
+        rx.terminate()
+        rx.wait(10)
+    served = args.rounds * (args.requests // args.concurrency) * args.concurrency
+    off_us, on_us = statistics.median(off), statistics.median(on)
+    out = {
+        "requests_per_round": served // args.rounds,
+        "cpu_us_per_request": {"off": round(off_us, 1), "on": round(on_us, 1)},
+        "span_cpu_us": round(on_us - off_us, 1),
+        "rounds": {"off": [round(x, 1) for x in off], "on": [round(x, 1) for x in on]},
+        "spans_received": spans,
+        "spans_expected": served * SPANS_PER_REQUEST,
+        "complete": spans == served * SPANS_PER_REQUEST,
+        "targets": {"span_cpu_us": GOAL_US},
+    }
+    print(json.dumps(out) if args.json else json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""gateway.telemetry._export: spans leave in batches, the thread wakes once per
+full batch (never per span), a full queue drops and counts, flush and
+shutdown post what is left. The posted bodies are decoded with the
+OpenTelemetry proto package (`testing.fake_span_post`)."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.telemetry._export import SpanQueue
+from gateway.telemetry._lean import LeanSpan
+from testing.fake_span_post import FakeSpanPost as Posts
+
+
+def ended(name: str, attributes: dict | None = None) -> LeanSpan:
+    span = LeanSpan(None, name, 5, 0, 1, attributes or {}, 1)
+    span.end_time = 2
+    return span
+
+
+def queue(posts: Posts, **kw) -> SpanQueue:
+    return SpanQueue(posts, resource={"service.name": "gw"}, scope="evolving-infra.gateway", **kw)
+
+
+def test_spans_wait_for_the_schedule_then_leave_in_one_body_per_batch() -> None:
+    posts = Posts()
+    q = queue(posts, batch=4, max_queue=16, delay_s=60)
+    for i in range(3):
+        q.put(ended(f"s{i}"))
+    time.sleep(0.05)
+    assert posts.bodies == [] and len(q) == 3  # under a batch: the thread sleeps on
+    q.put(ended("s3"))  # a full batch wakes it
+    assert posts.posted.wait(5)
+    q.flush()
+    assert posts.names() == ["s0", "s1", "s2", "s3"] and len(posts.bodies) == 1
+    rs = posts.bodies[0].resource_spans[0]
+    assert rs.resource.attributes[0].value.string_value == "gw"
+    assert rs.scope_spans[0].scope.name == "evolving-infra.gateway"
+    for i in range(10):
+        q.put(ended(f"t{i}"))
+    assert q.flush()
+    assert [len(r.resource_spans[0].scope_spans[0].spans) for r in posts.bodies[1:]] == [4, 4, 2]
+    q.shutdown()
+
+
+def test_a_full_queue_drops_and_counts_and_a_failed_post_is_counted() -> None:
+    posts = Posts(ok=False)
+    q = queue(posts, batch=8, max_queue=8, delay_s=60)
+    for i in range(11):
+        q.put(ended(f"s{i}"))
+    assert q.dropped == 3 and len(q) == 8
+    assert q.flush() is False and q.failed_exports == 1
+    assert len(posts.names()) == 8
+    q.shutdown()
+
+
+def test_a_span_the_encoder_cannot_write_is_dropped_not_raised() -> None:
+    posts = Posts()
+    q = queue(posts, batch=8, max_queue=8, delay_s=60)
+    q.put(ended("bad", {"x": object()}))  # not an OTLP type: written as its str()
+    q.put(ended("worse", {"x": 2**70}))  # an int past 64 bits cannot be
+    q.put(ended("good"))
+    q.flush()
+    assert q.unencodable == 1 and posts.names() == ["bad", "good"]
+    q.shutdown()
+
+
+def test_shutdown_posts_what_is_left_closes_the_transport_and_refuses_more() -> None:
+    posts = Posts()
+    closed = []
+    q = SpanQueue(posts, resource={}, scope="s", batch=8, delay_s=60, on_shutdown=lambda: closed.append(True))
+    q.put(ended("last"))
+    q.shutdown()
+    assert posts.names() == ["last"] and closed == [True]
+    q.put(ended("late"))
+    assert q.dropped == 1 and len(q) == 0
