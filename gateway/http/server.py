@@ -64,7 +64,7 @@ def gateway_protocol() -> type:
             super().on_headers_complete()
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:  # not an upgrade: a request the app will see
-                self.scope["extensions"] = {CLIENT_GONE: lambda: cycle.disconnected}
+                self.scope["extensions"] = {CLIENT_GONE: lambda: cycle.disconnected}  # type: ignore[dict-item]  # ASGI types extension values as dicts; ours is a callable
 
     return GatewayHttpToolsProtocol
 
