@@ -5,7 +5,14 @@ tuned for the request path. What `evolving-infra gateway` / `up` and
 - uvloop and httptools are named, not left to uvicorn's "auto" (which falls
   back to asyncio and h11 without a word when they are missing: 1.3-1.6x
   the CPU per request here).
-- No access log.
+- No access log, no `server` header, no proxy-header rewriting (nothing
+  reads the client's address).
+- The SSE response learns that its client left from a flag the protocol
+  sets (`gateway.http.sse.CLIENT_GONE`), not from a task per response
+  waiting on `receive()`.
+- Writes gathered per event-loop turn (`gateway.http.coalesce`): one
+  `writev` for a response's head and the body messages ready with it, not
+  one `send` per message.
 - `TOKENIZERS_PARALLELISM=false` unless the environment says otherwise:
   the gateway tokenizes one prompt per call, and the tokenizer's thread
   pool competing with the event loop for the cores made a big prompt stall
@@ -26,6 +33,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from gateway.http.sse import CLIENT_GONE
+
 # (gen0 allocations, gen1 and gen2 collections) between collections; CPython's default is (700, 10, 10).
 GC_THRESHOLDS = (20_000, 20, 50)
 
@@ -36,6 +45,28 @@ def tune_gc() -> int:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     return gc.get_freeze_count()
+
+
+def gateway_protocol() -> type:
+    """uvicorn's httptools protocol over a `CoalescingTransport`, telling the
+    app whether the client is gone (`CLIENT_GONE`, read by the SSE response)."""
+    import asyncio
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from gateway.http.coalesce import CoalescingTransport
+
+    class GatewayHttpToolsProtocol(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
+            super().connection_made(CoalescingTransport(transport, self.loop))
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope:  # not an upgrade: a request the app will see
+                self.scope["extensions"] = {CLIENT_GONE: lambda: cycle.disconnected}  # type: ignore[dict-item]  # ASGI types extension values as dicts; ours is a callable
+
+    return GatewayHttpToolsProtocol
 
 
 def build_server(
@@ -58,13 +89,15 @@ def build_server(
                 on_exit()
             super().handle_exit(sig, frame)
 
+    uvicorn_options.setdefault("proxy_headers", False)  # nothing here reads the client's address
+    uvicorn_options.setdefault("server_header", False)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
         loop="uvloop",
-        http="httptools",
+        http=gateway_protocol(),
         access_log=False,
         **uvicorn_options,
     )

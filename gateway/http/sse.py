@@ -2,8 +2,10 @@
 
 Starlette's StreamingResponse runs a task group per response to watch for
 disconnects; on the hot path that costs more than the gateway's own work.
-Here one `receive()` task watches, and the body stops at the next event
-after the client left (the body's `finally` then aborts the worker).
+Here the body stops at the next event after the client left (the body's
+`finally` then aborts the worker). The gateway's server says whether the
+client is gone through a scope extension (`CLIENT_GONE`, a callable: no
+task at all); under any other ASGI server one `receive()` task watches.
 `on_close` runs exactly once, even when the body never started.
 """
 
@@ -16,6 +18,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 DONE = b"data: [DONE]\n\n"  # OpenAI's last event: the response ends in the same write
+# scope["extensions"][CLIENT_GONE](): True once the client closed the connection (gateway.http.server).
+CLIENT_GONE = "gateway.client_gone"
+_HEAD = [(b"cache-control", b"no-cache"), (b"content-type", b"text/event-stream; charset=utf-8")]
 
 
 class EventStreamResponse(Response):
@@ -28,21 +33,27 @@ class EventStreamResponse(Response):
         headers: dict[str, str],
         on_close: Callable[[], Awaitable[object]],
     ) -> None:
-        super().__init__(headers={**headers, "cache-control": "no-cache"}, media_type=self.media_type)
-        # Streamed with chunked encoding: no content-length.
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        # Streamed with chunked encoding: no content-length. The head is built here, not by
+        # Starlette's `init_headers` (the same bytes for less work).
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()] + _HEAD
         self._body = body
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = asyncio.ensure_future(receive())
+        gone: Callable[[], bool] | None = scope.get("extensions", {}).get(CLIENT_GONE)
+        watch = None
+        if gone is None:  # another server: wait for its http.disconnect
+            watch = asyncio.ensure_future(receive())
+            gone = watch.done
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             ended = False  # the body's last event ends the response in the same write
             async for chunk in self._body:
                 if ended:
                     continue  # nothing follows [DONE]; the body runs to its end (its cleanup)
-                if watch.done():  # http.disconnect: nobody is reading any more
+                if gone():  # nobody is reading any more
                     break
                 ended = chunk.endswith(DONE)
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
@@ -50,6 +61,7 @@ class EventStreamResponse(Response):
                 if not ended:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            watch.cancel()
+            if watch is not None:
+                watch.cancel()
             await self._body.aclose()
             await self._on_close()

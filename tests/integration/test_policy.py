@@ -252,3 +252,20 @@ async def test_usage_goes_through_the_sink(h: Harness) -> None:
     with h.db.session() as s:
         (row,) = repository.list_usage(s, tenant_id=tenant_id)
     assert (row.requests, row.prompt_tokens, row.completion_tokens) == (3, 21, 3)
+
+
+async def test_a_revoke_notice_drops_a_key_already_matched(h: Harness) -> None:
+    """The gate remembers matched keys per snapshot; a revoke notice (or a
+    deleted tenant) empties that memory at once, with no refresh."""
+    tenant_id, key = h.tenant("acme", Policy())
+    other_id, other = h.tenant("beta", Policy())
+    await h.gate.start()
+    assert (await h.chat(key)).status_code == 200
+    assert (await h.chat(key)).status_code == 200  # matched from memory
+    with h.db.session() as s:
+        (row,), _ = repository.list_api_keys(s, tenant_id=tenant_id)
+    assert h.gate.forget_key(row.id)
+    assert_error(await h.chat(key), 401, "authentication_error", "invalid_api_key")
+    assert (await h.chat(other)).status_code == 200
+    h.gate.forget_tenant(other_id)
+    assert_error(await h.chat(other), 401, "authentication_error", "invalid_api_key")

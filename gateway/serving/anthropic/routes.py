@@ -27,6 +27,7 @@ from gateway.http.auth import api_key
 from gateway.http.body import json_object, read_body
 from gateway.http.docs import ANTHROPIC, body_of
 from gateway.http.errors import GatewayError
+from gateway.http.headers import header_dict
 from gateway.serving.anthropic import convert
 from gateway.serving.anthropic.events import MessageEvents
 from gateway.serving.turn.branch import branch_from_headers
@@ -53,10 +54,11 @@ def anthropic_router(service: TurnService, *, max_body_bytes: int) -> APIRouter:
     async def answer(turn: Turn, request: Request) -> Response:
         data = json_object(await read_body(request, max_body_bytes))
         req = convert.parse_request(data, reasoning=reasoning, text_tokens=text_tokens)
-        tenant = await turn.authenticate(api_key(request.headers))
+        headers = header_dict(request.scope["headers"])
+        tenant = await turn.authenticate(api_key(headers))
         service.check_model(req.model)
         spec = convert.turn_spec(req)
-        branch = branch_from_headers(request.headers, tenant.tenant_id, metadata=req.metadata, messages=spec.messages)
+        branch = branch_from_headers(headers, tenant.tenant_id, metadata=req.metadata, messages=spec.messages)
         p = await turn.prepare(spec, tenant, branch, "msg")
         headers = {"request-id": p.request_id, "X-Branch-ID": p.branch.branch_id}
         if req.stream:

@@ -21,6 +21,7 @@ from gateway.http.auth import bearer
 from gateway.http.body import read_body
 from gateway.http.docs import BEARER, body_of
 from gateway.http.errors import InvalidRequest, NotFound
+from gateway.http.headers import header_dict
 from gateway.serving.openai.answers import chat_choices, completion_choices, full_answer
 from gateway.serving.openai.convert import chat_spec, completion_spec
 from gateway.serving.openai.encoders import ChoiceChunks, PlainChunks
@@ -68,12 +69,11 @@ def openai_router(service: TurnService, *, max_body_bytes: int) -> APIRouter:
     ) -> Response:
         chat = model is ChatCompletionRequest
         req = parse_model(model, await read_body(request, max_body_bytes))
-        tenant = await turn.authenticate(bearer(request.headers))
+        sent = header_dict(request.scope["headers"])
+        tenant = await turn.authenticate(bearer(sent))
         service.check_model(req.model)
         spec = chat_spec(req) if isinstance(req, ChatCompletionRequest) else completion_spec(req)
-        branch = branch_from_headers(
-            request.headers, tenant.tenant_id, conversation=req.prompt_cache_key, messages=spec.messages
-        )
+        branch = branch_from_headers(sent, tenant.tenant_id, conversation=req.prompt_cache_key, messages=spec.messages)
         p = await turn.prepare(spec, tenant, branch, "chatcmpl" if chat else "cmpl")
         headers = {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
         if req.stream:

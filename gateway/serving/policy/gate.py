@@ -42,6 +42,7 @@ from gateway.store.records import KeyGrant, Policy, UsageRecord
 from gateway.store.sink import EventSink
 
 log = logging.getLogger(__name__)
+_MAX_VERIFIED = 10_000  # keys remembered as matched (one snapshot's worth; emptied with it)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,10 @@ class StoreTenantGate:
         self._policies: dict[str, Policy] = {}  # tenant_id -> policy
         self._limiters: dict[str, TenantLimiter] = {}
         self._unknown_prefixes: dict[str, float] = {}  # prefix -> clock when found unknown
+        # key -> its tenant, for keys already matched against the snapshot: the key's HMAC and
+        # the tenant's context once per snapshot, not per request. Emptied whenever the
+        # snapshot changes (refresh, a revoked key, a deleted tenant); only valid keys enter.
+        self._verified: dict[str, TenantContext] = {}
         self.admission = PriorityAdmission(
             limit=self.config.global_max_concurrent, max_wait_s=self.config.admission_wait_s
         )
@@ -115,6 +120,7 @@ class StoreTenantGate:
             policies[grant.tenant_id] = grant.policy
         self._grants, self._policies = by_prefix, policies
         self._unknown_prefixes.clear()
+        self._verified.clear()
         now = self._clock()
         for tenant_id, limiter in self._limiters.items():
             if tenant_id in policies and policies[tenant_id] != limiter.policy:
@@ -148,12 +154,14 @@ class StoreTenantGate:
             if len(kept) != len(grants):
                 dropped = True
                 self._grants[prefix] = kept
+        self._verified.clear()
         return dropped
 
     def forget_tenant(self, tenant_id: str) -> None:
         """Drop a deleted tenant's keys from the cache now."""
         for prefix, grants in list(self._grants.items()):
             self._grants[prefix] = [g for g in grants if g.tenant_id != tenant_id]
+        self._verified.clear()
 
     async def on_event(self, event: ClusterEvent) -> None:
         """Overrides bus handler (every replica): apply a key or tenant change now."""
@@ -216,13 +224,19 @@ class StoreTenantGate:
             raise errors.AuthenticationFailed(
                 "You didn't provide an API key. Send it as `Authorization: Bearer <key>`."
             )
+        known = self._verified.get(api_key)
+        if known is not None:
+            return known
         prefix = credentials.visible_prefix(api_key)
         grant = self._match(api_key, self._grants.get(prefix, []))
         if grant is None and prefix not in self._grants:
             grant = self._match(api_key, await self._lookup(prefix))
         if grant is None:
             raise errors.AuthenticationFailed("Incorrect API key provided.")
-        return tenant_context(grant)
+        tenant = tenant_context(grant)
+        if len(self._verified) < _MAX_VERIFIED:
+            self._verified[api_key] = tenant
+        return tenant
 
     def policy_for(self, tenant_id: str) -> Policy:
         """The cached policy (default if the tenant is unknown to the snapshot)."""
@@ -234,27 +248,13 @@ class StoreTenantGate:
             limiter = self._limiters[tenant_id] = TenantLimiter(self.policy_for(tenant_id), now=self._clock())
         return limiter
 
-    @contextlib.asynccontextmanager
-    async def admit(
+    def admit(
         self, tenant: TenantContext, *, model: str, prompt_tokens: int, max_tokens: int
-    ) -> AsyncIterator[None]:
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         cost = max(0, prompt_tokens) + max(0, max_tokens)
         if self.cluster is not None:
-            async with self._admit_cluster(self.cluster, tenant, model=model, cost=cost):
-                yield
-            return
-        limiter = self._limiter(tenant.tenant_id)
-        ticket = limiter.acquire(model=model, tokens=cost, now=self._clock())
-        try:
-            await self.admission.acquire(limiter.policy.priority)
-        except BaseException:
-            limiter.cancel(ticket)
-            raise
-        try:
-            yield
-        finally:
-            self.admission.release()
-            limiter.release()
+            return self._admit_cluster(self.cluster, tenant, model=model, cost=cost)
+        return _LocalSlot(self, tenant.tenant_id, model, cost)
 
     @contextlib.asynccontextmanager
     async def _admit_cluster(
@@ -282,3 +282,34 @@ class StoreTenantGate:
 
     def record_usage(self, usage: UsageRecord) -> None:
         self.sink.record_usage(usage)
+
+
+class _LocalSlot:
+    """One request slot of this process' own limits (`StoreTenantGate.admit`
+    without a cluster): a plain class, as it is taken on every request."""
+
+    __slots__ = ("_cost", "_gate", "_limiter", "_model", "_tenant_id")
+
+    def __init__(self, gate: StoreTenantGate, tenant_id: str, model: str, cost: int) -> None:
+        self._gate = gate
+        self._tenant_id = tenant_id
+        self._model = model
+        self._cost = cost
+        self._limiter: TenantLimiter | None = None
+
+    async def __aenter__(self) -> None:
+        gate = self._gate
+        limiter = gate._limiter(self._tenant_id)
+        ticket = limiter.acquire(model=self._model, tokens=self._cost, now=gate._clock())
+        try:
+            await gate.admission.acquire(limiter.policy.priority)
+        except BaseException:
+            limiter.cancel(ticket)
+            raise
+        self._limiter = limiter
+
+    async def __aexit__(self, *exc: object) -> None:
+        limiter, self._limiter = self._limiter, None
+        if limiter is not None:
+            self._gate.admission.release()
+            limiter.release()

@@ -30,6 +30,7 @@ from gateway.http.auth import bearer
 from gateway.http.body import json_object, read_body
 from gateway.http.docs import BEARER, body_of
 from gateway.http.errors import GatewayError, NotFound
+from gateway.http.headers import header_dict
 from gateway.serving.orchestrator import Finished
 from gateway.serving.responses import convert
 from gateway.serving.responses.events import EventWriter, ResponseBuilder, response_logprobs
@@ -57,7 +58,8 @@ def responses_router(service: TurnService, store: ResponseStore, *, max_body_byt
     async def answer(turn: Turn, request: Request) -> Response:
         data, surface = offered_tools(json_object(await read_body(request, max_body_bytes)))
         req = convert.parse_request(data)
-        tenant = await turn.authenticate(bearer(request.headers))
+        headers = header_dict(request.scope["headers"])
+        tenant = await turn.authenticate(bearer(headers))
         service.check_model(req.model)
         history: list[dict[str, Any]] = []
         key: str | None = req.prompt_cache_key
@@ -73,7 +75,7 @@ def responses_router(service: TurnService, store: ResponseStore, *, max_body_byt
             key = key or chain[-1].branch_id
         spec, added = convert.turn_spec(req, history)
         key = key or opening_key(spec.messages or [])
-        branch = branch_from_headers(request.headers, tenant.tenant_id, conversation=key)
+        branch = branch_from_headers(headers, tenant.tenant_id, conversation=key)
         p = await turn.prepare(spec, tenant, branch, "resp")
         builder = ResponseBuilder(req, p.request_id, service.model_name, p.job.sampling)
         out = _Answer(store, req, p, added, key, builder, surface)

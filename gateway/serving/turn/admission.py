@@ -3,8 +3,8 @@ priority) and its branch, held for the request's lifetime."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 from gateway.control.workload_feed import WorkloadFeed
 from gateway.http.errors import RateLimited
@@ -32,26 +32,41 @@ class Admission:
         if not await self.directory.is_branch_active(p.branch.key):
             self.gate.check_branch_limit(p.tenant, await self.directory.active_branch_count(p.tenant.tenant_id))
 
-    @contextlib.asynccontextmanager
-    async def admitted(self, p: Prepared) -> AsyncIterator[None]:
+    def admitted(self, p: Prepared) -> AbstractAsyncContextManager[None]:
         """Hold the tenant's slot and the branch for the request's lifetime."""
+        return _Admitted(self, p)
+
+
+class _Admitted:
+    """`Admission.admitted`: a plain class, not a generator-based context
+    manager (two of those and an exit stack per request cost more than the
+    admission's own work)."""
+
+    __slots__ = ("_admission", "_p", "_slot")
+
+    def __init__(self, admission: Admission, p: Prepared) -> None:
+        self._admission = admission
+        self._p = p
+        self._slot: AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> None:
         # Checked before admission so a refused branch costs no rate-limit
         # budget, and again, atomically across replicas, when the directory
         # opens it (concurrent openers cannot overshoot the cap).
-        async with contextlib.AsyncExitStack() as held:
-            span = start_span("admission", **{"evolving.tenant": p.tenant.tenant_id})  # limits, queueing, branch
+        a, p = self._admission, self._p
+        span = start_span("admission", **{"evolving.tenant": p.tenant.tenant_id})  # limits, queueing, branch
+        try:
+            await a._check_new_branch(p)
+            slot = a.gate.admit(
+                p.tenant,
+                model=a.model_name,
+                prompt_tokens=len(p.job.prompt_token_ids),
+                max_tokens=sum(job.sampling.max_tokens for job in p.jobs),
+            )
+            await slot.__aenter__()
             try:
-                await self._check_new_branch(p)
-                await held.enter_async_context(
-                    self.gate.admit(
-                        p.tenant,
-                        model=self.model_name,
-                        prompt_tokens=len(p.job.prompt_token_ids),
-                        max_tokens=sum(job.sampling.max_tokens for job in p.jobs),
-                    )
-                )
                 cap = None if p.branch.one_shot else p.tenant.max_active_branches
-                opened = await self.directory.open_branch(
+                opened = await a.directory.open_branch(
                     p.branch.key,
                     tenant_id=p.tenant.tenant_id,
                     parent_id=p.branch.parent_key,
@@ -60,15 +75,23 @@ class Admission:
                     max_active_branches=cap,
                 )
                 if not opened:
-                    self.gate.check_branch_limit(p.tenant, cap or 0)  # raises RateLimited
-            except RateLimited as exc:
-                self.workload.count_rejection()  # offered load the planner must see, though refused
-                end_span(span, error=exc.message)
+                    a.gate.check_branch_limit(p.tenant, cap or 0)  # raises RateLimited
+            except BaseException as exc:
+                await slot.__aexit__(type(exc), exc, exc.__traceback__)
                 raise
-            end_span(span)
-            self.workload.count_arrival()
-            try:
-                yield
-            finally:
-                if p.branch.finish_at_end:
-                    await self.directory.finish_branch(p.branch.key)
+        except RateLimited as exc:
+            a.workload.count_rejection()  # offered load the planner must see, though refused
+            end_span(span, error=exc.message)
+            raise
+        self._slot = slot
+        end_span(span)
+        a.workload.count_arrival()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        slot, self._slot = self._slot, None
+        try:
+            if self._p.branch.finish_at_end:
+                await self._admission.directory.finish_branch(self._p.branch.key)
+        finally:
+            if slot is not None:
+                await slot.__aexit__(exc_type, exc, tb)

@@ -1,7 +1,7 @@
 """One turn: admit -> prepare -> stream or collect -> account, for every API.
 
 A `Turn` is made for each API request before its body is read
-(`TurnService.serve`) and owns the rest of its life: the exit stack that
+(`TurnService.serve`) and owns the rest of its life: the admission that
 holds the tenant's slot and the branch, the run through the orchestrator
 (the lean text source for plain requests, the choices otherwise), priming
 (the first result awaited before a streamed answer starts, so a refused
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from starlette.responses import Response
@@ -79,7 +79,7 @@ class Turn:
         self.p: Prepared | None = None
         self.done: list[Finished] = []
         self.streaming = False  # the response is a stream: its end finishes the turn
-        self._stack = AsyncExitStack()
+        self._held: AbstractAsyncContextManager[None] | None = None  # the admission, once admitted
         self._events: AsyncGenerator[Any, None] | None = None  # a streamed run's choices
         self._finished = False
 
@@ -105,23 +105,33 @@ class Turn:
         self._accounting.job_finished(p.tenant.tenant_id, p.branch, done)
 
     async def _admit(self) -> None:
-        await self._stack.enter_async_context(self._admission.admitted(self.prepared))
+        held = self._admission.admitted(self.prepared)
+        await held.__aenter__()
+        self._held = held
+
+    async def _release(self) -> None:
+        """Give back what admission holds (the tenant's slot, the branch), once."""
+        held, self._held = self._held, None
+        if held is not None:
+            await held.__aexit__(None, None, None)
 
     async def collect_text(self) -> tuple[str, Finished]:
         """A plain request's whole text (the lean source) and its `Finished`."""
         await self._admit()
         parts: list[str] = []
-        async with self._stack:
+        try:
             async for ev in lean_run(self._orchestrator, self._model.tokenizer, self.prepared, self._account):
                 if isinstance(ev, str):
                     parts.append(ev)
+        finally:
+            await self._release()
         return "".join(parts), self.done[-1]
 
     async def collect(self) -> list[ChoiceResult]:
         """Every choice run to its end; results in choice order."""
         await self._admit()
         results: dict[int, ChoiceResult] = {}
-        async with self._stack:
+        try:
             events = self._choices(streaming=False)
             try:
                 async for out, ev in events:
@@ -129,6 +139,8 @@ class Turn:
                         results[out.index] = out.result(ev)
             finally:
                 await events.aclose()
+        finally:
+            await self._release()
         return [results[i] for i in sorted(results)]
 
     def _choices(self, *, streaming: bool) -> AsyncGenerator[Any, None]:
@@ -149,7 +161,7 @@ class Turn:
                 first = await primed(events)
             except BaseException:
                 await events.aclose()
-                await self._stack.aclose()
+                await self._release()
                 raise
             source = deltas(first, events)
         self.streaming = True
@@ -162,7 +174,7 @@ class Turn:
         first) ran no `finally`: release the run and record the request here."""
         if self._events is not None:
             await self._events.aclose()
-        await self._stack.aclose()
+        await self._release()
         self.finish(CLIENT_GONE)
 
     async def _body(
@@ -185,11 +197,11 @@ class Turn:
             if events is not None:
                 await events.aclose()
             self.finish(status)
-            await self._stack.aclose()
+            await self._release()
 
     async def abort(self) -> None:
         """Release what the turn holds (a failure before its answer started)."""
-        await self._stack.aclose()
+        await self._release()
 
     def finish(self, status: int) -> None:
         """The turn's record and count, once."""

@@ -135,18 +135,17 @@ class Preparer:
         s = with_defaults(spec.sampling, spec.unset, model.sampling_defaults)
         sampling = sampling_options(s, max_tokens, adjusted, spec.max_tokens_param)
         self._check_token_ids(sampling)
-        seeds = choice_seeds(
-            s.seed,
-            spec.n,
-            needs_seed=replay_needs_seed(sampling.temperature, sampling.resumable),
-            draw=secrets.randbits(63),
-        )
+        needs_seed = replay_needs_seed(sampling.temperature, sampling.resumable)
+        # A random stand-in seed only when one is needed (a system call less per request otherwise).
+        draw = secrets.randbits(63) if needs_seed and s.seed is None else 0
+        seeds = choice_seeds(s.seed, spec.n, needs_seed=needs_seed, draw=draw)
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         jobs = [
             Job(
                 request_id=request_id if spec.n == 1 else f"{request_id}-{i}",
                 prompt_token_ids=tokens,
-                sampling=sampling.model_copy(update={"seed": seed}),
+                # the options as built (their seed None) for an unseeded first choice: no copy
+                sampling=sampling if seed is None and i == 0 else sampling.model_copy(update={"seed": seed}),
                 tenant_salt=salt,
                 branch_id=branch.key,
                 prompt_hashes=hashes,

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncGenerator, MutableMapping
 from typing import Any
 
-from gateway.http.sse import EventStreamResponse
+from gateway.http.sse import CLIENT_GONE, EventStreamResponse
 from gateway.serving.openai import sse
 
 
@@ -58,3 +58,37 @@ async def test_a_body_without_done_gets_an_empty_last_message() -> None:
 async def test_nothing_is_sent_after_done() -> None:
     sent, _ = await _run([sse.DONE, b"data: late\n\n"])
     assert [(m["body"], m["more_body"]) for m in sent[1:]] == [(sse.DONE, False)]
+
+
+async def test_the_servers_client_gone_flag_stops_the_body_without_a_watch_task() -> None:
+    gone = False
+    trail: list[str] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal gone
+        try:
+            yield b"data: 1\n\n"
+            gone = True  # the client leaves while the next event is made
+            yield b"data: 2\n\n"
+            trail.append("body ran to its end")
+        finally:
+            trail.append("body closed")
+
+    async def on_close() -> None:
+        trail.append("on_close")
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("the flag stands in for receive()")
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "extensions": {CLIENT_GONE: lambda: gone}}
+    await EventStreamResponse(body(), headers={"X-Request-ID": "r1"}, on_close=on_close)(scope, receive, send)
+    assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n"]
+    assert trail == ["body closed", "on_close"]
+    head = dict(sent[0]["headers"])
+    assert head[b"x-request-id"] == b"r1" and head[b"content-type"] == b"text/event-stream; charset=utf-8"
+    assert head[b"cache-control"] == b"no-cache" and b"content-length" not in head

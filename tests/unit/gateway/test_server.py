@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.http import server
 
@@ -30,8 +31,9 @@ def test_the_server_names_uvloop_and_httptools_and_runs_on_exit_first() -> None:
     calls: list[str] = []
     app = object()
     srv = server.build_server(app, host="127.0.0.1", port=1234, log_level="warning", on_exit=lambda: calls.append("x"))
-    assert srv.config.app is app and (srv.config.loop, srv.config.http) == ("uvloop", "httptools")
-    assert srv.config.access_log is False
+    assert srv.config.app is app and srv.config.loop == "uvloop"
+    assert issubclass(srv.config.http, HttpToolsProtocol)  # httptools, its writes gathered (gateway.http.coalesce)
+    assert srv.config.access_log is False and srv.config.proxy_headers is False
     srv.handle_exit(signal.SIGTERM, None)
     assert calls == ["x"] and srv.should_exit
     plain = server.build_server(app, host="127.0.0.1", port=1234, timeout_graceful_shutdown=5)
@@ -55,3 +57,60 @@ def test_serve_app_exits_3_when_the_app_never_starts(restore_gc, monkeypatch) ->
     with pytest.raises(SystemExit):
         server.serve_app(_failing_start_up, host="127.0.0.1", port=0, log_level="critical", lifespan="on")
     assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+
+
+async def test_the_real_server_streams_whole_answers_and_flags_a_client_that_left() -> None:
+    """The gateway's protocol on a socket: a streamed answer arrives whole and
+    in order (its writes gathered), and the app sees the client leave."""
+    import asyncio
+    import contextlib
+    import socket
+
+    from gateway.http.sse import CLIENT_GONE
+
+    seen: dict[str, bool] = {}
+    left = asyncio.Event()
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        gone = scope["extensions"][CLIENT_GONE]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        if scope["path"] == "/wait":
+            seen["before"] = gone()
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                if gone():
+                    seen["after"] = True
+                    left.set()
+                    return
+            return
+        for part in (b"a", b"b", b"c"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = server.build_server(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    task = asyncio.ensure_future(srv.serve())
+    try:
+        while not srv.started:
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while not data.endswith(b"0\r\n\r\n"):
+            data += await asyncio.wait_for(reader.read(65536), 5)
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"server:" not in data.lower()
+        assert data.endswith(b"\r\n\r\n1\r\na\r\n1\r\nb\r\n1\r\nc\r\n0\r\n\r\n")
+        writer.write(b"GET /wait HTTP/1.1\r\nhost: x\r\n\r\n")
+        await writer.drain()
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.close()
+        await asyncio.wait_for(left.wait(), 5)
+        assert seen == {"before": False, "after": True}
+    finally:
+        srv.should_exit = True
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(task, 5)
