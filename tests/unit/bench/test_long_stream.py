@@ -47,7 +47,7 @@ def test_the_ratio_is_the_gateway_over_vllm_router() -> None:
 def test_the_config_says_how_long_a_stream_lasts() -> None:
     cfg = ls.LongStreamConfig(streams=256, tokens=1024, interval_ms=40.0)
     assert cfg.ideal_s == pytest.approx(1023 * 0.04) and cfg.tokens_per_s == 6400.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="tokens >= 2"):
         ls.LongStreamConfig(tokens=1)
 
 

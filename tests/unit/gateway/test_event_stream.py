@@ -64,7 +64,7 @@ async def test_the_servers_client_gone_flag_stops_the_body_without_a_watch_task(
     gone = False
     trail: list[str] = []
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncGenerator[bytes, None]:
         nonlocal gone
         try:
             yield b"data: 1\n\n"
@@ -80,9 +80,9 @@ async def test_the_servers_client_gone_flag_stops_the_body_without_a_watch_task(
     async def receive() -> dict[str, Any]:
         raise AssertionError("the flag stands in for receive()")
 
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     scope = {"type": "http", "extensions": {CLIENT_GONE: lambda: gone}}

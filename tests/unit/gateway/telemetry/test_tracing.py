@@ -49,7 +49,7 @@ def test_only_decisions_that_move_or_hold_requests_are_spans() -> None:
 def test_a_switch_inside_a_decision_is_its_child() -> None:
     posts = Posts()
     t = tracing(posts)
-    with t.decision(decision((1, 3), (2, 2), acted=True)), t.switch("w1", "prefill", reason="r", who="planner"):
+    with t.decision(decision((1, 3), (2, 2), acted=True)), t.switch("w1", Phase.PREFILL, reason="r", who="planner"):
         pass
     t.flush()
     spans = {s.name: s for s in posts.spans()}
@@ -61,5 +61,5 @@ def test_a_switch_inside_a_decision_is_its_child() -> None:
 def test_off_makes_nothing() -> None:
     t = Tracing.off()
     assert not t.enabled and t.flush()
-    with t.decision(decision((1, 3), (2, 2), acted=True)), t.switch("w1", "prefill", reason="r", who="x") as sw:
+    with t.decision(decision((1, 3), (2, 2), acted=True)), t.switch("w1", Phase.PREFILL, reason="r", who="x") as sw:
         sw.migrated(["a"])
