@@ -163,17 +163,7 @@ def run_on_host(cfg: ScenarioConfig, workdir: pathlib.Path) -> dict[str, Any]:
     try:
         cluster.create_database()
         pods, workers, hosts = cluster.plan()
-        ready: dict[str, float] = {}
-        start = time.monotonic()
-        for run in workers:
-            cluster.start(run, hosts)
-        for run in workers:
-            ready[run.container_name] = round(cluster.wait_ready(run), 1)
-        for run in pods:  # db-upgrade (init, to completion), gateway, console
-            cluster.start(run, hosts)
-            if not run.init:
-                ready[run.container_name] = round(cluster.wait_ready(run), 1)
-        report.update(started=True, ready_s=ready, start_s=round(time.monotonic() - start, 1))
+        report.update(cluster.start_all(pods, workers, hosts))
         gateway = next(r for r in pods if r.name == "gateway" and not r.init)
         report.update(exercise(cluster, gateway, workers))
         stops = {}

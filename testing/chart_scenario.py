@@ -198,6 +198,21 @@ class ChartCluster:
         state: dict[str, Any] = podman.inspect(run.container_name)["State"]
         return state
 
+    def start_all(self, pods: list[ContainerRun], workers: list[ContainerRun], hosts: dict[str, str]) -> dict[str, Any]:
+        """Start the workers, then the pods (db-upgrade runs to completion first), each waited
+        ready in turn; `started`, `ready_s` per container and `start_s` for the report."""
+        ready: dict[str, float] = {}
+        start = time.monotonic()
+        for run in workers:
+            self.start(run, hosts)
+        for run in workers:
+            ready[run.container_name] = round(self.wait_ready(run), 1)
+        for run in pods:
+            self.start(run, hosts)
+            if not run.init:
+                ready[run.container_name] = round(self.wait_ready(run), 1)
+        return {"started": True, "ready_s": ready, "start_s": round(time.monotonic() - start, 1)}
+
     def wait_ready(self, run: ContainerRun) -> float:
         assert run.readiness is not None, f"{run.container_name} has no readiness probe in the chart"
         url = f"http://127.0.0.1:{run.readiness.port}{run.readiness.path}"
@@ -243,17 +258,7 @@ def run_scenario(cfg: ScenarioConfig, workdir: pathlib.Path | None = None) -> di
             image: check_image(image, [r for r in runs if r.image == image])
             for image in sorted({r.image for r in runs})
         }
-        ready: dict[str, float] = {}
-        start = time.monotonic()
-        for run in workers:
-            cluster.start(run, hosts)
-        for run in workers:
-            ready[run.container_name] = round(cluster.wait_ready(run), 1)
-        for run in pods:  # db-upgrade (init, to completion), gateway, console
-            cluster.start(run, hosts)
-            if not run.init:
-                ready[run.container_name] = round(cluster.wait_ready(run), 1)
-        report.update(started=True, ready_s=ready, start_s=round(time.monotonic() - start, 1))
+        report.update(cluster.start_all(pods, workers, hosts))
         writes = {r.container_name: check_writes(r) for r in cluster.started}
         report["writes"] = writes
         chart_ro = [r for r in cluster.started if r.read_only_root]

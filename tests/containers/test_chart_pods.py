@@ -34,6 +34,16 @@ def test_expand_refs_follows_kubernetes(text: str, env: dict[str, str], expected
     assert expand_refs(text, env) == expected
 
 
+CFG = ScenarioConfig(
+    model_dir=pathlib.Path("/data/demo-model"),
+    product_image="localhost/evolving-infra/evolving-infra:0.1.0",
+    worker_image="localhost/evolving-infra/evolving-infra-worker-cpu:0.1.0",
+    gateway_port=18000,
+    console_port=18501,
+    worker_ports=(18100, 18101),
+)
+
+
 @pytest.mark.parametrize(("q", "n"), [("1Gi", 1024**3), ("512Mi", 512 * 1024**2), ("1000", 1000)])
 def test_quantity_bytes(q: str, n: int) -> None:
     assert quantity_bytes(q) == n
@@ -43,15 +53,7 @@ def test_quantity_bytes(q: str, n: int) -> None:
 def objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     if not default_library().exists():
         pytest.skip("helm-sdkpy's library is missing; `make setup` installs it")
-    cfg = ScenarioConfig(
-        model_dir=pathlib.Path("/data/demo-model"),
-        product_image="localhost/evolving-infra/evolving-infra:0.1.0",
-        worker_image="localhost/evolving-infra/evolving-infra-worker-cpu:0.1.0",
-        gateway_port=18000,
-        console_port=18501,
-        worker_ports=(18100, 18101),
-    )
-    values = chart_values(cfg, 1, "postgresql+psycopg://u@127.0.0.1:5432/x", "pfx", "admin-token-0123456789")
+    values = chart_values(CFG, 1, "postgresql+psycopg://u@127.0.0.1:5432/x", "pfx", "admin-token-0123456789")
     return render(values, tmp_path_factory.mktemp("render"))
 
 
@@ -97,15 +99,7 @@ def test_plan_gives_every_pod_the_one_release_secret(tmp_path: pathlib.Path) -> 
     # answers the gateway's heartbeats 401 (the containers test's old 503).
     if not default_library().exists():
         pytest.skip("helm-sdkpy's library is missing; `make setup` installs it")
-    cfg = ScenarioConfig(
-        model_dir=pathlib.Path("/data/demo-model"),
-        product_image="localhost/evolving-infra/evolving-infra:0.1.0",
-        worker_image="localhost/evolving-infra/evolving-infra-worker-cpu:0.1.0",
-        gateway_port=18000,
-        console_port=18501,
-        worker_ports=(18100, 18101),
-    )
-    pods, workers, _ = ChartCluster(cfg, tmp_path).plan()
+    pods, workers, _ = ChartCluster(CFG, tmp_path).plan()
     tokens = {r.container_name: r.env.get("EVOLVING_CLUSTER_TOKEN") for r in pods + workers}
     gateway_token = tokens["ei-evolving-infra-gateway-0-gateway"]
     assert gateway_token
