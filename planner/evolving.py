@@ -360,8 +360,7 @@ class EvolvingPlanner:
         if target is None:  # bounds outside what can move now: go as far as allowed
             target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
         if est.served_rps[est.index(target)] >= (1.0 - cfg.tie_frac) * est.served_rps[i_cur]:
-            why = "TTFT" if p_cur < p_floor else "TPOT"
-            why = f"SLO repair ({why}): bounds [{floor}, {ceiling}]"
+            why = f"SLO repair ({'TTFT' if p_cur < p_floor else 'TPOT'}): bounds [{floor}, {ceiling}]"
             return self._model_move(tick, target, why, 1.0, "throughput", revertible=False)
         tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
         return None
