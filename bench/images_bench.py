@@ -5,7 +5,8 @@ Helm chart starts them (testing.chart_scenario), print one JSON object.
 
 Keys: `images` (per image: `size_mb`, `build_s`), `base_s` (debootstrap base;
 0 when cached or a registry base was used), `started`, `request_ok`,
-`switch_ok`, `switch_s`, `all_prefill_ok` (a request served with every
+`switch_ok`, `switch_s`, `model` (the id served), `nixl_ok` (every worker
+started its NIXL agent), `all_prefill_ok` (a request served with every
 worker pinned to prefill), `stop_s`, `clean_stop`, `read_only_root`,
 `bench_or_testing_in_images`, `ready_s`. Without --build the last build's
 times come from bench-output/images-build.jsonl (`make images` writes it).
@@ -22,8 +23,8 @@ import subprocess
 import sys
 
 from testing import podman
-from testing.chart_scenario import ScenarioConfig, run_scenario
-from testing.vllm_cluster import DEMO_MODEL, free_port
+from testing.chart_scenario import DEMO_MODEL, ScenarioConfig, run_scenario
+from testing.vllm_cluster import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD_REPORT = ROOT / "bench-output" / "images-build.jsonl"
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-image", default=None, help="registry base instead of the debootstrap one")
     p.add_argument("--repo", default=os.environ.get("IMAGE_REPO", "localhost/evolving-infra"))
     p.add_argument("--tag", default=os.environ.get("IMAGE_TAG", "0.1.0"))
-    p.add_argument("--model", default=DEMO_MODEL, help="model folder mounted read-only (default data/demo-model)")
+    p.add_argument("--model", default=str(DEMO_MODEL), help="model folder mounted read-only (default data/demo-model)")
     args = p.parse_args(argv)
     reason = podman.available()
     if reason:
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         "request_ok": run["request_ok"],
         "switch_ok": run["switch_ok"],
         "switch_s": run.get("switch", {}).get("s"),
+        "model": run.get("model"),
+        "nixl_ok": run["nixl_ok"],
         "all_prefill_ok": run.get("all_prefill_request", {}).get("ok", False),
         "stop_s": run.get("stop_s"),
         "clean_stop": run.get("clean_stop", False),
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(json.dumps(run, indent=1), file=sys.stderr)
     print(json.dumps(out))
-    return 0 if out["request_ok"] and out["switch_ok"] and out["read_only_root"] else 1
+    return 0 if out["request_ok"] and out["switch_ok"] and out["read_only_root"] and out["nixl_ok"] else 1
 
 
 if __name__ == "__main__":

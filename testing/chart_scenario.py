@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import yaml
 
 from testing import podman
@@ -43,6 +44,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "evolving-infra"
 RENDER = ROOT / "tests" / "helm" / "helm_render.py"
 RELEASE, NAMESPACE = "ei", "serving"
+# The model the containers serve: SmolLM2-135M-Instruct, what `make setup` builds.
+DEMO_MODEL = ROOT / "data" / "demo-model"
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,23 @@ class ChartCluster:
         podman.podman("run", "-d", *args)
         self.started.append(run)
 
+    def kv_agent(self, run: ContainerRun) -> dict[str, Any]:
+        """The worker's KV pool agent (`GET /internal/kv/agent`): a NIXL agent
+        has a name and a descriptor; a worker without one answers 404."""
+        headers = {"Authorization": f"Bearer {run.env.get('EVOLVING_CLUSTER_TOKEN', '')}"}
+        r = httpx.get(f"http://127.0.0.1:{run.ports['http']}/internal/kv/agent", headers=headers, timeout=10)
+        if r.status_code != 200:
+            return {"nixl": False, "status": r.status_code, "body": r.text[:300]}
+        info = r.json()
+        return {"nixl": bool(info["agent_name"] and info["metadata_b64"]), "agent_name": info["agent_name"]}
+
+    def model_mount(self, run: ContainerRun) -> dict[str, Any]:
+        """Where the running container has the chart's model volume, and whether read-only
+        (podman's own record of the mount, not the arguments it was given)."""
+        target = next(m.target for m in run.mounts if m.volume == "model")
+        mount = next(m for m in podman.inspect(run.container_name)["Mounts"] if m["Destination"] == target)
+        return {"target": target, "read_only": not mount["RW"]}
+
     def process_state(self, run: ContainerRun) -> dict[str, Any]:
         """The container's process: `Pid`, `StartedAt`, `Running` (podman's State)."""
         state: dict[str, Any] = podman.inspect(run.container_name)["State"]
@@ -244,7 +264,13 @@ def run_scenario(cfg: ScenarioConfig, workdir: pathlib.Path | None = None) -> di
     own_dir = workdir is None
     workdir = workdir or pathlib.Path(tempfile.mkdtemp(prefix="ei-containers-"))
     cluster = ChartCluster(cfg, workdir)
-    report: dict[str, Any] = {"started": False, "request_ok": False, "switch_ok": False, "read_only_root": False}
+    report: dict[str, Any] = {
+        "started": False,
+        "request_ok": False,
+        "switch_ok": False,
+        "read_only_root": False,
+        "nixl_ok": False,
+    }
     try:
         unreadable = [p.name for p in cfg.model_dir.iterdir() if p.is_file() and not p.stat().st_mode & 0o004]
         if unreadable:
@@ -264,6 +290,10 @@ def run_scenario(cfg: ScenarioConfig, workdir: pathlib.Path | None = None) -> di
         chart_ro = [r for r in cluster.started if r.read_only_root]
         report["read_only_root"] = bool(chart_ro) and all(writes[r.container_name]["ok"] for r in chart_ro)
         report["read_only_containers"] = [r.container_name for r in chart_ro]
+        # The KV pool's transport: every worker image must load NIXL and its UCX backend.
+        report["model_mounts"] = {r.container_name: cluster.model_mount(r) for r in workers}
+        report["kv_agents"] = {r.container_name: cluster.kv_agent(r) for r in workers}
+        report["nixl_ok"] = all(a["nixl"] for a in report["kv_agents"].values())
         gateway = next(r for r in pods if r.name == "gateway" and not r.init)
         report.update(exercise(cluster, gateway, workers))
         stops: dict[str, Any] = {}

@@ -78,6 +78,7 @@ def exercise(cluster: ChartCluster, gateway: ContainerRun, workers: list[Contain
         created.raise_for_status()
         key = created.json()["secret"]
         model = client.get("/v1/models", headers={"Authorization": f"Bearer {key}"}).json()["data"][0]["id"]
+        out["model"] = model
         first = _chat(client, key, model, f"b-{cluster.run_id}-1", f"s-{cluster.run_id}")
         out["requests"] = [first]
 

@@ -1,27 +1,28 @@
 """The product's images run as the Helm chart starts them (podman, host network).
 
 Every container comes from the rendered chart (testing.chart_scenario): the
-gateway's `db upgrade` init container, two CPU workers on the demo model, the
-gateway and the console, with the chart's commands, environment, user,
-read-only root filesystem and volumes. Fails when a chart command or an
+gateway's `db upgrade` init container, two CPU workers serving the demo model
+(data/demo-model, SmolLM2-135M-Instruct, on the chart's read-only model
+volume), the gateway and the console, with the chart's commands, environment,
+user, read-only root filesystem and volumes. Fails when a chart command or an
 EVOLVING_* setting is missing from an image, when bench/ or testing/ are in
 one, when a read-only container needs to write outside its volumes, when a
-request or the operator pin's in-place switch fails, or when a container must
-be killed to stop. Needs root, podman and `make images` (`make test-containers`
-does both); skipped with the reason otherwise. Slow: two vLLM engines.
+worker starts without its NIXL agent (UCX), when a request or the operator
+pin's in-place switch fails, or when a container must be killed to stop.
+Needs root, podman and `make images` (`make test-containers` does both);
+skipped with the reason otherwise. Slow: two vLLM engines.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pathlib
 
 import pytest
 
 from testing import podman
-from testing.chart_scenario import ScenarioConfig, run_scenario
-from testing.vllm_cluster import DEMO_MODEL, free_port
+from testing.chart_scenario import DEMO_MODEL, ScenarioConfig, run_scenario
+from testing.vllm_cluster import free_port
 
 pytestmark = [pytest.mark.containers, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(1800)]
 
@@ -39,11 +40,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     missing = [image for image in (PRODUCT, WORKER) if not podman.image_exists(image)]
     if missing:
         pytest.skip(f"images not built: {missing}; run `make images`")
-    if not pathlib.Path(DEMO_MODEL, "config.json").exists():
+    if not (DEMO_MODEL / "config.json").exists():
         pytest.skip(f"no model at {DEMO_MODEL}; `make setup` builds the demo model")
     ports = sorted({free_port() for _ in range(8)})
     cfg = ScenarioConfig(
-        model_dir=pathlib.Path(DEMO_MODEL).resolve(),
+        model_dir=DEMO_MODEL.resolve(),
         product_image=PRODUCT,
         worker_image=WORKER,
         gateway_port=ports[0],
@@ -83,6 +84,14 @@ def test_started_with_the_charts_user_and_read_only_root(report: dict) -> None:
         writes = report["writes"][name]
         assert writes["root"] == "Read-only file system" and writes["uid"] == "10001", writes
         assert set(writes["volumes"].values()) == {"written"}, writes
+
+
+def test_workers_serve_the_demo_model_read_only_with_a_nixl_agent(report: dict) -> None:
+    assert report["model"] == "demo-model"
+    for worker in ("ei-evolving-infra-worker-0-worker", "ei-evolving-infra-worker-1-worker"):
+        assert report["model_mounts"][worker] == {"target": "/models", "read_only": True}, report["model_mounts"]
+    assert report["nixl_ok"], report["kv_agents"]
+    assert set(report["kv_agents"]) == {"ei-evolving-infra-worker-0-worker", "ei-evolving-infra-worker-1-worker"}
 
 
 def test_chat_request_and_operator_pin_switch_a_worker_in_place(report: dict) -> None:
