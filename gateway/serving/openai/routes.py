@@ -76,9 +76,10 @@ def openai_router(service: TurnService, *, max_body_bytes: int) -> APIRouter:
         branch = branch_from_headers(sent, tenant.tenant_id, conversation=req.prompt_cache_key, messages=spec.messages)
         p = await turn.prepare(spec, tenant, branch, "chatcmpl" if chat else "cmpl")
         headers = {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
+        if req.stream and p.plain:
+            return await turn.stream_plain(PlainChunks(p, service.model_name, chat=chat), headers=headers)
         if req.stream:
-            encoder = (PlainChunks if p.plain else ChoiceChunks)(p, service.model_name, chat=chat)
-            return await turn.stream(encoder, headers=headers, lean=p.plain)
+            return await turn.stream(ChoiceChunks(p, service.model_name, chat=chat), headers=headers)
         choices: list[ChatChoice] | list[CompletionChoice]
         if p.plain:
             content, done = await turn.collect_text()
