@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +121,11 @@ class _SegmentEnd:
     reason: FinishReason | None = None
     error: str = ""
     engine_died: bool = False  # the node's engine died with this request on it
+
+
+async def _one(call: Awaitable[GenerateChunk]) -> AsyncGenerator[GenerateChunk, None]:
+    """A non-streaming worker call read like a stream of one chunk."""
+    yield await call
 
 
 class _Fingerprint:
@@ -298,10 +303,17 @@ class Orchestrator:
     ) -> AsyncIterator[TokenDelta | _SegmentEnd]:
         """One worker call: the client's token deltas, then exactly one `_SegmentEnd`."""
         url = self._registry.get(node_id).url
-        chunks = self._chunks(url, req)
+        # PREFILL: one non-streaming call; DECODE: the worker's stream, read here (no relay generator between)
+        chunks = (
+            _one(self._client.generate(url, req))
+            if req.role is Role.PREFILL
+            else self._client.generate_stream(url, req)
+        )
+        ended = False  # the worker sent its final chunk
         try:
             with self._registry.track(node_id):
                 async for chunk in chunks:
+                    ended = chunk.finish_reason is not None
                     if chunk.saved_blocks:
                         await self._directory.publish(node_id, chunk.saved_blocks)
                     if chunk.finish_reason is FinishReason.ERROR and chunk.error_type in (ENGINE_DEAD, ENGINE_DIED):
@@ -339,37 +351,27 @@ class Orchestrator:
             )
             yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
         except WorkerRejected as exc:
-            if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
-                # The worker refused the request itself (prompt + max_tokens over the
-                # context, token id out of vocabulary, a schema its grammar backend
-                # cannot compile): the client's error, not a 502, in the worker's words.
-                code = "invalid_structured_output" if exc.error_type == "invalid_structured_output" else None
-                raise InvalidRequest(exc.detail, code=code or "invalid_request_for_model") from exc
-            if not exc.retryable:
-                raise
-            log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
-            if exc.error_type in (ENGINE_DEAD, ENGINE_DIED):
-                self._registry.report_engine_dead(node_id, exc.detail)
-            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc), engine_died=exc.error_type == ENGINE_DIED)
+            yield self._refused(node_id, req, exc)
         finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-
-    async def _chunks(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        """PREFILL: one non-streaming call. DECODE: relay the worker's stream."""
-        if req.role is Role.PREFILL:
-            yield await self._client.generate(url, req)
-            return
-        stream = self._client.generate_stream(url, req)
-        done = False
-        try:
-            async for chunk in stream:
-                done = chunk.finish_reason is not None
-                yield chunk
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-            if not done:
-                # Closed early (client left or a stop string hit): free the slot now.
+            await chunks.aclose()  # type: ignore[attr-defined]  # the port's streams are async generators
+            if req.role is Role.DECODE and not ended:
+                # Closed early (client left, a stop string hit, the node failed): free the slot now.
                 self._spawn(self._abort_quietly(url, req.request_id))
+
+    def _refused(self, node_id: str, req: GenerateRequest, exc: WorkerRejected) -> _SegmentEnd:
+        """A worker's refusal: the client's error (raised), a failure (raised), or a node to avoid."""
+        if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
+            # The worker refused the request itself (prompt + max_tokens over the
+            # context, token id out of vocabulary, a schema its grammar backend
+            # cannot compile): the client's error, not a 502, in the worker's words.
+            code = "invalid_structured_output" if exc.error_type == "invalid_structured_output" else None
+            raise InvalidRequest(exc.detail, code=code or "invalid_request_for_model") from exc
+        if not exc.retryable:
+            raise exc
+        log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
+        if exc.error_type in (ENGINE_DEAD, ENGINE_DIED):
+            self._registry.report_engine_dead(node_id, exc.detail)
+        return _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc), engine_died=exc.error_type == ENGINE_DIED)
 
     async def _abort_quietly(self, url: str, request_id: str) -> None:
         with contextlib.suppress(WorkerUnreachable, WorkerRejected):
