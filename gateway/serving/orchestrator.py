@@ -285,7 +285,8 @@ class Orchestrator:
         load = hit.locations(prefer=node_id, max_blocks=max_blocks)
         urls = {n.node_id: n.url for n in self._registry.nodes()}
         peers = {b.node_id: urls[b.node_id] for b in load if b.node_id != node_id and b.node_id in urls}
-        kv = KVTransferSpec(load=load, peers=peers, save=True)
+        # From validated parts (the directory's BlockLocations, the registry's URLs): no validation pass.
+        kv = KVTransferSpec.model_construct(load=load, peers=peers, save=True)
         trace.routed(
             started,
             node_id=node_id,
@@ -310,6 +311,7 @@ class Orchestrator:
             else self._client.generate_stream(url, req)
         )
         ended = False  # the worker sent its final chunk
+        phase = req.role.value  # of the node producing these tokens, once per call (not an enum lookup a token)
         try:
             with self._registry.track(node_id):
                 async for chunk in chunks:
@@ -337,7 +339,7 @@ class Orchestrator:
                     )
                     if tokens:
                         lps = chunk.logprobs[start : start + len(tokens)] if chunk.logprobs is not None else None
-                        yield TokenDelta(tokens, progress.cached or 0, req.role.value, lps)
+                        yield TokenDelta(tokens, progress.cached or 0, phase, lps)
                     outcome = segment_outcome(chunk.finish_reason)
                     if outcome is not None:
                         yield _SegmentEnd(outcome, chunk.finish_reason)
