@@ -160,8 +160,7 @@ class Turn:
         return [results[i] for i in sorted(results)]
 
     def _choices(self, *, streaming: bool) -> AsyncGenerator[Any, None]:
-        run = run_choices(self._orchestrator, self._model.tokenizer, self.prepared, self._account, streaming=streaming)
-        return run  # type: ignore[return-value]  # an async generator, typed as its iterator
+        return run_choices(self._orchestrator, self._model.tokenizer, self.prepared, self._account, streaming=streaming)
 
     async def stream(self, encoder: StreamEncoder, *, headers: dict[str, str]) -> Response:
         """The streamed answer of the choices, primed."""
