@@ -21,6 +21,7 @@ releases the GIL while it works (`encode` holds it for the whole call).
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 from collections.abc import Sequence
@@ -163,7 +164,9 @@ class PromptTokenizer:
         return list(self.token_text(token_id).encode("utf-8"))
 
     def detokenizer(self, *, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self.decode if skip_special_tokens else self.decode_keeping_special)
+        # Skipping special tokens: the Rust decode itself, two calls a token with no Python frame between.
+        plain = functools.partial(self._fast.decode, skip_special_tokens=True)
+        return IncrementalDetokenizer(plain if skip_special_tokens else self.decode_keeping_special)
 
 
 def _too_long(limit: int, tokens: str, param: str) -> InvalidRequest:
