@@ -11,14 +11,47 @@ of the next (`loop.call_soon`), or at once when `max_pending` bytes are
 waiting, before `close()`, and before anything that reads the transport's
 write state. Order is kept; no byte waits for more than the rest of the
 current turn, so a token that arrives alone goes out alone, at once.
+
+The flushes of one turn share one loop callback (`_Flusher`, one per
+loop): relaying 256 streams whose tokens arrive on one tick is one
+callback, not 256.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 _MAX_PENDING = 64 * 1024
+
+
+class _Flusher:
+    """The transports of one loop with writes waiting; flushed by one callback at the next turn."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: list[CoalescingTransport] = []
+
+    def add(self, transport: CoalescingTransport) -> None:
+        if not self._due:
+            self._loop.call_soon(self._run)
+        self._due.append(transport)
+
+    def _run(self) -> None:
+        due, self._due = self._due, []
+        for transport in due:
+            transport._flush_due()
+
+
+_FLUSHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = weakref.WeakKeyDictionary()
+
+
+def _flusher(loop: asyncio.AbstractEventLoop) -> _Flusher:
+    flusher = _FLUSHERS.get(loop)
+    if flusher is None:
+        flusher = _FLUSHERS[loop] = _Flusher(loop)
+    return flusher
 
 
 class CoalescingTransport(asyncio.Transport):
@@ -29,7 +62,7 @@ class CoalescingTransport(asyncio.Transport):
     ):
         super().__init__()
         self._transport = transport
-        self._loop = loop
+        self._flusher = _flusher(loop)
         self._max_pending = max_pending
         self._pending: list[bytes] = []
         self._size = 0
@@ -45,13 +78,13 @@ class CoalescingTransport(asyncio.Transport):
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._flush_soon)
+            self._flusher.add(self)
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
             self.write(data)
 
-    def _flush_soon(self) -> None:
+    def _flush_due(self) -> None:
         self._scheduled = False
         self.flush()
 

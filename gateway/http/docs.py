@@ -89,4 +89,4 @@ def install_openapi(app: FastAPI) -> None:
         app.openapi_schema = doc
         return doc
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend its schema

@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +123,33 @@ class _SegmentEnd:
     engine_died: bool = False  # the node's engine died with this request on it
 
 
+async def _one(call: Awaitable[GenerateChunk]) -> AsyncGenerator[GenerateChunk, None]:
+    """A non-streaming worker call read like a stream of one chunk."""
+    yield await call
+
+
+class _Fingerprint:
+    """A job's quarantine identity (`request_fingerprint`), computed on first
+    use: only an engine death or a quarantine that holds a poison request
+    needs it, and hashing the prompt token by token cost ~10 µs a request.
+
+    Without the seed: the gateway draws one for a sampled request with a
+    grammar, so a client's retry of a poison request has another."""
+
+    __slots__ = ("_job", "_value")
+
+    def __init__(self, job: Job) -> None:
+        self._job = job
+        self._value: str | None = None
+
+    @property
+    def value(self) -> str:
+        if self._value is None:
+            job = self._job
+            self._value = request_fingerprint(job.prompt_token_ids, job.sampling.model_dump_json(exclude={"seed"}))
+        return self._value
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -149,9 +176,7 @@ class Orchestrator:
             max_migrations=self._cfg.max_migrations,
             replay=not job.sampling.resumable,
         )
-        # Without the seed: the gateway draws one for a sampled request with a
-        # grammar, so a client's retry of a poison request has another.
-        fingerprint = request_fingerprint(job.prompt_token_ids, job.sampling.model_dump_json(exclude={"seed"}))
+        fingerprint = _Fingerprint(job)
         self._refuse_poison(job, fingerprint)
         trace = job_trace(job.request_id)  # spans of routing, each segment, a migration (no-op untraced)
         while not progress.budget_spent():
@@ -161,12 +186,15 @@ class Orchestrator:
             progress.started(node_id)
             # min_tokens counts from the request's start: what the prompt already carries counts
             min_tokens = min(max(0, job.sampling.min_tokens - progress.carried), max_tokens)
+            sampling = job.sampling
+            if (max_tokens, min_tokens) != (sampling.max_tokens, sampling.min_tokens):  # no copy for a first decode
+                sampling = sampling.model_copy(update={"max_tokens": max_tokens, "min_tokens": min_tokens})
             # Built from validated parts (see Job): no validation pass over the prompt
             # on the loop (24 ms for a 661k-token prompt).
             req = GenerateRequest.model_construct(
                 request_id=segment_id,
                 prompt_token_ids=progress.context(),
-                sampling=job.sampling.model_copy(update={"max_tokens": max_tokens, "min_tokens": min_tokens}),
+                sampling=sampling,
                 role=role,
                 tenant_salt=job.tenant_salt,
                 branch_id=job.branch_id,
@@ -197,7 +225,7 @@ class Orchestrator:
             )
             # apply
             if end.engine_died:
-                self.quarantine.record_death(fingerprint)
+                self.quarantine.record_death(fingerprint.value)
                 self._refuse_poison(job, fingerprint)
             if (
                 progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
@@ -217,11 +245,13 @@ class Orchestrator:
             nodes=progress.nodes,
         )
 
-    def _refuse_poison(self, job: Job, fingerprint: str) -> None:
-        if self.quarantine.is_poison(fingerprint):
+    def _refuse_poison(self, job: Job, fingerprint: _Fingerprint) -> None:
+        if not self.quarantine.quarantined:
+            return  # no request ever became poison: none is now (and no fingerprint is needed)
+        if self.quarantine.is_poison(fingerprint.value):
             raise RequestQuarantined(
                 f"request {job.request_id} is quarantined: worker engines died with it running "
-                f"({self.quarantine.deaths(fingerprint)} so far); it is not retried on other workers",
+                f"({self.quarantine.deaths(fingerprint.value)} so far); it is not retried on other workers",
             )
 
     # -- decide -----------------------------------------------------------------
@@ -255,7 +285,8 @@ class Orchestrator:
         load = hit.locations(prefer=node_id, max_blocks=max_blocks)
         urls = {n.node_id: n.url for n in self._registry.nodes()}
         peers = {b.node_id: urls[b.node_id] for b in load if b.node_id != node_id and b.node_id in urls}
-        kv = KVTransferSpec(load=load, peers=peers, save=True)
+        # From validated parts (the directory's BlockLocations, the registry's URLs): no validation pass.
+        kv = KVTransferSpec.model_construct(load=load, peers=peers, save=True)
         trace.routed(
             started,
             node_id=node_id,
@@ -273,10 +304,18 @@ class Orchestrator:
     ) -> AsyncIterator[TokenDelta | _SegmentEnd]:
         """One worker call: the client's token deltas, then exactly one `_SegmentEnd`."""
         url = self._registry.get(node_id).url
-        chunks = self._chunks(url, req)
+        # PREFILL: one non-streaming call; DECODE: the worker's stream, read here (no relay generator between)
+        chunks = (
+            _one(self._client.generate(url, req))
+            if req.role is Role.PREFILL
+            else self._client.generate_stream(url, req)
+        )
+        ended = False  # the worker sent its final chunk
+        phase = req.role.value  # of the node producing these tokens, once per call (not an enum lookup a token)
         try:
             with self._registry.track(node_id):
                 async for chunk in chunks:
+                    ended = chunk.finish_reason is not None
                     if chunk.saved_blocks:
                         await self._directory.publish(node_id, chunk.saved_blocks)
                     if chunk.finish_reason is FinishReason.ERROR and chunk.error_type in (ENGINE_DEAD, ENGINE_DIED):
@@ -300,7 +339,7 @@ class Orchestrator:
                     )
                     if tokens:
                         lps = chunk.logprobs[start : start + len(tokens)] if chunk.logprobs is not None else None
-                        yield TokenDelta(tokens, progress.cached or 0, req.role.value, lps)
+                        yield TokenDelta(tokens, progress.cached or 0, phase, lps)
                     outcome = segment_outcome(chunk.finish_reason)
                     if outcome is not None:
                         yield _SegmentEnd(outcome, chunk.finish_reason)
@@ -314,37 +353,27 @@ class Orchestrator:
             )
             yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
         except WorkerRejected as exc:
-            if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
-                # The worker refused the request itself (prompt + max_tokens over the
-                # context, token id out of vocabulary, a schema its grammar backend
-                # cannot compile): the client's error, not a 502, in the worker's words.
-                code = "invalid_structured_output" if exc.error_type == "invalid_structured_output" else None
-                raise InvalidRequest(exc.detail, code=code or "invalid_request_for_model") from exc
-            if not exc.retryable:
-                raise
-            log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
-            if exc.error_type in (ENGINE_DEAD, ENGINE_DIED):
-                self._registry.report_engine_dead(node_id, exc.detail)
-            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc), engine_died=exc.error_type == ENGINE_DIED)
+            yield self._refused(node_id, req, exc)
         finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-
-    async def _chunks(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        """PREFILL: one non-streaming call. DECODE: relay the worker's stream."""
-        if req.role is Role.PREFILL:
-            yield await self._client.generate(url, req)
-            return
-        stream = self._client.generate_stream(url, req)
-        done = False
-        try:
-            async for chunk in stream:
-                done = chunk.finish_reason is not None
-                yield chunk
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-            if not done:
-                # Closed early (client left or a stop string hit): free the slot now.
+            await chunks.aclose()  # type: ignore[attr-defined]  # the port's streams are async generators
+            if req.role is Role.DECODE and not ended:
+                # Closed early (client left, a stop string hit, the node failed): free the slot now.
                 self._spawn(self._abort_quietly(url, req.request_id))
+
+    def _refused(self, node_id: str, req: GenerateRequest, exc: WorkerRejected) -> _SegmentEnd:
+        """A worker's refusal: the client's error (raised), a failure (raised), or a node to avoid."""
+        if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
+            # The worker refused the request itself (prompt + max_tokens over the
+            # context, token id out of vocabulary, a schema its grammar backend
+            # cannot compile): the client's error, not a 502, in the worker's words.
+            code = "invalid_structured_output" if exc.error_type == "invalid_structured_output" else None
+            raise InvalidRequest(exc.detail, code=code or "invalid_request_for_model") from exc
+        if not exc.retryable:
+            raise exc
+        log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
+        if exc.error_type in (ENGINE_DEAD, ENGINE_DIED):
+            self._registry.report_engine_dead(node_id, exc.detail)
+        return _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc), engine_died=exc.error_type == ENGINE_DIED)
 
     async def _abort_quietly(self, url: str, request_id: str) -> None:
         with contextlib.suppress(WorkerUnreachable, WorkerRejected):

@@ -21,6 +21,7 @@ releases the GIL while it works (`encode` holds it for the whole call).
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from typing import Any
 
 from gateway.http.errors import InvalidRequest
 from gateway.serving.chat_render import ChatRenderer
+from gateway.serving.token_pieces import PieceEncoder
 
 # Text a lossless tokenizer gives back unchanged: runs of spaces and tabs,
 # newlines, a control character, a decomposed accent, CJK, a no-break space.
@@ -53,6 +55,9 @@ class PromptTokenizer:
         self.max_token_chars: int | None = None
         if self._fast.decode(self._encode(_ROUND_TRIP_PROBE, False), skip_special_tokens=False) == _ROUND_TRIP_PROBE:
             self.max_token_chars = max(len(t.encode()) for t in self._fast.get_vocab(with_added_tokens=True))
+        # Chat prompts tokenized piece by piece between the template's special tokens, the
+        # pieces remembered (gateway.serving.token_pieces); None where that cut is not exact.
+        self.pieces = PieceEncoder.for_tokenizer(self._fast)
         self._byte_decoder: dict[str, int] | None = None
         if type(self._fast.decoder).__name__ == "ByteLevel":
             from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -96,24 +101,38 @@ class PromptTokenizer:
         tool_choice: Any = None,
         template_kwargs: dict[str, Any] | None = None,
         max_tokens: int | None = None,
+        scope: str | None = None,
     ) -> list[int]:
+        """The rendered prompt's ids. `scope` (a tenant's cache salt): its pieces
+        between special tokens may come from, and go to, that scope's cache."""
         # The template writes the special tokens (bos) itself.
         return self.encode_text(
             self.render_chat(messages, tools=tools, tool_choice=tool_choice, template_kwargs=template_kwargs),
             add_special_tokens=False,
             max_tokens=max_tokens,
             param="messages",
+            scope=scope,
         )
 
     def encode_text(
-        self, text: str, *, add_special_tokens: bool = True, max_tokens: int | None = None, param: str = "prompt"
+        self,
+        text: str,
+        *,
+        add_special_tokens: bool = True,
+        max_tokens: int | None = None,
+        param: str = "prompt",
+        scope: str | None = None,
     ) -> list[int]:
-        """Token ids of `text`; `max_tokens`: refuse (400, naming `param`) a prompt longer than that."""
+        """Token ids of `text`; `max_tokens`: refuse (400, naming `param`) a prompt longer than that.
+        `scope`: pieces cached per scope (as `encode_chat`; only without special tokens added)."""
         if max_tokens is not None and self.max_token_chars is not None:
             at_least = -(-len(text) // self.max_token_chars)
             if at_least > max_tokens:
                 raise _too_long(max_tokens, f"at least {at_least}", param)
-        ids = self._encode(text, add_special_tokens)
+        if scope is not None and self.pieces is not None and not add_special_tokens:
+            ids = self.pieces.encode(text, scope=scope)
+        else:
+            ids = self._encode(text, add_special_tokens)
         if max_tokens is not None and len(ids) > max_tokens:
             raise _too_long(max_tokens, str(len(ids)), param)
         return ids
@@ -145,7 +164,9 @@ class PromptTokenizer:
         return list(self.token_text(token_id).encode("utf-8"))
 
     def detokenizer(self, *, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self.decode if skip_special_tokens else self.decode_keeping_special)
+        # Skipping special tokens: the Rust decode itself, two calls a token with no Python frame between.
+        plain = functools.partial(self._fast.decode, skip_special_tokens=True)
+        return IncrementalDetokenizer(plain if skip_special_tokens else self.decode_keeping_special)
 
 
 def _too_long(limit: int, tokens: str, param: str) -> InvalidRequest:

@@ -337,7 +337,13 @@ class RawWorkerClient:
                         continue
                     if conn.complete:
                         break
-                    await self._more(target, conn)
+                    # `_more`, inline: one coroutine less per read of a long stream
+                    if conn.error is not None:
+                        raise WorkerUnreachable(f"{url}: stream broke: {type(conn.error).__name__}: {conn.error}")
+                    try:
+                        await conn.wait(self._read_timeout_s)
+                    except TimeoutError as exc:
+                        raise WorkerUnreachable(f"{url}: nothing for {self._read_timeout_s:g} s") from exc
                 if pending.strip():
                     chunk = decode_chunk_lines([pending])[0]
                     yield chunk

@@ -26,7 +26,6 @@ from fastapi.responses import JSONResponse, Response
 from gateway.http.auth import api_key
 from gateway.http.body import json_object, read_body
 from gateway.http.docs import ANTHROPIC, body_of
-from gateway.http.errors import GatewayError
 from gateway.http.headers import header_dict
 from gateway.serving.anthropic import convert
 from gateway.serving.anthropic.events import MessageEvents
@@ -85,17 +84,19 @@ def anthropic_router(service: TurnService, *, max_body_bytes: int) -> APIRouter:
     )
     async def count_tokens(request: Request) -> Response:
         """The prompt tokens a Messages request would use (rendered with the chat template)."""
-        try:
-            data = json_object(await read_body(request, max_body_bytes))
-            req = convert.parse_request(data, count_tokens=True, reasoning=reasoning, text_tokens=text_tokens)
-            await service.authenticate(api_key(request.headers))
-            service.check_model(req.model)
-            spec = convert.count_tokens_spec(req)
-            tokens = service.tokenizer.encode_chat(
-                spec.messages or [], tools=spec.tools, template_kwargs=spec.template_kwargs
-            )
-        except GatewayError as exc:
-            return convert.error_response(exc)
+        return await service.serve(
+            "anthropic", "count_tokens", lambda turn: count(turn, request), error_answer=convert.error_response
+        )
+
+    async def count(turn: Turn, request: Request) -> Response:
+        data = json_object(await read_body(request, max_body_bytes))
+        req = convert.parse_request(data, count_tokens=True, reasoning=reasoning, text_tokens=text_tokens)
+        await turn.authenticate(api_key(header_dict(request.scope["headers"])))
+        service.check_model(req.model)
+        spec = convert.count_tokens_spec(req)
+        tokens = service.tokenizer.encode_chat(
+            spec.messages or [], tools=spec.tools, template_kwargs=spec.template_kwargs
+        )
         return JSONResponse({"input_tokens": len(tokens)})
 
     return router

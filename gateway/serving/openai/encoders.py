@@ -1,9 +1,10 @@
-"""The OpenAI leaf's stream encoders (gateway.serving.turn.pipeline.StreamEncoder).
+"""The OpenAI leaf's stream encoders.
 
-`PlainChunks` encodes the lean source of plain requests (text, then one
-`Finished`) with the pre-rendered chunk heads of `sse`; `ChoiceChunks`
-encodes `ChoiceDelta`s (tools, reasoning, `n`, logprobs) with `ChunkWriter`.
-Both end with the usage chunk when asked and `[DONE]`; a failure after the
+`PlainChunks` (gateway.serving.turn.pipeline.PlainEncoder) encodes a plain
+request's text, event by event, with the pre-rendered chunk heads of `sse`;
+`ChoiceChunks` (gateway.serving.turn.pipeline.StreamEncoder) encodes
+`ChoiceDelta`s (tools, reasoning, `n`, logprobs) with `ChunkWriter`. Both
+end with the usage chunk when asked and `[DONE]`; a failure after the
 first byte is an OpenAI-shaped `error` event and no `[DONE]`.
 """
 
@@ -22,24 +23,21 @@ from gateway.serving.turn.prepare import Prepared
 
 class PlainChunks:
     def __init__(self, p: Prepared, model: str, *, chat: bool) -> None:
-        self._chat = chat
         self._include_usage = p.include_usage
         self._enc = (sse.ChatChunkEncoder if chat else sse.CompletionChunkEncoder)(p.request_id, p.created, model)
 
-    async def events(self, source: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    def start(self) -> bytes:
         enc = self._enc
-        if isinstance(enc, sse.ChatChunkEncoder):
-            yield enc.role()
-        async for ev in source:
-            if isinstance(ev, str):
-                yield enc.content(ev)
-            else:
-                assert isinstance(ev, Finished)
-                # The end of the stream in one write: finish, usage, [DONE].
-                usage = enc.usage(usage_dict([ev])) if self._include_usage else b""
-                yield enc.finish(ev.finish_reason) + usage + sse.DONE
-                return
-        yield sse.DONE
+        return enc.role() if isinstance(enc, sse.ChatChunkEncoder) else b""
+
+    def text(self, delta: str) -> bytes:
+        return self._enc.content(delta)
+
+    def end(self, tail: str, done: Finished) -> bytes:
+        # The end of the stream in one write: the held-back text, finish, usage, [DONE].
+        enc = self._enc
+        usage = enc.usage(usage_dict([done])) if self._include_usage else b""
+        return (enc.content(tail) if tail else b"") + enc.finish(done.finish_reason) + usage + sse.DONE
 
     def failed(self, exc: GatewayError) -> bytes:
         return sse.error_event(exc.body())

@@ -61,6 +61,18 @@ def parse_model(model: type[M], body: bytes) -> M:
         raise InvalidRequest(f"{msg} (at {loc})", param=loc) from exc
 
 
+async def models_answer(service: TurnService, turn: Turn, request: Request, model_id: str | None) -> Response:
+    """The models the turn's key may use (`model_id` None) or one model's card (404 if not one of them)."""
+    tenant = await turn.authenticate(bearer(header_dict(request.scope["headers"])))
+    limit = service.context_length()
+    if model_id is None:
+        cards = [ModelCard(id=m, created=0, max_model_len=limit) for m in service.models_for(tenant)]
+        return Response(ModelList(data=cards).model_dump_json(), media_type=_JSON)
+    if model_id not in service.models_for(tenant):
+        raise NotFound(f"The model '{model_id}' does not exist", param="model", code="model_not_found")
+    return Response(ModelCard(id=model_id, created=0, max_model_len=limit).model_dump_json(), media_type=_JSON)
+
+
 def openai_router(service: TurnService, *, max_body_bytes: int) -> APIRouter:
     router = APIRouter()
 
@@ -76,9 +88,10 @@ def openai_router(service: TurnService, *, max_body_bytes: int) -> APIRouter:
         branch = branch_from_headers(sent, tenant.tenant_id, conversation=req.prompt_cache_key, messages=spec.messages)
         p = await turn.prepare(spec, tenant, branch, "chatcmpl" if chat else "cmpl")
         headers = {"X-Request-ID": p.request_id, "X-Branch-ID": p.branch.branch_id}
+        if req.stream and p.plain:
+            return await turn.stream_plain(PlainChunks(p, service.model_name, chat=chat), headers=headers)
         if req.stream:
-            encoder = (PlainChunks if p.plain else ChoiceChunks)(p, service.model_name, chat=chat)
-            return await turn.stream(encoder, headers=headers, lean=p.plain)
+            return await turn.stream(ChoiceChunks(p, service.model_name, chat=chat), headers=headers)
         choices: list[ChatChoice] | list[CompletionChoice]
         if p.plain:
             content, done = await turn.collect_text()
@@ -106,19 +119,12 @@ def openai_router(service: TurnService, *, max_body_bytes: int) -> APIRouter:
     @router.get("/v1/models", openapi_extra=BEARER, tags=["openai"])
     async def list_models(request: Request) -> Response:
         """The models this key may use."""
-        tenant = await service.authenticate(bearer(request.headers))
-        limit = service.context_length()
-        cards = [ModelCard(id=m, created=0, max_model_len=limit) for m in service.models_for(tenant)]
-        return Response(ModelList(data=cards).model_dump_json(), media_type=_JSON)
+        return await service.serve("openai", "models", lambda turn: models_answer(service, turn, request, None))
 
     @router.get("/v1/models/{model_id:path}", openapi_extra=BEARER, tags=["openai"])
     async def get_model(model_id: str, request: Request) -> Response:
         """One model, if this key may use it (404 otherwise)."""
-        tenant = await service.authenticate(bearer(request.headers))
-        if model_id not in service.models_for(tenant):
-            raise NotFound(f"The model '{model_id}' does not exist", param="model", code="model_not_found")
-        card = ModelCard(id=model_id, created=0, max_model_len=service.context_length())
-        return Response(card.model_dump_json(), media_type=_JSON)
+        return await service.serve("openai", "models", lambda turn: models_answer(service, turn, request, model_id))
 
     @router.post("/v1/branches/{branch_id}/finish", openapi_extra=BEARER, tags=["branches"])
     async def finish_branch(branch_id: str, request: Request) -> Response:

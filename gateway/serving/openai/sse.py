@@ -2,22 +2,31 @@
 
 Each encoder pre-renders the constant head of its chunk JSON once per
 request (id, object, created, model) and appends only the varying part, so a
-token costs one `json.dumps` of its text. Output is byte-for-byte valid JSON
+token costs one C call that quotes its text. Output is byte-for-byte valid JSON
 that parses into `schemas.ChatCompletionChunk` / `schemas.CompletionChunk`.
 """
 
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from gateway.http.sse import DONE as DONE  # the event OpenAI streams end with
 
+# ASCII-escaped: text may hold U+2028, U+0085 and the like, which JSON allows raw but
+# line readers that split like str.splitlines (httpx's aiter_lines) break a line at.
+# One encoder for the module: `json.dumps` with separators builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
 
 def _dumps(value: Any) -> str:
-    # ASCII-escaped: text may hold U+2028, U+0085 and the like, which JSON allows raw but
-    # line readers that split like str.splitlines (httpx's aiter_lines) break a line at.
-    return json.dumps(value, separators=(",", ":"))
+    return _ENCODER.encode(value)
+
+
+def _text(text: str) -> str:
+    """`text` as a JSON string (what `_dumps(text)` gives, without the encoder's dispatch)."""
+    return encode_basestring_ascii(text)
 
 
 def event(payload: str) -> bytes:
@@ -52,7 +61,7 @@ class ChatChunkEncoder(_ChunkEncoder):
         return self._choice('"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null')
 
     def content(self, text: str) -> bytes:
-        return self._choice('"delta":{"content":' + _dumps(text) + '},"logprobs":null,"finish_reason":null')
+        return self._choice('"delta":{"content":' + _text(text) + '},"logprobs":null,"finish_reason":null')
 
     def finish(self, reason: str) -> bytes:
         return self._choice('"delta":{},"logprobs":null,"finish_reason":' + _dumps(reason))
@@ -62,7 +71,7 @@ class CompletionChunkEncoder(_ChunkEncoder):
     object_name = "text_completion"
 
     def content(self, text: str) -> bytes:
-        return self._choice('"text":' + _dumps(text) + ',"logprobs":null,"finish_reason":null')
+        return self._choice('"text":' + _text(text) + ',"logprobs":null,"finish_reason":null')
 
     def finish(self, reason: str) -> bytes:
         return self._choice('"text":"","logprobs":null,"finish_reason":' + _dumps(reason))

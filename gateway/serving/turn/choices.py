@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,7 +254,7 @@ async def _named_constraint_errors(
 
 async def run_choices(
     orchestrator: Orchestrator, tokenizer: PromptTokenizer, p: Prepared, account: Account, *, streaming: bool
-) -> AsyncIterator[tuple[ChoiceOutput, ChoiceDelta | Finished]]:
+) -> AsyncGenerator[tuple[ChoiceOutput, ChoiceDelta | Finished], None]:
     """Every choice's deltas and `Finished`, interleaved in arrival order.
 
     A failure of any choice cancels the others and propagates."""

@@ -89,9 +89,14 @@ def identity_from(
     return HarnessIdentity()
 
 
+# What `json.dumps(..., separators=(",", ":"), ensure_ascii=False, sort_keys=True)` writes,
+# with one encoder for the module (`json.dumps` builds one per call with these options).
+_OPENING = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
 def opening_key(messages: list[dict[str, Any]]) -> str:
     """The conversation's opening (messages up to the first user message) as
     a key: a harness resending its growing history stays on one branch."""
     end = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages) - 1)
-    opening = json.dumps(messages[: end + 1], separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    opening = _OPENING.encode(messages[: end + 1])
     return "opening:" + hashlib.sha256(opening.encode()).hexdigest()

@@ -1,7 +1,8 @@
-"""Token ids -> text, and the lean source of plain requests (one job, text
+"""Token ids -> text, and the lean strategy of plain requests (one job, text
 only): no parser, no per-token delta objects, the least work per token.
-The turn streams it through its API's plain encoder; everything else goes
-through `gateway.serving.turn.choices`."""
+`LeanText` is its state; a streamed turn reads the orchestrator and writes
+its API's plain encoder in one loop (`Turn.stream_plain`), a collected one
+reads `lean_run`. Everything else goes through `gateway.serving.turn.choices`."""
 
 from __future__ import annotations
 
@@ -59,6 +60,36 @@ class JobClock:
         return Finished(FinishReason.STOP, prompt_tokens, self.cached, self.count, self.ttft, e2e, self.phase)
 
 
+class LeanText:
+    """One plain job's text, event by event (the lean strategy's state):
+    text deltas cut at the first stop string, then the job's `Finished`."""
+
+    __slots__ = ("_clock", "_prompt_tokens", "_text")
+
+    def __init__(self, tokenizer: PromptTokenizer, p: Prepared) -> None:
+        self._text = TextAssembler(tokenizer, p.stops)
+        self._clock = JobClock()
+        self._prompt_tokens = len(p.job.prompt_token_ids)
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string ended the text: read no more tokens."""
+        return self._text.stopped
+
+    def delta(self, ev: TokenDelta) -> str:
+        """The text `ev` adds ("" while held back)."""
+        self._clock.seen(ev)
+        return self._text.push(ev.token_ids)
+
+    def tail(self) -> str:
+        """The text still held back when the worker finished the job."""
+        return self._text.flush()
+
+    def stopped_early(self) -> Finished:
+        """The job's `Finished` when the text ended before the worker finished it."""
+        return self._clock.stopped(self._prompt_tokens)
+
+
 async def lean_run(
     orchestrator: Orchestrator,
     tokenizer: PromptTokenizer,
@@ -66,24 +97,22 @@ async def lean_run(
     account: Callable[[Finished], None],
 ) -> AsyncIterator[str | Finished]:
     """Text deltas, then one `Finished` (finish_reason "stop" when a stop string hit), accounted."""
-    text = TextAssembler(tokenizer, p.stops)
-    clock = JobClock()
+    lean = LeanText(tokenizer, p)
     async with contextlib.aclosing(orchestrator.stream(p.job)) as events:
         async for ev in events:
             if isinstance(ev, TokenDelta):
-                clock.seen(ev)
-                delta = text.push(ev.token_ids)
+                delta = lean.delta(ev)
                 if delta:
                     yield delta
-                if text.stopped:
+                if lean.stopped:
                     break
             else:
-                tail = text.flush()
+                tail = lean.tail()
                 if tail:
                     yield tail
                 account(ev)
                 yield ev
                 return
-    done = clock.stopped(len(p.job.prompt_token_ids))  # a stop string ended the text before the worker finished
+    done = lean.stopped_early()  # a stop string ended the text before the worker finished
     account(done)
     yield done

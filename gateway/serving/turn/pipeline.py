@@ -25,13 +25,13 @@ from starlette.responses import Response
 
 from gateway.http.errors import GatewayError
 from gateway.http.sse import EventStreamResponse
-from gateway.serving.orchestrator import Finished, Orchestrator
+from gateway.serving.orchestrator import Finished, Orchestrator, TokenDelta
 from gateway.serving.policy.tenancy import TenantContext
 from gateway.serving.turn.accounting import Accounting
 from gateway.serving.turn.admission import Admission
 from gateway.serving.turn.branch import BranchContext
 from gateway.serving.turn.choices import ChoiceResult, run_choices
-from gateway.serving.turn.lean import lean_run
+from gateway.serving.turn.lean import LeanText, lean_run
 from gateway.serving.turn.model import ServedModel
 from gateway.serving.turn.prepare import Prepared, Preparer
 from gateway.serving.turn.relay import deltas, primed
@@ -43,11 +43,27 @@ CLIENT_GONE = 499  # the status recorded for a request whose client left before 
 
 
 class StreamEncoder(Protocol):
-    """An API's wire format for a streamed answer."""
+    """An API's wire format for a streamed answer of choices."""
 
     def events(self, source: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-        """The answer's events for `source`: text and `Finished` (the lean
-        source of plain requests) or `ChoiceDelta`s (choices)."""
+        """The answer's events for `source`, the run's `ChoiceDelta`s."""
+
+    def failed(self, exc: GatewayError) -> bytes:
+        """The event that ends a stream which failed after its first byte."""
+
+
+class PlainEncoder(Protocol):
+    """An API's wire format for a plain streamed answer (one job, text only),
+    called once per event by the turn's relay loop: no generator of its own."""
+
+    def start(self) -> bytes:
+        """What the stream opens with (b"": nothing)."""
+
+    def text(self, delta: str) -> bytes:
+        """One text delta."""
+
+    def end(self, tail: str, done: Finished) -> bytes:
+        """The stream's last write: the held-back `tail` (may be ""), then the end for `done`."""
 
     def failed(self, exc: GatewayError) -> bytes:
         """The event that ends a stream which failed after its first byte."""
@@ -144,30 +160,29 @@ class Turn:
         return [results[i] for i in sorted(results)]
 
     def _choices(self, *, streaming: bool) -> AsyncGenerator[Any, None]:
-        run = run_choices(self._orchestrator, self._model.tokenizer, self.prepared, self._account, streaming=streaming)
-        return run  # type: ignore[return-value]  # an async generator, typed as its iterator
+        return run_choices(self._orchestrator, self._model.tokenizer, self.prepared, self._account, streaming=streaming)
 
-    async def stream(self, encoder: StreamEncoder, *, headers: dict[str, str], lean: bool = False) -> Response:
-        """The streamed answer. `lean`: the plain text source, not primed (the
-        stream starts at once); else the choices, primed."""
+    async def stream(self, encoder: StreamEncoder, *, headers: dict[str, str]) -> Response:
+        """The streamed answer of the choices, primed."""
         await self._admit()
-        source: AsyncGenerator[Any, None]
-        if lean:
-            source = lean_run(self._orchestrator, self._model.tokenizer, self.prepared, self._account)  # type: ignore[assignment]
-            events = None
-        else:
-            events = self._choices(streaming=True)
-            try:
-                first = await primed(events)
-            except BaseException:
-                await events.aclose()
-                await self._release()
-                raise
-            source = deltas(first, events)
+        events = self._choices(streaming=True)
+        try:
+            first = await primed(events)
+        except BaseException:
+            await events.aclose()
+            await self._release()
+            raise
         self.streaming = True
         self._events = events
-        body = self._body(encoder, source, events)
+        body = self._body(encoder, deltas(first, events), events)
         return EventStreamResponse(body, headers=headers, on_close=self._closed)
+
+    async def stream_plain(self, encoder: PlainEncoder, *, headers: dict[str, str]) -> Response:
+        """The streamed answer of a plain request (the lean strategy), not
+        primed: the stream starts at once."""
+        await self._admit()
+        self.streaming = True
+        return EventStreamResponse(self._plain_body(encoder), headers=headers, on_close=self._closed)
 
     async def _closed(self) -> None:
         """The response's end. A body that never started (the client left
@@ -177,25 +192,63 @@ class Turn:
         await self._release()
         self.finish(CLIENT_GONE)
 
+    def _failure(self, exc: Exception) -> GatewayError:
+        """What a stream that failed after its first byte reports (called in its `except`)."""
+        if isinstance(exc, GatewayError):
+            log.warning("stream %s failed: %s", self.prepared.request_id, exc.message)
+            return exc
+        log.exception("stream %s crashed", self.prepared.request_id)  # reported and logged, never swallowed
+        return GatewayError(f"internal error: {type(exc).__name__}")
+
     async def _body(
-        self, encoder: StreamEncoder, source: AsyncGenerator[Any, None], events: AsyncGenerator[Any, None] | None
+        self, encoder: StreamEncoder, source: AsyncGenerator[Any, None], events: AsyncGenerator[Any, None]
     ) -> AsyncGenerator[bytes, None]:
         status = 200
         try:
             async for chunk in encoder.events(source):
                 yield chunk
-        except GatewayError as exc:
-            status = exc.status
-            log.warning("stream %s failed: %s", self.prepared.request_id, exc.message)
-            yield encoder.failed(exc)
-        except Exception as exc:  # reported to the client and logged, never swallowed
-            status = 500
-            log.exception("stream %s crashed", self.prepared.request_id)
-            yield encoder.failed(GatewayError(f"internal error: {type(exc).__name__}"))
+        except Exception as exc:  # noqa: BLE001  # reported to the client and logged (`_failure`), never swallowed
+            failure = self._failure(exc)
+            status = failure.status
+            yield encoder.failed(failure)
         finally:
             await source.aclose()
-            if events is not None:
-                await events.aclose()
+            await events.aclose()
+            self.finish(status)
+            await self._release()
+
+    async def _plain_body(self, encoder: PlainEncoder) -> AsyncGenerator[bytes, None]:
+        """The plain stream in one loop: the orchestrator's events in, the
+        encoder's bytes out (one generator between the worker client and the
+        response, not three). As `_body` for failures and the end."""
+        status = 200
+        p = self.prepared
+        lean = LeanText(self._model.tokenizer, p)
+        events = self._orchestrator.stream(p.job)
+        try:
+            head = encoder.start()
+            if head:
+                yield head
+            async for ev in events:
+                if isinstance(ev, TokenDelta):
+                    delta = lean.delta(ev)
+                    if delta:
+                        yield encoder.text(delta)
+                    if lean.stopped:
+                        break
+                else:
+                    self._account(ev)
+                    yield encoder.end(lean.tail(), ev)
+                    return
+            done = lean.stopped_early()  # a stop string ended the text before the worker finished
+            self._account(done)
+            yield encoder.end("", done)
+        except Exception as exc:  # noqa: BLE001  # reported to the client and logged (`_failure`), never swallowed
+            failure = self._failure(exc)
+            status = failure.status
+            yield encoder.failed(failure)
+        finally:
+            await events.aclose()
             self.finish(status)
             await self._release()
 

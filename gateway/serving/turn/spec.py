@@ -88,8 +88,8 @@ def with_defaults(sampling: Sampling, unset: frozenset[str], defaults: dict[str,
     """`sampling` with the model's defaults in the fields the client left out."""
     from dataclasses import replace
 
-    update = {name: value for name, value in defaults.items() if name in unset and name in DEFAULTABLE}
-    return replace(sampling, **update) if update else sampling  # type: ignore[arg-type]
+    update: dict[str, Any] = {name: value for name, value in defaults.items() if name in unset and name in DEFAULTABLE}
+    return replace(sampling, **update) if update else sampling
 
 
 def resolve_max_tokens(

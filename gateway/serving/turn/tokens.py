@@ -72,7 +72,7 @@ class PromptTokens:
         chars = prompt_chars(spec)
         span = start_span("tokenize", **{"evolving.prompt_chars": chars})  # template + tokens + block hashes
         if chars < self.offload_chars:
-            tokens = self.tokens(spec)
+            tokens = self.tokens(spec, salt)
             hashes = self.directory.block_hashes(tokens, salt)
         elif chars >= self.process_chars and self.process_tokenizer is not None:
             try:
@@ -85,14 +85,16 @@ class PromptTokens:
         end_span(span, **sizes)
         return tokens, hashes
 
-    def tokens(self, spec: TurnSpec) -> list[int]:
-        """The prompt's token ids (template applied); refuses empty and too long prompts."""
+    def tokens(self, spec: TurnSpec, salt: str | None = None) -> list[int]:
+        """The prompt's token ids (template applied); refuses empty and too long prompts.
+        `salt` (the tenant's cache salt): the scope of the tokenizer's piece cache."""
         if spec.messages is not None:
             tokens = self.model.tokenizer.encode_chat(
                 spec.messages,
                 tools=spec.tools,
                 template_kwargs=spec.template_kwargs,
                 max_tokens=self.model.max_prompt_tokens,
+                scope=salt,
             )
         else:
             tokens = self._completion_tokens(spec.prompt)
@@ -118,7 +120,7 @@ class PromptTokens:
         return ids
 
     async def _in_thread(self, spec: TurnSpec, salt: str) -> tuple[list[int], list[str]]:
-        tokens = await asyncio.get_running_loop().run_in_executor(self._pool, self.tokens, spec)
+        tokens = await asyncio.get_running_loop().run_in_executor(self._pool, self.tokens, spec, salt)
         return tokens, await self._hash_in_slices(tokens, salt)
 
     async def _in_process(self, proc: ProcessTokenizer, spec: TurnSpec, salt: str) -> tuple[list[int], list[str]]:

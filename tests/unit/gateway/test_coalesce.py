@@ -92,3 +92,18 @@ async def test_bytes_for_a_closed_connection_are_dropped() -> None:
     await asyncio.sleep(0)
     assert real.calls == [] and t.is_closing()
     assert t.get_extra_info("peername") == ("127.0.0.1", 1)
+
+
+async def test_connections_written_in_one_turn_flush_together_at_the_next() -> None:
+    loop = asyncio.get_running_loop()
+    reals = [RecordingTransport() for _ in range(3)]
+    ts = [CoalescingTransport(r, loop) for r in reals]
+    for i, t in enumerate(ts):
+        t.write(b"%d" % i)
+    ts[1].close()  # flushed now, before its close; the others wait for the turn
+    assert [r.calls for r in reals] == [[], [("write", b"1"), ("close", None)], []]
+    await asyncio.sleep(0)
+    assert [r.calls for r in reals] == [[("write", b"0")], [("write", b"1"), ("close", None)], [("write", b"2")]]
+    ts[0].write(b"x")  # the next turn: scheduled again
+    await asyncio.sleep(0)
+    assert reals[0].calls[1:] == [("write", b"x")]

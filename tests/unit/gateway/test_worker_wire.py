@@ -102,9 +102,21 @@ def test_chunks_carrying_blocks_or_errors_or_another_request_stay_apart() -> Non
         GenerateChunk(request_id="q", token_ids=[4], error="boom"),
         GenerateChunk(request_id="q", token_ids=[5]),
     ]
-    merged = coalesce(chunks)
+    merged = decode_chunks([c.model_dump_json(exclude_none=True).encode() for c in chunks])
     assert [(c.request_id, c.token_ids) for c in merged] == [("r", [1]), ("r", [2]), ("q", [3, 4]), ("q", [5])]
     assert merged[0].saved_blocks == saved and merged[2].error == "boom"
+
+
+def test_merging_copies_the_documents_it_merges() -> None:
+    first = {"request_id": "r", "token_ids": [1], "text": "a", "prompt_tokens": 4}
+    (run,) = coalesce([first, {"request_id": "r", "token_ids": [2], "text": "b", "prompt_tokens": 9}])
+    assert run["token_ids"] == [1, 2] and run["text"] == "ab" and run["prompt_tokens"] == 4
+    assert first["token_ids"] == [1] and first["text"] == "a"
+
+
+def test_lines_pydantic_reads_but_a_merge_cannot_stay_apart() -> None:
+    chunks = decode_chunks([line(token_ids=[1]), line(token_ids=[2], cached_tokens="3")])
+    assert [(c.token_ids, c.cached_tokens) for c in chunks] == [([1], 0), ([2], 3)]
 
 
 def test_a_single_line_decodes_without_merging() -> None:
@@ -116,7 +128,15 @@ def test_a_single_line_decodes_without_merging() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [b"{not json", line(token_ids="x"), line(finish_reason="exploded"), line(unknown_field=1)],
+    [
+        b"{not json",
+        b"[1]",
+        line(token_ids="x"),
+        line(token_ids=[2], text=5),
+        line(token_ids=[2], cached_tokens="many"),
+        line(finish_reason="exploded"),
+        line(unknown_field=1),
+    ],
 )
 def test_a_line_that_is_not_a_chunk_is_named(bad: bytes) -> None:
     with pytest.raises(BadChunk, match="bad chunk from worker"):

@@ -65,6 +65,12 @@ async def test_every_request_leaves_one_record(gateway) -> None:
     assert (
         await client.post("/v1/responses", json={"model": "demo", "input": "hi", "max_output_tokens": 4})
     ).status_code == 200
+    count = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
+    assert (await client.post("/v1/messages/count_tokens", json=count)).json()["input_tokens"] > 0
+    assert (await client.post("/v1/messages/count_tokens", json={**count, "model": "nope"})).status_code == 404
+    assert (await client.get("/v1/models")).status_code == 200
+    assert (await client.get("/v1/models/demo")).status_code == 200
+    assert (await client.get("/v1/models/nope")).status_code == 404
     records = log.recent(100)
     assert [(r.api, r.endpoint, r.status) for r in reversed(records)] == [
         ("openai", "chat", 200),
@@ -73,7 +79,13 @@ async def test_every_request_leaves_one_record(gateway) -> None:
         ("anthropic", "messages", 200),
         ("anthropic", "messages", 404),
         ("responses", "responses", 200),
+        ("anthropic", "count_tokens", 200),
+        ("anthropic", "count_tokens", 404),
+        ("openai", "models", 200),
+        ("openai", "models", 200),
+        ("openai", "models", 404),
     ]
+    records = records[5:]  # the generation requests, newest first
     first, second = log.recent(2, branch="agent-1")[::-1]
     assert first.request_id == r.headers["x-request-id"] and second.request_id == streamed.headers["x-request-id"]
     for ok in (first, second):
