@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import FinishReason, Role
-from gateway.control.health import NodeHealth, Quarantine, SuspectIsolation, request_fingerprint
+from gateway.control.health import Quarantine, SuspectIsolation, request_fingerprint
 from gateway.control.registry import WorkerRegistry
 from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
 from gateway.kv.directory import Directory
@@ -115,7 +115,6 @@ class OrchestratorConfig:
     max_node_attempts: int = 4  # failed worker calls per request before giving up
     max_migrations: int = 16  # migrations followed per request
     suspect_wait_s: float = 30.0  # a suspect waits this long at most for a node no other suspect holds
-    no_node_wait_s: float = 60.0  # a request waits this long at most while every node is restarting or switching
 
 
 @dataclass(frozen=True)
@@ -163,9 +162,11 @@ class Orchestrator:
         while not progress.budget_spent():
             # decide
             suspect = self.quarantine.deaths(fingerprint) > 0
-            node_id, role, kv = await self._decide_or_wait(job, progress, trace, suspect)
             if suspect:
+                node_id, role, kv = await self._decide_suspect(job, progress, trace)
                 self.isolation.hold(node_id, job.request_id)
+            else:
+                node_id, role, kv = await self._decide(job, progress, trace)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
             # min_tokens counts from the request's start: what the prompt already carries counts
@@ -242,35 +243,22 @@ class Orchestrator:
             )
 
     # -- decide -----------------------------------------------------------------
-    async def _decide_or_wait(
-        self, job: Job, progress: RequestProgress, trace: JobTrace | NoJobTrace, suspect: bool
+    async def _decide_suspect(
+        self, job: Job, progress: RequestProgress, trace: JobTrace | NoJobTrace
     ) -> tuple[str, Role, KVTransferSpec]:
-        """`_decide`, waiting (polled) while no node can take the request but
-        one is only out for a while: an engine restarting, a node switching
-        phase. A suspect also avoids the nodes other suspects hold, for
-        `suspect_wait_s` at most. After a first miss, nodes that failed this
-        request count again once the registry has them healthy and not
-        draining (an engine restarted in place, a switch done): a request
-        that saw every node fail or refuse once is not refused for that."""
-        t0 = time.monotonic()
-        relaxed = False
+        """`_decide` avoiding the nodes other suspects hold; when every node is
+        held, wait for one (polled), at most `suspect_wait_s`, then any node."""
+        deadline = time.monotonic() + self._cfg.suspect_wait_s
         while True:
-            waited = time.monotonic() - t0
-            avoid = self.isolation.held() if suspect and waited < self._cfg.suspect_wait_s else frozenset()
+            avoid = self.isolation.held()
             try:
-                return await self._decide(job, progress, trace, avoid=avoid, relaxed=relaxed)
+                return await self._decide(job, progress, trace, avoid=avoid)
             except Unavailable:
-                if not (avoid or relaxed):
-                    relaxed = True  # once more at once, without this request's exclusions
-                    continue
-                if waited >= self._cfg.no_node_wait_s or not (avoid or self._coming_back()):
+                if not avoid:
                     raise
-            await asyncio.sleep(0.05)
-
-    def _coming_back(self) -> bool:
-        """Some node is out of routing for a while, not gone: its engine is
-        dead or restarting in a live process, or it is switching phase."""
-        return any(n.health is NodeHealth.ENGINE_DEAD or n.draining_to is not None for n in self._registry.nodes())
+                if time.monotonic() >= deadline:
+                    return await self._decide(job, progress, trace)
+            await asyncio.sleep(0.02)
 
     async def _decide(
         self,
@@ -278,16 +266,9 @@ class Orchestrator:
         progress: RequestProgress,
         trace: JobTrace | NoJobTrace = NO_JOB,
         avoid: frozenset[str] = frozenset(),
-        relaxed: bool = False,
     ) -> tuple[str, Role, KVTransferSpec]:
-        """`relaxed`: route among healthy nodes not switching, whether or not they failed this request."""
         started = trace.clock()
-        context = progress.context()
-        if relaxed:
-            excluded = {n.node_id for n in self._registry.nodes() if not n.healthy or n.draining_to is not None}
-            excluded |= avoid
-        else:
-            excluded = progress.excluded | avoid
+        context, excluded = progress.context(), progress.excluded | avoid
         dead = [n.node_id for n in self._registry.nodes() if not n.healthy]
         # Only the request's first lookup counts toward the pool hit rate.
         hit = await self._directory.lookup(

@@ -150,32 +150,3 @@ def test_suspect_isolation_holds_and_releases_per_request():
     assert iso.held() == {"w1", "w2"}
     iso.release("w1", "a")
     assert iso.held() == {"w2"}
-
-
-async def test_a_request_waits_while_every_node_is_restarting_or_switching():
-    # w0's engine is dead (restarting), w1 is switching phase: nobody can take
-    # the request now, both will soon. It waits and is served, not refused.
-    c = await Cluster([Phase.DECODE, Phase.DECODE]).start()
-    c.w("w0").kill_engine()
-    await c.registry.poll_once()
-    c.registry.mark_draining("w1", Phase.PREFILL)
-    c.w("w1").draining_to = Phase.PREFILL  # it refuses the request (the router's last resort) while it drains
-    served = asyncio.create_task(collect(c.orch, job(PROMPT, 5)))
-    await asyncio.sleep(0.2)
-    assert not served.done()
-    c.w("w1").draining_to = None
-    c.registry.finish_switch("w1", Phase.DECODE)
-    tokens, done = await served
-    assert tokens == expected(PROMPT, 5) and done.nodes == ["w1", "w1"]  # refused once, then served
-
-
-async def test_a_request_is_refused_at_once_when_no_node_is_coming_back():
-    from gateway.http.errors import Unavailable
-
-    c = await Cluster([Phase.DECODE]).start()
-    c.w("w0").kill()  # the process is gone: unreachable, not restarting in place
-    await c.registry.poll_once()
-    t0 = asyncio.get_running_loop().time()
-    with pytest.raises(Unavailable):
-        await collect(c.orch, job(PROMPT, 5))
-    assert asyncio.get_running_loop().time() - t0 < 1.0
