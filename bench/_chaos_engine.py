@@ -332,6 +332,8 @@ async def window(ctx: Ctx, name: str, fault: Fault) -> dict[str, Any]:
         "back_in_service_s": None if back is None else round(back, 1),
         "errors": s["errors"],
         "switches": log.switches,
+        **{k: s[k] for k in ("missing_tokens", "mismatched_tokens", "tie_flips") if s[k]},
+        **{k: s[k] for k in ("mismatch_detail", "lost_detail") if s[k]},
         **extra,
     }
 

@@ -11,8 +11,10 @@ the longest gap between the two over the engines that died: the time a
 dead engine stayed in routing, measured, not a poll's floor.
 
 The fault may take the node out before its engine-core process has gone
-(a core that crashes reports its death, then exits): then the gap is
-negative and counts as 0.
+(a core that crashes reports its death, then exits once the worker shuts
+its client down, up to 2 s later): then the gap is negative and counts as
+0. Only exits after the engine was first seen count (a restarted core is a
+new engine).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from testing.engine_faults import engine_core_pids
 class _Engine:
     pid: int
     alive_at: float  # unix s it was last seen alive
+    seen_at: float  # unix s it was first seen (a restarted core is a new engine)
 
 
 @dataclass
@@ -40,7 +43,7 @@ class DeathWatch:
     registry: Callable[[], Any]  # the gateway's WorkerRegistry now (a restarted gateway has a new one)
     period_s: float = 0.02
     engines: dict[str, _Engine] = field(default_factory=dict)
-    deaths: list[tuple[str, float]] = field(default_factory=list)  # (node, died at) per engine that died
+    deaths: list[tuple[str, float, float]] = field(default_factory=list)  # (node, died at, first seen) per death
     out_at: dict[str, list[float]] = field(default_factory=dict)  # node -> the gateway's out-of-routing times
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -58,12 +61,12 @@ class DeathWatch:
                 known.alive_at = now
                 continue
             if known is not None:
-                self.deaths.append((node, known.alive_at))
+                self.deaths.append((node, known.alive_at, known.seen_at))
                 del self.engines[node]
             proc = getattr(w, "proc", None)
             pids = [p for p in engine_core_pids(proc.pid) if _alive(p)] if proc is not None else []
             if pids:
-                self.engines[node] = _Engine(pids[0], now)
+                self.engines[node] = _Engine(pids[0], now, now)
 
     def _look_gateway(self) -> None:
         try:
@@ -81,8 +84,9 @@ class DeathWatch:
     def detect_s(self) -> float | None:
         """The longest a dead engine stayed in routing (None: none died, or
         the gateway never took its node out)."""
-        # Each node's first exit from routing after (or up to 1 s before) the
-        # engine's last sign of life: a crashing core reports before it exits.
+        # Each node's first exit from routing while that engine ran: a crashing
+        # core reports its death, then its process lingers until the worker
+        # shuts its client down (up to the healer's 2 s drain).
         gaps = self.gaps()
         return max(0.0, max(gaps)) if gaps else None
 
@@ -90,14 +94,14 @@ class DeathWatch:
         """Per engine that died and was taken out: out-of-routing time minus
         its last sign of life, signed (negative: out before its process exited)."""
         out = []
-        for node, died in self.deaths:
-            outs = [t for t in self.out_at.get(node, []) if t >= died - 1.0]
+        for node, died, seen in self.deaths:
+            outs = [t for t in self.out_at.get(node, []) if t >= seen]
             if outs:
                 out.append(round(min(outs) - died, 3))
         return out
 
     def first_death(self) -> float | None:
-        return min(t for _, t in self.deaths) if self.deaths else None
+        return min(t for _, t, _ in self.deaths) if self.deaths else None
 
 
 def _alive(pid: int) -> bool:

@@ -55,6 +55,7 @@ class WorkerSpec:
     env: dict[str, str] | None = None
     phase: str = "decode"
     engine_restarts: int = 0  # in-place engine restarts its current process reported (/healthz)
+    pid: int | None = None  # the process `engine_restarts` belongs to
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class WorkerWatchdog(threading.Thread):
                 if status == 503:
                     kind = r.json().get("error", {}).get("type", "")
                 elif status == 200:
-                    self._note_in_place(spec, int(r.json().get("engine_restarts", 0)))
+                    self._note_in_place(spec, int(r.json().get("engine_restarts", 0)), proc.pid if proc else None)
                     ph = self._http.get(f"{spec.url}/internal/phase")
                     if ph.status_code == 200:
                         spec.phase = ph.json().get("draining_to") or ph.json().get("phase", spec.phase)
@@ -126,8 +127,14 @@ class WorkerWatchdog(threading.Thread):
                 pass
         return down_cause(code, status, kind)
 
-    def _note_in_place(self, spec: WorkerSpec, restarts: int) -> None:
-        """Report the engine restarts the worker did itself since the last look."""
+    def _note_in_place(self, spec: WorkerSpec, restarts: int, pid: int | None) -> None:
+        """Report the engine restarts the worker did itself since the last look.
+
+        The count is per process: whoever relaunched it (this watchdog, an
+        operator, the bench), a new pid counts from 0 again, so its first
+        in-place restart is reported, not hidden under the old process's count."""
+        if pid != spec.pid:
+            spec.pid, spec.engine_restarts = pid, 0
         for n in range(spec.engine_restarts + 1, restarts + 1):
             log.warning("worker %s restarted its engine core in place (restart %d)", spec.name, n)
             self.on_event(RestartEvent(spec.name, "engine core died", spec.phase, n, 0.0, in_place=True))
@@ -148,7 +155,6 @@ class WorkerWatchdog(threading.Thread):
         if self.halt.wait(verdict.delay_s):
             return
         self.children.start(spec.name, with_phase(spec.argv, spec.phase), spec.log, spec.env)
-        spec.engine_restarts = 0  # a new process counts from 0
         self.on_event(RestartEvent(spec.name, cause, spec.phase, verdict.attempt, verdict.delay_s))
 
     def stop(self) -> None:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
+DEATH_SETTLE_S = 1.0  # how long an unfinished stream waits to learn whether its engine core died
 
 
 @dataclass(frozen=True)
@@ -309,6 +310,17 @@ class WorkerEngine:
         # core's traceback is in this worker's log.
         return "the engine core has stopped (its traceback is in the worker log)"
 
+    async def _dead_soon(self, within_s: float = DEATH_SETTLE_S) -> bool:
+        """The engine is, or within `within_s` turns out, not alive: a stream
+        that ended unfinished or with an error may be told of its core's death
+        a moment before the client marks itself errored."""
+        deadline = time.monotonic() + within_s
+        while self.state is EngineState.ALIVE:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
     def _live(self) -> AsyncLLM:
         """The engine, for callers that checked `ready` (EngineError if it went)."""
         if self._llm is None:
@@ -459,7 +471,7 @@ class WorkerEngine:
                 if now - self._last_yield >= YIELD_EVERY_S:
                     self._last_yield = now
                     await asyncio.sleep(0)
-            if not finished and self.state is not EngineState.ALIVE and not state.migrate:
+            if not finished and not state.migrate and await self._dead_soon():
                 # vLLM ends some streams of a dead core without an error once its
                 # client shuts down (a request in its first prefill chunk): it
                 # died under the request all the same (the gateway counts it
@@ -474,7 +486,12 @@ class WorkerEngine:
 
             if isinstance(exc, VLLMClientError):
                 raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
-            if self.state is not EngineState.ALIVE:  # EngineDeadError, or the core went while this ran
+            from vllm.v1.engine.exceptions import EngineDeadError
+
+            # The core died under this request. Its error can reach the request
+            # before the client counts itself errored: never a plain 500, which
+            # the gateway would not count toward the request's quarantine.
+            if isinstance(exc, EngineDeadError) or await self._dead_soon():
                 raise self._engine_dead(under_request=True) from exc
             raise
         finally:

@@ -16,6 +16,18 @@ was running on `max_engine_deaths` (2) engines that died is a **poison
 request**: `Quarantine` remembers its fingerprint (prompt tokens and
 sampling, less the seed the gateway may have drawn), so neither its continuation nor a client's retry of it reaches a
 third engine; the gateway answers it with `RequestQuarantined`.
+
+An engine that dies takes every request on it down, so its bystanders are
+suspects too. Two rules keep them from being taken for the poison:
+- `SuspectIsolation`: a suspect's next attempt goes to a node where no other
+  suspect is in its first step, and holds that node until its first token
+  there (or the attempt's end). A poison request kills the engine in that
+  first step (its prefill, or the step that crashed before, rerun), so the
+  second engine it kills has no other suspect on it: bystanders resumed from
+  the first death do not share its second.
+- `Quarantine.acquit`: a suspect that finishes on another engine did not kill
+  it; its deaths are forgotten, so deaths hours apart (two unrelated OOM
+  kills) never add up to a quarantine of an innocent, often-repeated request.
 """
 
 from __future__ import annotations
@@ -83,5 +95,35 @@ class Quarantine:
     def deaths(self, fp: str) -> int:
         return self._deaths.get(fp, 0)
 
+    def acquit(self, fp: str) -> None:
+        """Request `fp` finished on an engine after one died under it: forget
+        its deaths (a poison request, once quarantined, stays so)."""
+        if not self.is_poison(fp):
+            self._deaths.pop(fp, None)
+
     def is_poison(self, fp: str) -> bool:
         return self.deaths(fp) >= self.max_engine_deaths
+
+
+class SuspectIsolation:
+    """At most one suspect (a request an engine died under) in its first step
+    on each node; see the module docstring. One gateway's view: replicas
+    isolate their own suspects."""
+
+    def __init__(self) -> None:
+        self._holder: dict[str, str] = {}  # node id -> request id holding it
+
+    def held(self) -> frozenset[str]:
+        """Nodes another suspect's next attempt must avoid."""
+        return frozenset(self._holder)
+
+    def hold(self, node_id: str, request_id: str) -> None:
+        """`request_id` starts its attempt on `node_id` (which it may share
+        with a suspect only when none was free: then the newest holds it)."""
+        self._holder[node_id] = request_id
+
+    def release(self, node_id: str, request_id: str) -> None:
+        """Its first token there came, or the attempt ended: the node is free
+        for the next suspect. A release by a request that no longer holds it is a no-op."""
+        if self._holder.get(node_id) == request_id:
+            del self._holder[node_id]

@@ -24,7 +24,10 @@ is taken out of routing at once and the request continues elsewhere like
 any failover. Each engine that died with the request on it counts against
 the request's fingerprint; at the second it is a poison request:
 `RequestQuarantined` (500), and a later identical request is refused before
-it reaches any engine.
+it reaches any engine. A suspect (one death so far) is isolated on its next
+node until its first token there, and acquitted when it finishes
+(`SuspectIsolation`, `Quarantine.acquit`): bystanders of a poison request
+are not quarantined with it.
 
 Failure contract: a node that cannot be reached is reported to the registry
 and skipped; after `max_node_attempts` failures, or when no node is left,
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import FinishReason, Role
-from gateway.control.health import Quarantine, request_fingerprint
+from gateway.control.health import Quarantine, SuspectIsolation, request_fingerprint
 from gateway.control.registry import WorkerRegistry
 from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
 from gateway.kv.directory import Directory
@@ -111,6 +114,7 @@ class OrchestratorConfig:
     router: RouterConfig = RouterConfig()
     max_node_attempts: int = 4  # failed worker calls per request before giving up
     max_migrations: int = 16  # migrations followed per request
+    suspect_wait_s: float = 30.0  # a suspect waits this long at most for a node no other suspect holds
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class Orchestrator:
         quarantine: Quarantine | None = None,
     ) -> None:
         self.quarantine = quarantine or Quarantine()
+        self.isolation = SuspectIsolation()
         self._registry = registry
         self._client = client
         self._directory = directory
@@ -181,7 +186,12 @@ class Orchestrator:
         trace = job_trace(job.request_id)  # spans of routing, each segment, a migration (no-op untraced)
         while not progress.budget_spent():
             # decide
-            node_id, role, kv = await self._decide(job, progress, trace)
+            suspect = self.quarantine.deaths(fingerprint) > 0
+            if suspect:
+                node_id, role, kv = await self._decide_suspect(job, progress, trace)
+                self.isolation.hold(node_id, job.request_id)
+            else:
+                node_id, role, kv = await self._decide(job, progress, trace)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
             # min_tokens counts from the request's start: what the prompt already carries counts
@@ -210,11 +220,17 @@ class Orchestrator:
             )
             # one worker call, its chunks applied as they come
             end: _SegmentEnd | None = None
-            async for item in self._run_segment(node_id, req, progress, t0):
-                if isinstance(item, _SegmentEnd):
-                    end = item
-                else:
-                    yield item
+            try:
+                async for item in self._run_segment(node_id, req, progress, t0):
+                    if isinstance(item, _SegmentEnd):
+                        end = item
+                    else:
+                        if suspect:  # through its first step here: the next suspect may come
+                            self.isolation.release(node_id, job.request_id)
+                        yield item
+            finally:
+                if suspect:
+                    self.isolation.release(node_id, job.request_id)
             assert end is not None
             trace.segment_ended(
                 outcome=end.outcome.value,
@@ -232,6 +248,8 @@ class Orchestrator:
                 is Next.DONE
             ):
                 break
+        if self.quarantine.deaths(fingerprint):
+            self.quarantine.acquit(fingerprint)  # it finished on an engine: a bystander, not the poison
         await self._remember_branch(job, progress.generated)
         yield Finished(
             finish_reason=progress.finish,
@@ -255,11 +273,32 @@ class Orchestrator:
             )
 
     # -- decide -----------------------------------------------------------------
+    async def _decide_suspect(
+        self, job: Job, progress: RequestProgress, trace: JobTrace | NoJobTrace
+    ) -> tuple[str, Role, KVTransferSpec]:
+        """`_decide` avoiding the nodes other suspects hold; when every node is
+        held, wait for one (polled), at most `suspect_wait_s`, then any node."""
+        deadline = time.monotonic() + self._cfg.suspect_wait_s
+        while True:
+            avoid = self.isolation.held()
+            try:
+                return await self._decide(job, progress, trace, avoid=avoid)
+            except Unavailable:
+                if not avoid:
+                    raise
+                if time.monotonic() >= deadline:
+                    return await self._decide(job, progress, trace)
+            await asyncio.sleep(0.02)
+
     async def _decide(
-        self, job: Job, progress: RequestProgress, trace: JobTrace | NoJobTrace = NO_JOB
+        self,
+        job: Job,
+        progress: RequestProgress,
+        trace: JobTrace | NoJobTrace = NO_JOB,
+        avoid: frozenset[str] = frozenset(),
     ) -> tuple[str, Role, KVTransferSpec]:
         started = trace.clock()
-        context, excluded = progress.context(), progress.excluded
+        context, excluded = progress.context(), progress.excluded | avoid
         dead = [n.node_id for n in self._registry.nodes() if not n.healthy]
         # Only the request's first lookup counts toward the pool hit rate.
         hit = await self._directory.lookup(

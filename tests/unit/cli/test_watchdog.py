@@ -69,10 +69,56 @@ def test_in_place_engine_restarts_become_events_once_each():
     spec = WorkerSpec("w1", "http://127.0.0.1:1", ["w"], pathlib.Path("w1.log"), phase="prefill")
     # No children: this test drives the restart decisions only, never a process.
     dog = WorkerWatchdog(children=None, specs=[spec], on_event=events.append)  # type: ignore[arg-type]
-    dog._note_in_place(spec, 0)
-    dog._note_in_place(spec, 2)  # two restarts since the last look
-    dog._note_in_place(spec, 2)
+    dog._note_in_place(spec, 0, 7)
+    dog._note_in_place(spec, 2, 7)  # two restarts since the last look
+    dog._note_in_place(spec, 2, 7)
     assert [(e.node_id, e.cause, e.phase, e.attempt, e.in_place) for e in events] == [
         ("w1", "engine core died", "prefill", 1, True),
         ("w1", "engine core died", "prefill", 2, True),
     ]
+
+
+class _Proc:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return None
+
+
+class _Children:
+    """A process group whose processes stay alive; `proc` is swapped to relaunch."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = _Proc(pid)
+
+    def get(self, name: str) -> _Proc:
+        return self.proc
+
+
+def test_a_relaunched_process_counts_its_in_place_restarts_from_zero():
+    import pathlib
+
+    import httpx
+
+    from cli.watchdog import RestartEvent, WorkerSpec, WorkerWatchdog
+
+    restarts = {"n": 2}
+
+    def worker(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/healthz":
+            return httpx.Response(200, json={"status": "ok", "engine": "alive", "engine_restarts": restarts["n"]})
+        return httpx.Response(200, json={"phase": "decode", "draining_to": None})
+
+    events: list[RestartEvent] = []
+    children = _Children(100)
+    spec = WorkerSpec("w1", "http://w1", ["w"], pathlib.Path("w1.log"))
+    dog = WorkerWatchdog(children, [spec], on_event=events.append)  # type: ignore[arg-type]
+    dog._http = httpx.Client(transport=httpx.MockTransport(worker))
+    assert dog._look(spec) is None
+    assert [e.attempt for e in events] == [1, 2]  # process 100 restarted its engine twice
+    children.proc, restarts["n"] = _Proc(200), 1  # relaunched (not by the watchdog); its first in-place restart
+    assert dog._look(spec) is None
+    dog._look(spec)
+    assert [(e.attempt, e.in_place) for e in events] == [(1, True), (2, True), (1, True)]
+    assert (spec.pid, spec.engine_restarts) == (200, 1)

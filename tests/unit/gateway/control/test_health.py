@@ -57,3 +57,16 @@ def test_quarantine_forgets_the_oldest_beyond_capacity():
 def test_quarantine_config_is_validated():
     with pytest.raises(ValueError, match="max_engine_deaths and capacity must be >= 1"):
         Quarantine(max_engine_deaths=0)
+
+
+def test_acquit_forgets_a_suspect_but_never_a_poison_request():
+    q = Quarantine(max_engine_deaths=2)
+    q.record_death("bystander")
+    q.acquit("bystander")  # it finished on another engine
+    assert q.deaths("bystander") == 0
+    q.record_death("bystander")  # a later, unrelated death: one again, not poison
+    assert not q.is_poison("bystander")
+    q.record_death("p")
+    q.record_death("p")
+    q.acquit("p")
+    assert q.is_poison("p")
