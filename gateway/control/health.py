@@ -95,6 +95,11 @@ class Quarantine:
     def deaths(self, fp: str) -> int:
         return self._deaths.get(fp, 0)
 
+    @property
+    def any_deaths(self) -> bool:
+        """Whether any request has an engine death on record (else no fingerprint is needed)."""
+        return bool(self._deaths)
+
     def acquit(self, fp: str) -> None:
         """Request `fp` finished on an engine after one died under it: forget
         its deaths (a poison request, once quarantined, stays so)."""

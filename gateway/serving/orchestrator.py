@@ -186,7 +186,7 @@ class Orchestrator:
         trace = job_trace(job.request_id)  # spans of routing, each segment, a migration (no-op untraced)
         while not progress.budget_spent():
             # decide
-            suspect = self.quarantine.deaths(fingerprint) > 0
+            suspect = self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value) > 0
             if suspect:
                 node_id, role, kv = await self._decide_suspect(job, progress, trace)
                 self.isolation.hold(node_id, job.request_id)
@@ -248,8 +248,8 @@ class Orchestrator:
                 is Next.DONE
             ):
                 break
-        if self.quarantine.deaths(fingerprint):
-            self.quarantine.acquit(fingerprint)  # it finished on an engine: a bystander, not the poison
+        if self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value):
+            self.quarantine.acquit(fingerprint.value)  # it finished on an engine: a bystander, not the poison
         await self._remember_branch(job, progress.generated)
         yield Finished(
             finish_reason=progress.finish,
