@@ -1,5 +1,5 @@
 """CPU the gateway's request-path spans cost, in one process, without the
-rest of the gateway: `python -m bench.tracing_spans --json`.
+rest of the gateway: `evolving-infra bench tracing --json`.
 
 Each request runs the real tracing middleware around a stand-in app that
 calls every span site a streamed, routed, single-segment request calls
@@ -7,8 +7,9 @@ calls every span site a streamed, routed, single-segment request calls
 `traceparent`, 16 token chunks relayed, turn_finished), the same names and
 attributes the serving code gives. Requests run 32 at a time on one event
 loop, as a loaded gateway runs them. Spans are exported by the gateway's own
-exporter to a receiver process (`testing.otlp_receiver`), so the process's
-CPU includes recording, batching, encoding and posting.
+exporter to a receiver process (`testing.otlp_receiver`, niced, decoding
+the bodies only when its counts are read), so the process's CPU includes
+recording, batching, encoding and posting.
 
 Prints one JSON object: CPU µs per request with tracing off and on (median
 of `--rounds`), their difference (`span_cpu_us`, the cost of the spans),
@@ -24,12 +25,12 @@ import json
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from typing import Any
 
 import httpx
 
+from bench._tracing import receiver_argv
 from core.tracing import TraceSettings
 from gateway.telemetry import (
     Tracing,
@@ -117,7 +118,7 @@ def _free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.tracing_spans", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="evolving-infra bench tracing", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object (the only output)")
     p.add_argument("--requests", type=int, default=8192)
     p.add_argument("--concurrency", type=int, default=32)
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     port = _free_port()
-    rx = subprocess.Popen([sys.executable, "-m", "testing.otlp_receiver", "--port", str(port)])
+    rx = subprocess.Popen(receiver_argv(port))  # niced, decoding only when its counts are read
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
             off.append(_cpu_us_per_request(_app, args.requests, args.concurrency, lambda: None))
             on.append(_cpu_us_per_request(traced, args.requests, args.concurrency, tracing.flush))
         time.sleep(0.5)
-        spans = httpx.get(url + "/stats", timeout=10).json().get("spans", 0) - before
+        spans = httpx.get(url + "/stats", timeout=300).json().get("spans", 0) - before  # decodes them all now
         tracing.shutdown()
     finally:
         rx.terminate()
