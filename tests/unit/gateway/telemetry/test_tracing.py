@@ -69,8 +69,12 @@ def test_off_makes_nothing() -> None:
 
 def test_a_decision_that_does_not_act_links_the_requests_it_holds() -> None:
     # advisory: the planner chose 2P2D and returned no actions; the loop derives the moves it held back
-    nodes = (NodeState("p1", Phase.PREFILL), NodeState("d1", Phase.DECODE, running=3), NodeState("d2", Phase.DECODE))
-    nodes += (NodeState("d3", Phase.DECODE, pinned=True),)
+    nodes = (
+        NodeState("p1", Phase.PREFILL),
+        NodeState("d1", Phase.DECODE, running=3),
+        NodeState("d2", Phase.DECODE),
+        NodeState("d3", Phase.DECODE, pinned=True),
+    )
     view = ClusterView(now=0.0, nodes=nodes, mode=PlannerMode.ADVISORY)
     held = decision((1, 3), (2, 2), acted=False)
     assert held_moves(held, view) == (SwitchAction("d2", Phase.PREFILL),)  # the idlest movable decode node
