@@ -350,7 +350,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
                 receiver_url = f"http://127.0.0.1:{rx_port}"
                 rx_argv = _tracing.receiver_argv(rx_port)
                 stack.enter_context(process(rx_argv, f"{receiver_url}/stats", tmp / "otlp.log", cpu=load_cpu))
-                traced_url = start_gateway("gateway-traced", env=_tracing.traced_env(receiver_url))
+                traced_url = start_gateway(_tracing.ON, env=_tracing.traced_env(receiver_url))
         for name in PEERS:
             if name not in wanted:
                 continue
@@ -364,6 +364,15 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
             urls[name] = url
         for name, url in urls.items():
             check_target(f"{url}/v1/chat/completions", keys.get(name, "sk-bench"), args.tokens)
+        tracing_urls = {_tracing.OFF: urls.get("gateway", ""), _tracing.ON: traced_url or ""}
+
+        def run_traced(name: str, concurrency: int, duration_s: float) -> dict[str, Any]:
+            pids = {"upstream": up.pid, "proxy": procs[name].pid}
+            target = f"{tracing_urls[name]}/v1/chat/completions"
+            body = bodies[_tracing.MODE]
+            kw: dict[str, Any] = {"pids": pids, "cpu": load_cpu, "api_key": keys[name]}
+            return run_wrk(target, body, lua, concurrency=concurrency, duration_s=duration_s, **kw)
+
         rows: list[dict[str, Any]] = []
         pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for rnd in range(args.rounds):
@@ -381,21 +390,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
                         if not args.json:
                             print(json.dumps(row), file=sys.stderr, flush=True)
             if traced_url is not None:  # the tracing case: untraced and traced back to back
-                pair = []
-                for name, url in (("gateway", urls["gateway"]), ("gateway-traced", traced_url)):
-                    kw = {
-                        "pids": {"upstream": up.pid, "proxy": procs[name].pid},
-                        "cpu": load_cpu,
-                        "api_key": keys[name],
-                    }
-                    target = f"{url}/v1/chat/completions"
-                    body = bodies[_tracing.MODE]
-                    if rnd == 0:
-                        run_wrk(target, body, lua, concurrency=8, duration_s=1, **kw)
-                    pair.append(run_wrk(target, body, lua, concurrency=_tracing.LEVEL, duration_s=args.duration, **kw))
-                pairs.append((pair[0], pair[1]))
+                if rnd == 0:
+                    _tracing.warm_up(run_traced)
+                pairs.append(_tracing.run_pair(run_traced, rnd, args.duration))
                 if not args.json:
-                    print(json.dumps({"tracing_pair": pair}), file=sys.stderr, flush=True)
+                    print(json.dumps({"tracing_pair": pairs[-1]}), file=sys.stderr, flush=True)
         summary = summarize(rows)
         tracing: dict[str, Any] = {}
         if pairs and receiver_url is not None:

@@ -1,5 +1,5 @@
 """CPU the gateway's request-path spans cost, in one process, without the
-rest of the gateway: `python -m bench.tracing_spans --json`.
+rest of the gateway: `evolving-infra bench tracing --json`.
 
 Each request runs the real tracing middleware around a stand-in app that
 calls every span site a streamed, routed, single-segment request calls
@@ -7,11 +7,14 @@ calls every span site a streamed, routed, single-segment request calls
 `traceparent`, 16 token chunks relayed, turn_finished), the same names and
 attributes the serving code gives. Requests run 32 at a time on one event
 loop, as a loaded gateway runs them. Spans are exported by the gateway's own
-exporter to a receiver process (`testing.otlp_receiver`), so the process's
-CPU includes recording, batching, encoding and posting.
+exporter to a receiver process (`testing.otlp_receiver`, niced, decoding
+the bodies only when its counts are read), so the process's CPU includes
+recording, batching, encoding and posting.
 
 Prints one JSON object: CPU µs per request with tracing off and on (median
 of `--rounds`), their difference (`span_cpu_us`, the cost of the spans),
+the off run over the same stand-in with no span site at all (`bare`:
+`off_cost_us`, what tracing off costs: each site one context-variable read),
 the receiver's span count against the expected six spans per request.
 The goal (issue 34): `span_cpu_us` <= 40 on a quiet machine.
 """
@@ -24,12 +27,12 @@ import json
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from typing import Any
 
 import httpx
 
+from bench._tracing import receiver_argv
 from core.tracing import TraceSettings
 from gateway.telemetry import (
     Tracing,
@@ -88,6 +91,14 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
+async def _bare_app(scope: Any, receive: Any, send: Any) -> None:
+    """`_app` without its span sites: what a build without tracing would run."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    for _ in range(CHUNKS):
+        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
 async def _serve(app: Any, requests: int, concurrency: int, flush: Any) -> None:
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
 
@@ -117,7 +128,7 @@ def _free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.tracing_spans", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="evolving-infra bench tracing", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object (the only output)")
     p.add_argument("--requests", type=int, default=8192)
     p.add_argument("--concurrency", type=int, default=32)
@@ -125,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     port = _free_port()
-    rx = subprocess.Popen([sys.executable, "-m", "testing.otlp_receiver", "--port", str(port)])
+    rx = subprocess.Popen(receiver_argv(port))  # niced, decoding only when its counts are read
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -136,25 +147,31 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(0.1)
         tracing = Tracing.build(TraceSettings(endpoint=url + "/v1/traces"), replica="bench")
         traced = TracingMiddleware(_app, tracing)
-        off, on = [], []
+        bare, off, on = [], [], []
         _cpu_us_per_request(traced, args.concurrency * 8, args.concurrency, tracing.flush)  # warm up
         before = httpx.get(url + "/stats", timeout=10).json().get("spans", 0)
         for _ in range(args.rounds):
+            bare.append(_cpu_us_per_request(_bare_app, args.requests, args.concurrency, lambda: None))
             off.append(_cpu_us_per_request(_app, args.requests, args.concurrency, lambda: None))
             on.append(_cpu_us_per_request(traced, args.requests, args.concurrency, tracing.flush))
         time.sleep(0.5)
-        spans = httpx.get(url + "/stats", timeout=10).json().get("spans", 0) - before
+        spans = httpx.get(url + "/stats", timeout=300).json().get("spans", 0) - before  # decodes them all now
         tracing.shutdown()
     finally:
         rx.terminate()
         rx.wait(10)
     served = args.rounds * (args.requests // args.concurrency) * args.concurrency
-    off_us, on_us = statistics.median(off), statistics.median(on)
+    bare_us, off_us, on_us = statistics.median(bare), statistics.median(off), statistics.median(on)
     out = {
         "requests_per_round": served // args.rounds,
-        "cpu_us_per_request": {"off": round(off_us, 1), "on": round(on_us, 1)},
+        "cpu_us_per_request": {"bare": round(bare_us, 1), "off": round(off_us, 1), "on": round(on_us, 1)},
         "span_cpu_us": round(on_us - off_us, 1),
-        "rounds": {"off": [round(x, 1) for x in off], "on": [round(x, 1) for x in on]},
+        "off_cost_us": round(off_us - bare_us, 1),
+        "rounds": {
+            "bare": [round(x, 1) for x in bare],
+            "off": [round(x, 1) for x in off],
+            "on": [round(x, 1) for x in on],
+        },
         "spans_received": spans,
         "spans_expected": served * SPANS_PER_REQUEST,
         "complete": spans == served * SPANS_PER_REQUEST,

@@ -30,6 +30,7 @@ BENCHES: dict[str, str] = {
     "disagg": "bench.disagg_bench:main",
     "prefetch": "bench.prefetch_bench:main",
     "gateway": "bench.gateway_bench:main",
+    "tracing": "bench.tracing_spans:main",
     "planner": "bench.planner_bench:main",
     "chaos": "bench.chaos_bench:main",
     "demo": "bench.demo_bench:main",

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 from gateway.control.workload_feed import WorkloadFeed
 from planner.cadence import StepCadence, coalesce_decode_steps
-from planner.types import SLO, ClusterView, Decision, Planner, PlannerMode
+from planner.decision import move_actions, protected_ids
+from planner.types import SLO, ClusterView, Decision, Planner, PlannerMode, SwitchAction
 
 if TYPE_CHECKING:
     from gateway.control.runtime import ClusterRuntime
@@ -91,7 +92,8 @@ class PlannerLoop:
         if not view.nodes:
             return
         decision = self.planner.decide(view)
-        with runtime.tracing.decision(decision):  # a span; the switches ordered below are its children
+        # a span (when it moves or holds requests); the switches ordered below are its children
+        with runtime.tracing.decision(decision, held_moves(decision, view)):
             await self._apply(runtime, decision, view)
 
     async def _apply(self, runtime: ClusterRuntime, decision: Decision, view: ClusterView) -> None:
@@ -120,3 +122,15 @@ class PlannerLoop:
         """Every auto/advisory decision, acted on or not, goes to the event store (buffered)."""
         if self.sink is not None:
             self.sink(decision, mode)
+
+
+def held_moves(decision: Decision, view: ClusterView) -> tuple[SwitchAction, ...]:
+    """The switches a decision that chose another split but did not act would
+    have ordered (its planner returns none then), by the planners' own rule
+    (`planner.decision.move_actions` over the unprotected nodes): what its
+    trace span links as the requests it holds. Empty when it acted or keeps
+    the split."""
+    if decision.acted or decision.chosen_split == decision.current_split:
+        return ()
+    protected = protected_ids(view.nodes, view.pin)
+    return move_actions(view.nodes, decision.current_split[0], decision.chosen_split[0], protected)

@@ -6,11 +6,12 @@ Request spans come from the middleware and the span sites (`_turn.py`);
 this object also makes the control plane's spans, each a root of its own
 trace and linked to the requests it touched:
 
-- `decision(decision)`: a planner decision that moves requests or holds
-  them (it acts, or chose another split and did not act; a tick that keeps
-  the split makes no span): current and chosen split, the predicted gain,
-  linked to the traced calls in flight on the nodes its actions name (the
-  requests it moves, or holds where it is when it does not act). The
+- `decision(decision, held)`: a planner decision that moves requests or
+  holds them (it acts, or chose another split and did not act; a tick that
+  keeps the split makes no span): current and chosen split, the predicted
+  gain, linked to the traced calls in flight on the nodes its actions name
+  (the requests it moves), or, when it does not act, on the nodes it would
+  have moved (`held`: the requests it holds where they are). The
   switches it orders run inside it, as its children.
 - `switch(node, ...)`: one phase switch; `SwitchTrace.migrated(ids)` links
   it to the decodes the worker migrated.
@@ -21,7 +22,7 @@ Off (no endpoint): no provider, `enabled` False, every method a no-op.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from core import Phase
     from gateway.store.records import SwitchOutcome
     from gateway.telemetry._export import SpanQueue
-    from planner.types import Decision
+    from planner.types import Decision, SwitchAction
 
 
 class SwitchTrace:
@@ -114,17 +115,21 @@ class Tracing:
             self._provider.shutdown()
 
     @contextlib.contextmanager
-    def decision(self, decision: Decision) -> Iterator[None]:
+    def decision(self, decision: Decision, held: Sequence[SwitchAction] = ()) -> Iterator[None]:
         """The span of one planner decision that moves requests or holds them
         (it acts, or would have and did not); the switches ordered inside are
-        its children. A tick that keeps the split as it is makes no span."""
+        its children. A tick that keeps the split as it is makes no span.
+
+        `held`: the switches a decision that did not act would have ordered
+        (a planner returns no actions then: `Planner.decide`); the requests in
+        flight on those nodes are the ones it holds, linked "holds"."""
         if self.tracer is None or not (decision.acted or decision.chosen_split != decision.current_split):
             yield
             return
-        nodes = [a.node_id for a in decision.actions]
+        moves = decision.actions if decision.acted else tuple(held)
         links = [
             Link(ctx, {"evolving.link": "migrates" if decision.acted else "holds"})
-            for ctx in self.inflight.on_nodes(nodes)
+            for ctx in self.inflight.on_nodes(a.node_id for a in moves)
         ]
         attrs: dict[str, Any] = {
             "evolving.planner": decision.planner,
@@ -133,7 +138,7 @@ class Tracing:
             "evolving.planner.confidence": decision.confidence,
             "evolving.planner.current_split": f"{decision.current_split[0]}P{decision.current_split[1]}D",
             "evolving.planner.chosen_split": f"{decision.chosen_split[0]}P{decision.chosen_split[1]}D",
-            "evolving.planner.actions": tuple(f"{a.node_id}->{a.to_phase.value}" for a in decision.actions),
+            "evolving.planner.actions": tuple(f"{a.node_id}->{a.to_phase.value}" for a in moves),
         }
         attrs.update(_gain(decision))
         span = self.tracer.start_span("planner.decision", kind=SpanKind.INTERNAL, attributes=attrs, links=links)
