@@ -7,8 +7,8 @@ per-iteration records, fits the planner's iteration-time models online on
 the earlier 70 % and reports the mean absolute percentage error on the
 later, held-back 30 % (`fit_mape_prefill`, `fit_mape_decode`), and how
 often the models' own 90 % band covered those steps (`fit_band_coverage`).
-While the load runs, each engine's CPU share is sampled from the kernel
-(`bench._cpu_share`) and attached to its steps (`cpu_share`): what shares
+Each record carries the CPU share its engine got (`cpu_share`, measured
+by the worker itself, `workers.iterations`, as in production): what shares
 the cores is a feature of the model (`planner.share`).
 (2) Times one planner decision on synthetic clusters of 16, 256 and 3,072
 nodes (`decide_ms`).
@@ -29,7 +29,6 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench._cpu_share import ShareSampler
 from core import Phase
 from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.fit_check import fit_mape
@@ -96,14 +95,10 @@ def to_planner_records(node_id: str, wire: list[dict]) -> list[IterationRecord]:
             context_tokens=r["context_tokens"],
             elapsed_ms=r["elapsed_ms"],
             attention_pairs=r.get("attention_pairs"),
+            cpu_share=r.get("cpu_share"),
         )
         for r in wire
     ]
-
-
-def with_cpu_share(records: list[IterationRecord], sampler: ShareSampler) -> list[IterationRecord]:
-    """``records`` with ``cpu_share`` measured over each step's interval."""
-    return [dataclasses.replace(r, cpu_share=sampler.share(r.t - r.elapsed_ms / 1000.0, r.t)) for r in records]
 
 
 async def _mixed_load(prefill_url: str, decode_url: str, rounds: int, seed: int) -> None:
@@ -167,18 +162,11 @@ def live_fit(
     try:
         p.start(), d.start()
         p.wait_ready(), d.wait_ready()
-        assert p.proc is not None and d.proc is not None
-        # Each worker leads its own process group (WorkerProcess.start).
-        samplers = {p.node_id: ShareSampler(p.proc.pid).start(), d.node_id: ShareSampler(d.proc.pid).start()}
-        try:
-            asyncio.run(_mixed_load(p.url, d.url, rounds, seed))
-        finally:
-            for sampler in samplers.values():
-                sampler.stop()
+        asyncio.run(_mixed_load(p.url, d.url, rounds, seed))
         records: list[IterationRecord] = []
         for w in (p, d):
             stats = httpx.get(w.url + "/internal/stats", timeout=30).json()
-            records += with_cpu_share(to_planner_records(w.node_id, stats["iterations"]), samplers[w.node_id])
+            records += to_planner_records(w.node_id, stats["iterations"])
     finally:
         p.stop()
         d.stop()

@@ -69,8 +69,9 @@ def _is_decode(r: IterationRecord) -> bool:
 
 def coalesce_decode_steps(records: Iterable[IterationRecord], max_steps: int = 32) -> list[IterationRecord]:
     """Runs (up to `max_steps`) of one node's consecutive decode steps at one
-    batch size -> one record: mean step time and context, summed tokens, the
-    run's last end time. Other records pass unchanged; output in time order."""
+    batch size -> one record: mean step time, context and CPU share (over the
+    steps that report one), summed tokens, the run's last end time. Other
+    records pass unchanged; output in time order."""
     if max_steps < 1:
         raise ValueError("max_steps must be >= 1")
     out: list[IterationRecord] = []
@@ -96,9 +97,11 @@ def _merge(run: list[IterationRecord]) -> IterationRecord:
     if len(run) == 1:
         return run[0]
     n = len(run)
+    shares = [r.cpu_share for r in run if r.cpu_share is not None]
     return dataclasses.replace(
         run[-1],
         generated_tokens=sum(r.generated_tokens for r in run),
         context_tokens=round(sum(r.context_tokens for r in run) / n),
         elapsed_ms=sum(r.elapsed_ms for r in run) / n,
+        cpu_share=sum(shares) / len(shares) if shares else None,  # the mean step ran at the run's mean share
     )

@@ -15,7 +15,12 @@ Per tick (``decide``), in order; the first rule that applies wins:
    cost, lower bound), else by response time at no throughput cost; the
    gain must clear ``min_gain_frac`` and hold, on means, in every sub-window
    of the persistence span (a burst of sub-agents lives in one sub-window,
-   so it cannot pass).
+   so it cannot pass). A latency move gives a node of one phase to the
+   other, so it needs the giving phase to have headroom: while its nodes
+   kept ``throughput_queue`` requests waiting each over the span, they
+   have none, whatever the model says (the queue is measured; the model's
+   response time is not, and a queue it misses is the error that makes
+   the move look good).
 
 Every model-based move (5 and 6) is refused when it goes back to the split
 the last one left, within ``flap_window_s`` of it. Every model-based move
@@ -57,12 +62,11 @@ from planner.estimator import (
 from planner.evolving_config import EvolvingConfig
 from planner.offered import offered_weights
 from planner.profile import Profile
-from planner.saturation import QueueHistory, correction, scaled
+from planner.saturation import QueueHistory, correction, scaled, waiting_by_phase
 from planner.types import (
     ClusterView,
     Decision,
     IterationRecord,
-    NodeState,
     PlannerMode,
     RequestSample,
     SplitPrediction,
@@ -176,7 +180,7 @@ class EvolvingPlanner:
         self._last_tick_t = view.now if self._last_tick_t is None else max(self._last_tick_t, view.now)
         if view.requests_arrived is not None:
             self.arrivals.add(view.now, view.requests_arrived + (view.requests_rejected or 0))
-        waiting = _waiting(view.nodes)
+        waiting = waiting_by_phase(view.nodes)
         self.queues.add(view.now, *waiting)
         if self.verifier is not None:
             f = self._finished
@@ -424,25 +428,41 @@ class EvolvingPlanner:
         fast = objective.latency_target(est, candidates, p_cur, cfg.tie_frac, allowed)
         if fast is not None and fast != p_cur and (bool(allowed[est.index(fast)]) or not bool(allowed[i_cur])):
             frac = objective.latency_gain(est, fast, p_cur, z) - err_lat
-            tick.inputs.update(latency_candidate_prefill=float(fast), response_gain_ucb_frac=frac)
-            j = est.index(fast)
-            conf = rule.normal_confidence(float(est.response_s[i_cur] - est.response_s[j]), float(est.response_sd_s[j]))
-            held_s = self._latency_held(view.now, p_cur, fast if frac >= g else None)
-            tick.inputs["latency_bound_held_s"] = held_s
-            if frac >= g and held_s < cfg.latency_hold_s:
-                held.append(f"shorter responses at {fast}P: bound held {held_s:g} s of {cfg.latency_hold_s:g}")
-            elif frac >= g:
-                worst = self._persisted(tick, fast, float(lost[j]), "latency")
-                tick.inputs["persisted_response_gain_frac"] = worst
-                if worst >= g:
-                    why = f"latency: responses {frac:.3f} shorter at {fast}P (bound), throughput kept"
-                    return self._model_move(tick, fast, why, conf, "latency")
-                held.append(f"shorter responses at {fast}P not persisted ({worst:.3f})")
-            else:
-                held.append(f"responses at {fast}P not clearly shorter ({frac:.3f})")
+            moved = self._latency_move(tick, fast, frac, held)
+            if moved is not None:
+                return moved
         else:
             self._latency_held(view.now, p_cur, None)
         return self._finish(tick, (), "hold: " + ("; ".join(held) or "current split is best"), 1.0)
+
+    def _latency_move(self, tick: _Tick, fast: int, frac: float, held: list[str]) -> Decision | None:
+        """The move to ``fast`` for shorter responses (bound ``frac``), or None
+        with why not in ``held``: the bound must clear, hold, persist, and
+        the phase giving up a node must have headroom (module doc, rule 6)."""
+        cfg, est, lost, now = self.config, tick.est, tick.lost, tick.view.now
+        assert est is not None and lost is not None
+        g, i_cur, j = cfg.min_gain_frac, est.index(tick.current[0]), est.index(fast)
+        tick.inputs.update(latency_candidate_prefill=float(fast), response_gain_ucb_frac=frac)
+        conf = rule.normal_confidence(float(est.response_s[i_cur] - est.response_s[j]), float(est.response_sd_s[j]))
+        held_s = self._latency_held(now, tick.current[0], fast if frac >= g else None)
+        tick.inputs["latency_bound_held_s"] = held_s
+        donor = Phase.DECODE if fast > tick.current[0] else Phase.PREFILL
+        busy = self.queues.waiting_per_node(now, cfg.persist_s, donor) or 0.0
+        if frac < g:
+            held.append(f"responses at {fast}P not clearly shorter ({frac:.3f})")
+        elif cfg.throughput_queue is not None and busy >= cfg.throughput_queue:
+            tick.inputs["donor_waiting_per_node"] = busy
+            held.append(f"shorter responses at {fast}P, but {busy:.2f} wait per {donor.value} node: no headroom")
+        elif held_s < cfg.latency_hold_s:
+            held.append(f"shorter responses at {fast}P: bound held {held_s:g} s of {cfg.latency_hold_s:g}")
+        else:
+            worst = self._persisted(tick, fast, float(lost[j]), "latency")
+            tick.inputs["persisted_response_gain_frac"] = worst
+            if worst >= g:
+                why = f"latency: responses {frac:.3f} shorter at {fast}P (bound), throughput kept"
+                return self._model_move(tick, fast, why, conf, "latency")
+            held.append(f"shorter responses at {fast}P not persisted ({worst:.3f})")
+        return None
 
     def _bucket_estimates(self, tick: _Tick) -> list[WorkloadEstimate] | None:
         cfg = self.config
@@ -529,7 +549,8 @@ class EvolvingPlanner:
             return self._finish(
                 tick, (), f"hold: {why}, but {target}P is what the move at t={last[0]:g} left (flap window)", 0.0
             )
-        predicted = self._predicted(tick, target, kind) if kind is not None else None
+        est = tick.est
+        predicted = None if kind is None or est is None else objective.predicted_gain(est, target, p_cur, kind)
         if predicted is not None:
             tick.inputs.update(move_predicted_gain_frac=predicted[0], move_predicted_gain_sd_frac=predicted[1])
         decision = self._move(tick, target, why, confidence)
@@ -538,25 +559,6 @@ class EvolvingPlanner:
             if self.verifier is not None and predicted is not None and kind is not None:
                 self.verifier.start(now, p_cur, decision.chosen_split[0], kind, *predicted, revertible=revertible)
         return decision
-
-    @staticmethod
-    def _predicted(tick: _Tick, target: int, kind: Kind) -> tuple[float, float] | None:
-        """(gain fraction, its sd) the model predicts for a move to ``target``,
-        on means and without the switch cost: what the check measures once the
-        switch is done (throughput: X(T)/X(C) − 1; latency: 1 − R(T)/R(C))."""
-        est = tick.est
-        if est is None:
-            return None
-        i, c = est.index(target), est.index(tick.current[0])
-        if kind == "throughput":
-            x_cur = float(est.served_rps[c])
-            if x_cur <= 0:
-                return None
-            return float(est.served_rps[i]) / x_cur - 1.0, float(est.served_gain_sd_rps[i]) / x_cur
-        r_cur = float(est.response_s[c])
-        if r_cur <= 0 or not np.isfinite(r_cur):
-            return None
-        return 1.0 - float(est.response_s[i]) / r_cur, float(est.response_sd_s[i]) / r_cur
 
     def _move(self, tick: _Tick, target: int, why: str, confidence: float) -> Decision:
         actions = rule.move_actions(tick.view.nodes, tick.current[0], target, tick.protected)
@@ -589,12 +591,3 @@ class EvolvingPlanner:
             inputs={k: float(np.clip(v, -1e18, 1e18)) for k, v in tick.inputs.items()},  # JSON-safe
         )
         return self.last_decision
-
-
-def _waiting(nodes: tuple[NodeState, ...]) -> tuple[tuple[float, int], tuple[float, int]]:
-    """(waiting requests, serving nodes) of each phase: prefill, decode."""
-    out = []
-    for phase in (Phase.PREFILL, Phase.DECODE):
-        q = [n.queue for n in nodes if n.phase == phase and not n.draining]
-        out.append((float(sum(q)), len(q)))
-    return out[0], out[1]

@@ -28,6 +28,7 @@ decode), and an SLO repair may not cost more than t of throughput.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -103,3 +104,22 @@ def mean_gains(est: SplitEstimate, target: int, current: int, lost: float, horiz
     thr = ((float(est.served_rps[i]) - x_cur) * horizon_s - lost) / (x_cur * horizon_s) if x_cur > 0 else -math.inf
     lat = 1.0 - float(est.response_s[i]) / r_cur if r_cur > 0 else -math.inf
     return thr, lat
+
+
+def predicted_gain(
+    est: SplitEstimate, target: int, current: int, kind: Literal["throughput", "latency"]
+) -> tuple[float, float] | None:
+    """(gain fraction, its sd) the model predicts for a move to `target`, on
+    means and without the switch cost: what the move's check measures once
+    the switch is done (throughput: X(T)/X(C) − 1; latency: 1 − R(T)/R(C));
+    None when the current split's figure is no base (zero, infinite)."""
+    i, c = est.index(target), est.index(current)
+    if kind == "throughput":
+        x_cur = float(est.served_rps[c])
+        if x_cur <= 0:
+            return None
+        return float(est.served_rps[i]) / x_cur - 1.0, float(est.served_gain_sd_rps[i]) / x_cur
+    r_cur = float(est.response_s[c])
+    if r_cur <= 0 or not np.isfinite(r_cur):
+        return None
+    return 1.0 - float(est.response_s[i]) / r_cur, float(est.response_sd_s[i]) / r_cur

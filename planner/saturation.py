@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from core import Phase
+from planner.types import NodeState
 from planner.workload import WorkloadEstimate
 
 
@@ -204,3 +205,13 @@ def correction(
     c0, c1 = caps[j - 1], caps[j]
     frac = (c0 - measured_rps) / (c0 - c1) if c0 > c1 else 1.0
     return float(np.exp(np.log(factors[j - 1]) + frac * (np.log(factors[j]) - np.log(factors[j - 1]))))
+
+
+def waiting_by_phase(nodes: tuple[NodeState, ...]) -> tuple[tuple[float, int], tuple[float, int]]:
+    """(waiting requests, serving nodes) of each phase, prefill then decode:
+    what ``QueueHistory.add`` takes for one tick."""
+    out = []
+    for phase in (Phase.PREFILL, Phase.DECODE):
+        q = [n.queue for n in nodes if n.phase == phase and not n.draining]
+        out.append((float(sum(q)), len(q)))
+    return out[0], out[1]

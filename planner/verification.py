@@ -26,7 +26,15 @@ well. A move that gained less than predicted but still gained is kept,
 and so is a latency move whose finish rate rose beyond its noise: served
 throughput comes first in the planner's objective (response time only
 decides between splits that serve the same), so more served is a gain
-whatever the responses say. Early in a run the responses cannot say
+whatever the responses say. The other way round, a latency move whose
+finish rate fell beyond its noise did not deliver, however much shorter
+the responses measured, and is reverted: it promised the same
+throughput, and when fewer requests finish, the ones that do are the
+short ones (the long ones are still waiting), so the responses measured
+shorten by themselves (Mooncake synthetic near from its best split 8P:
+8P -> 7P for a predicted 24 % shorter response measured 30 % shorter,
+with the finish rate down from 22.7 to 18.0 req/s and the prefill queue
+growing); its miss is its whole predicted gain. Early in a run the responses cannot say
 much: only requests shorter than the history can have finished, so the
 mean response of the finished ones climbs with time whatever the split
 (DeepSeek-R1 near, 3P -> 1P at 190 s, a latency move: responses measured
@@ -274,11 +282,16 @@ class MoveVerifier:
         bound = m.predicted - self.z * math.hypot(m.predicted_sd, sd)
         delivered = realized >= bound
         revert = self.config.revert and m.revertible and not delivered and realized - self.z * sd <= 0.0
-        if revert and m.kind == "latency":
+        miss = m.predicted - realized
+        if m.kind == "latency":
             served, served_sd = _realized(replace(m, kind="throughput"), after)
-            revert = served - self.z * served_sd <= 0.0  # more served is a gain, whatever the responses say
+            if served + self.z * served_sd < 0.0:  # fewer finish: the shorter responses are the survivors'
+                delivered, miss = False, m.predicted
+                revert = self.config.revert and m.revertible
+            elif revert:
+                revert = served - self.z * served_sd <= 0.0  # more served is a gain, whatever the responses say
         if not delivered:
-            self._misses.append((now, m.kind, m.predicted - realized))
+            self._misses.append((now, m.kind, miss))
         self.verdicts += 1
         self.reverts += int(revert)
         return Verdict(m, realized, sd, delivered, revert, after)

@@ -16,10 +16,32 @@ Every trace case of `simulate --suite` also runs under each perturbation
   them (a join), so bursts of parallel requests arrive at once.
 - `loop_flip`: a closed loop replayed open (every turn at its trace time,
   whatever the cluster serves) or, for a trace that has sessions but was
-  replayed open, closed; a trace without turn dependencies has no closed
-  form and is left out (`None`).
+  replayed open, closed; a trace without turn dependencies replays alike
+  in both loops and is left out (`None`).
 - `overload_3x`: the case's load raised to 3x the capacity estimate the
   suite placed it on (`sim.suite_cases`): deep overload.
+
+What a "turn" is (`turns`): in a branch of several requests, its
+position in the branch. A trace without sessions (Mooncake, Azure,
+ServeGen) makes every request a branch of its own; there a request's
+turn comes from its **prefix chain**: it continues the earlier request
+whose prompt blocks, all but the last, begin its own prompt, are fewer
+than its own, and end in a block that request was the first to carry
+whole (before its last); its turn is that request's plus one. The last
+block is left out because it is partial: the next turn of a conversation
+appends to it (the answer, the next message), so its id changes while
+every block before it is carried over whole. The first-to-carry
+condition keeps a shared system prompt from chaining strangers: a
+request whose blocks but the last were all carried whole before has no
+content of its own to be continued (ids name their prefix, so the last
+of them being new is enough). A request that continues none starts a
+chain at turn 0, and so does every request of a trace without block ids
+(Azure, ServeGen): with no prefix, no request can be told to follow
+another, and each is a one-turn conversation. A perturbation that
+changes no request (no turn past the first, no branch long enough to
+fork) has no form for the trace and returns None, like `loop_flip`: the
+suite leaves the case out and says so, instead of re-running the base
+case under another name.
 
 Block ids keep naming their prefix (the simulator's index relies on it):
 new blocks get ids derived from the request and position, never reused
@@ -54,33 +76,63 @@ def scale_outputs(wl: Workload, factor: float) -> Workload:
     return replace(wl, requests=reqs, notes=(*wl.notes, f"outputs x{factor:g}"))
 
 
-def grow_contexts(wl: Workload) -> Workload:
-    """The k-th turn of each branch (k from 0) gets k x GROW_TOKENS more prompt, capped."""
-    turn: dict[str, int] = {}
+def turns(wl: Workload) -> dict[int, tuple[str, int]]:
+    """{req_id: (branch, turn from 0)} by the rule of the module doc; a
+    session-less request's branch is the id of its chain's first request."""
+    size: dict[str, int] = {}
+    for r in wl.requests:
+        size[r.branch_id] = size.get(r.branch_id, 0) + 1
+    out: dict[int, tuple[str, int]] = {}
+    seen: dict[str, int] = {}
+    stems: dict[int, int] = {}  # id of a stem's last block -> the request that carried it first
+    carried: set[int] = set()  # blocks some request carried before its last (whole: the last may be partial)
+    for r in wl.requests:  # sorted by arrival
+        if size[r.branch_id] > 1:
+            k = seen.get(r.branch_id, 0)
+            seen[r.branch_id] = k + 1
+            out[r.req_id] = (r.branch_id, k)
+            continue
+        h = r.block_hashes
+        # Ids name their prefix, so h[i] equal to a stem's last id means h[: i + 1] is that stem.
+        parent = next((stems[h[i]] for i in range(len(h) - 2, -1, -1) if h[i] in stems), None)
+        out[r.req_id] = (out[parent][0], out[parent][1] + 1) if parent is not None else (r.branch_id, 0)
+        if len(h) >= 2 and h[-2] not in carried:
+            stems[h[-2]] = r.req_id
+        carried.update(h[:-1])
+    return out
+
+
+def grow_contexts(wl: Workload) -> Workload | None:
+    """The k-th turn of each branch (k from 0, `turns`) gets k x GROW_TOKENS
+    more prompt, capped; None when no request is past its first turn."""
+    turn = turns(wl)
     out: list[Request] = []
     bt = wl.block_tokens
+    grown = 0
     for r in wl.requests:
-        k = turn.get(r.branch_id, 0)
-        turn[r.branch_id] = k + 1
-        extra = min(k * GROW_TOKENS, GROW_MAX_TOKENS)
+        extra = min(turn[r.req_id][1] * GROW_TOKENS, GROW_MAX_TOKENS)
         if extra == 0:
             out.append(r)
             continue
+        grown += 1
         blocks = tuple(_new_block(r.req_id, j, 1) for j in range(extra // bt))
         out.append(replace(r, prompt_tokens=r.prompt_tokens + extra, block_hashes=r.block_hashes + blocks))
-    return replace(wl, requests=tuple(out), notes=(*wl.notes, f"contexts grow {GROW_TOKENS} tokens a turn"))
+    if not grown:
+        return None
+    note = f"contexts grow {GROW_TOKENS} tokens a turn ({grown} of {len(out)} requests past their first turn)"
+    return replace(wl, requests=tuple(out), notes=(*wl.notes, note))
 
 
-def fan_out(wl: Workload, seed: int) -> Workload:
-    """Sub-agents forked every FANOUT_EVERY-th turn of a branch (module doc)."""
+def fan_out(wl: Workload, seed: int) -> Workload | None:
+    """Sub-agents forked every FANOUT_EVERY-th turn of a branch (module doc,
+    `turns`); None when no branch reaches such a turn."""
     rng = np.random.default_rng(seed)
     next_id = max((r.req_id for r in wl.requests), default=-1) + 1
-    turn: dict[str, int] = {}
+    turn = turns(wl)
     children: dict[int, list[int]] = {}
     added: list[Request] = []
     for r in wl.requests:
-        k = turn.get(r.branch_id, 0)
-        turn[r.branch_id] = k + 1
+        k = turn[r.req_id][1]
         if k % FANOUT_EVERY != FANOUT_EVERY - 1:
             continue
         ids = []
@@ -103,7 +155,7 @@ def fan_out(wl: Workload, seed: int) -> Workload:
             next_id += 1
         children[r.req_id] = ids
     if not added:
-        return replace(wl, notes=(*wl.notes, "fan-out: no branch long enough"))
+        return None
     joined = tuple(
         replace(r, after=r.after + tuple(c for a in r.after for c in children.get(a, ()))) if r.after else r
         for r in wl.requests
@@ -113,10 +165,11 @@ def fan_out(wl: Workload, seed: int) -> Workload:
 
 
 def flip_loop(wl: Workload) -> Workload | None:
-    """Closed -> open; open -> closed when the trace has turn dependencies (else None)."""
+    """Closed -> open, open -> closed; None when no turn depends on another
+    (a trace without sessions): both loops then replay it alike."""
+    if not any(r.after for r in wl.requests):
+        return None
     if not wl.closed_loop:
-        if not any(r.after for r in wl.requests):
-            return None
         return replace(wl, closed_loop=True, notes=(*wl.notes, "replayed closed"))
     return replace(wl, closed_loop=False, notes=(*wl.notes, "replayed open"))
 

@@ -27,7 +27,9 @@ between a tuning half and a held-out half (`suite_cases.split_units`);
 scenarios count as tuning). Every trace case also runs perturbed
 (`sim.perturb`: outputs x0.5 / x2, contexts growing, sub-agent fan-out,
 the loop flipped, 3x overload) from the first start, with every static
-split and Dynamo-like: `min_vs_static_best_perturbed`. `reverted_moves`
+split and Dynamo-like: `min_vs_static_best_perturbed`; a perturbation
+that has no form for a case (a trace without block ids has no turns to
+grow or fork) is listed in `perturbations_without_form`. `reverted_moves`
 sums the moves evolving reverted after checking them
 (`planner.verification`); `moves_from_best_start` the moves evolving made
 on the stationary cases (light and near) when started at their best
@@ -145,8 +147,11 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     for case in trace_cases:
         info = {"nodes": cfg.nodes, "every_start": (case.unit, case.level) in every, "horizon_s": cfg.window_s}
         groups.append((("trace", case, None), list(cfg.starts), info))
+    without_form: list[str] = []
     for case in trace_cases:
-        for pc in perturbed_cases(cfg, case):
+        forms, missing = perturbed_cases(cfg, case)
+        without_form += [f"{case.unit} {case.level} [{name}]" for name in missing]
+        for pc in forms:
             groups.append((("trace", pc, None), [cfg.starts[0]], {"nodes": cfg.nodes, "horizon_s": cfg.window_s}))
     tasks: list[Task] = []
     index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
@@ -228,6 +233,7 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
         "tuning_units": tuning,
         "holdout_units": holdout,
         "perturbations": list(cfg.perturbations),
+        "perturbations_without_form": without_form,
         "flaps": sum(c["evolving"]["flaps"] for c in cases),
         "switches": sum(c["evolving"]["switches"] for c in cases),
         "verified_moves": sum(c["evolving"]["verified_moves"] or 0 for c in cases),

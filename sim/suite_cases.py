@@ -168,17 +168,20 @@ class TraceCase:
     perturbation: str | None = None  # `sim.perturb` name; `load` already includes its load factor
 
 
-def perturbed_cases(cfg: SuiteConfig, case: TraceCase) -> list[TraceCase]:
-    """The case under each of the suite's perturbations that has a form for it."""
+def perturbed_cases(cfg: SuiteConfig, case: TraceCase) -> tuple[list[TraceCase], list[str]]:
+    """The case under each of the suite's perturbations that has a form for
+    it, and the names of those that have none (`sim.perturb.perturb` gives
+    None: no closed form, no turn past the first, no fork)."""
     if case.level not in cfg.perturb_levels:
-        return []
-    out = []
+        return [], []
+    out, without = [], []
     for name in cfg.perturbations:
-        if name == "loop_flip" and perturb(_workload(cfg, case.unit, case.load), name, cfg.seed) is None:
+        if PERTURBATIONS[name] is not None and perturb(_workload(cfg, case.unit, case.load), name, cfg.seed) is None:
+            without.append(name)
             continue
         load = round(case.load * load_factor(name, LOADS.get(case.level, 1.0)), 4)
         out.append(replace(case, perturbation=name, load=load))
-    return out
+    return out, without
 
 
 def split_units(units: list[str]) -> tuple[list[str], list[str]]:

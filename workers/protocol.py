@@ -309,6 +309,8 @@ class IterationRecordWire(_Model):
     elapsed_ms: float
     # Σ over the prefills of scheduled x (scheduled + computed) tokens (None: not reported)
     attention_pairs: int | None = None
+    # the engine core's CPU share since the record before (workers.iterations; None: not measured)
+    cpu_share: float | None = None
 
 
 class RequestTimingWire(_Model):

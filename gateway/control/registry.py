@@ -330,6 +330,7 @@ class WorkerRegistry:
                     context_tokens=it.context_tokens,
                     elapsed_ms=it.elapsed_ms,
                     attention_pairs=it.attention_pairs,
+                    cpu_share=it.cpu_share,
                 )
             )
             node.next_iteration = max(node.next_iteration, it.index + 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from core import Phase
@@ -62,3 +64,12 @@ def test_runs_of_decode_steps_at_one_batch_become_one_mean_record() -> None:
     assert [r.generated_tokens for r in capped] == [16, 16, 8]
     with pytest.raises(ValueError, match="max_steps must be >= 1"):
         coalesce_decode_steps([], max_steps=0)
+
+
+def test_a_merged_run_carries_the_mean_cpu_share_of_the_steps_that_report_one() -> None:
+    shares = [0.5, None, 1.0]
+    rows = [dataclasses.replace(rec("a", 1.0 + 0.01 * i, 2.0), cpu_share=s) for i, s in enumerate(shares)]
+    (merged,) = coalesce_decode_steps(rows)
+    assert merged.cpu_share == pytest.approx(0.75)
+    (blind,) = coalesce_decode_steps([rec("a", 1.0 + 0.01 * i, 2.0) for i in range(3)])
+    assert blind.cpu_share is None

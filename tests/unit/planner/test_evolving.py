@@ -113,6 +113,22 @@ def test_shorter_responses_at_no_throughput_cost_are_chosen() -> None:
         EvolvingConfig(tie_frac=0.05)
 
 
+def test_a_latency_move_takes_no_node_from_a_phase_with_a_queue() -> None:
+    # The same decode-heavy turns on 4P4D, but every prefill node keeps 3 requests waiting (a queue the
+    # model does not see): the prefill phase has no node to spare for shorter decodes, so no move.
+    view = _view(4, 8, slo=LAX)
+    busy = dataclasses.replace(
+        view, nodes=tuple(dataclasses.replace(n, queue=3 if n.phase == Phase.PREFILL else 0) for n in view.nodes)
+    )
+    decisions = _run(_planner(), [synthetic_samples(0, 400, 2.0, seed=1, **DECODE_HEAVY)], busy)
+    assert not any(d.acted for d in decisions)
+    refused = [
+        d for d in decisions if "shorter responses at 1P, but 3.00 wait per prefill node: no headroom" in d.reason
+    ]
+    assert refused and all(d.inputs["donor_waiting_per_node"] == 3.0 for d in refused)
+    assert min(d.inputs["response_gain_ucb_frac"] for d in refused) >= 0.05
+
+
 def test_open_loop_overload_is_seen_in_arrivals_not_in_completions() -> None:
     # 1P finishes ~1.8 prefill-heavy requests a second whatever is offered: from
     # completions alone the load fits (with a queue); the arrival counts say 4 per second.

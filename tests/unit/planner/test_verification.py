@@ -167,3 +167,19 @@ def test_an_slo_repair_is_checked_and_counted_but_not_reverted() -> None:
     verdict, t = _after(v, 110.0, 400.0, 90)  # 10 % fewer finished (fewer arrived, open loop)
     assert verdict is not None and not verdict.delivered and not verdict.revert and v.reverts == 0
     assert v.error(t, "throughput") == pytest.approx(0.13)
+
+
+def test_a_latency_move_that_lowered_the_finish_rate_did_not_deliver() -> None:
+    # Responses measured 30 % shorter (predicted 24 %), but 21 % fewer requests finish: the ones that
+    # do are the short ones, so the move is reverted and its whole predicted gain counts as missed.
+    v = _verifier([(100.0, 227, 10.0)])
+    v.start(100.0, 6, 5, "latency", predicted=0.24, predicted_sd=0.04)
+    verdict, t = _after(v, 110.0, 400.0, 180, e2e=7.0)
+    assert verdict is not None and verdict.realized == pytest.approx(0.3)
+    assert not verdict.delivered and verdict.revert and v.reverts == 1
+    assert v.error(t, "latency") == pytest.approx(0.24)
+    # The same shorter responses at the same finish rate: delivered, kept.
+    same = _verifier([(100.0, 227, 10.0)])
+    same.start(100.0, 6, 5, "latency", predicted=0.24, predicted_sd=0.04)
+    kept, _ = _after(same, 110.0, 400.0, 227, e2e=7.0)
+    assert kept is not None and kept.delivered and not kept.revert

@@ -109,6 +109,13 @@ def test_suite_smoke_prints_cases_and_minimums(tmp_path: Path, capsys) -> None:
     assert {c["perturbation"] for c in perturbed} >= {"output_x0.5", "output_x2", "contexts_grow", "overload_3x"}
     assert {tuple(c["start"]) for c in perturbed} == {(1, 2)} and all(c["case"].endswith("]") for c in perturbed)
     assert report["min_vs_static_best_perturbed"] == min(c["vs_static_best"] for c in perturbed)
+    # mc/a.jsonl has no sessions: every request continues the first one's prefix chain (turn 1), so contexts
+    # grow but no chain reaches a fork, and an open loop without turns has no closed form; both are listed.
+    mc = {c["level"] for c in cases if c["trace"] == "mc/a.jsonl"}
+    assert sorted(report["perturbations_without_form"]) == sorted(
+        f"mc/a.jsonl {level} [{name}]" for level in mc for name in ("fanout", "loop_flip")
+    )
+    assert {c["perturbation"] for c in perturbed if c["trace"] == "mc/a.jsonl"} >= {"contexts_grow"}
     assert report["reverted_moves"] == sum(c["evolving"]["reverted_moves"] for c in every)
     assert isinstance(report["moves_from_best_start"], int) and report["moves_from_best_start_cases"]
     assert report["same_workload"] == {"agents/converted/chat.jsonl": "agents/chat"} and report["convergence"] == []
