@@ -121,11 +121,21 @@ class RecordView:
     cached_last: int | None = None
 
 
+# The endpoints whose requests generate; count_tokens and models are recorded too, but a
+# harness's generation count does not include them.
+GENERATION_ENDPOINTS = frozenset({"chat", "completions", "responses", "messages"})
+
+
 def record_view(records: list[dict[str, Any]], tenant: str, since: float) -> RecordView:
-    """Summary of the gateway's records (`GET /admin/requests`, newest first) of requests
-    started at or after `since` by `tenant`, or refused before its key was read."""
+    """Summary of the gateway's records (`GET /admin/requests`, newest first) of generation
+    requests started at or after `since` by `tenant`, or refused before its key was read."""
     mine = sorted(
-        (r for r in records if r["start"] >= since and r["tenant"] in (tenant, None)), key=lambda r: r["start"]
+        (
+            r
+            for r in records
+            if r["start"] >= since and r["tenant"] in (tenant, None) and r["endpoint"] in GENERATION_ENDPOINTS
+        ),
+        key=lambda r: r["start"],
     )
     ok = [r for r in mine if 200 <= r["status"] < 300]
     return RecordView(
