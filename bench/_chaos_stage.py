@@ -69,7 +69,7 @@ def engine_stage(
         api_key=keys["chaos"],
         events=events,
     )
-    dog = ce.watchdog(workers, events)
+    dog = ce.watchdog(ctx.procs, events)
     dog.start()
     try:
         faults = asyncio.run(ce.run_faults(ctx))
