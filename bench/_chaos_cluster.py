@@ -59,10 +59,24 @@ class GatewayThread:
                 raise TimeoutError("gateway did not start")
             time.sleep(0.05)
 
-    def stop(self) -> None:
+    def begin_stop(self) -> None:
+        """Stop taking connections; streams still running get `graceful_s`
+        to finish (read now: the server's config was built with the value
+        at start), then the server cancels them (each ends with a
+        `gateway_shutting_down` error event)."""
         if self._server is not None:
+            self._server.config.timeout_graceful_shutdown = int(self.graceful_s)
             self._server.should_exit = True
-        self._thread.join(20)
+
+    def listening(self) -> bool:
+        return self._server is not None and any(s.is_serving() for s in self._server.servers)
+
+    def join(self) -> None:
+        self._thread.join(self.graceful_s + 20)
+
+    def stop(self) -> None:
+        self.begin_stop()
+        self.join()
 
 
 def start_workers(cfg: ChaosConfig, run_dir: str, log_dir: pathlib.Path) -> dict[str, Any]:

@@ -26,9 +26,11 @@ exited or gave up.
   kills two engines at most, so with 3 workers one stock engine is left;
   the crash is re-sent until an engine dies (a switch may refuse it).
 - `oom_kill`: SIGKILL of the busiest decode worker's engine-core process.
-- `gateway_restart`: the gateway stops (draining its streams) and a fresh
-  one starts on the same port; clients retry connections as the OpenAI SDK
-  does by default.
+- `gateway_restart`: the gateway stops listening and drains its streams
+  (60 s at most) while a fresh one starts on the same port; clients retry
+  connections as the OpenAI SDK does by default. A stream the drain
+  cannot finish ends `gateway_shutting_down` (counted failed, typed: it
+  cannot continue on the new gateway), never as a dropped connection.
 """
 
 from __future__ import annotations
@@ -94,13 +96,16 @@ class WorkerProcesses:
             return False
 
 
-def watchdog(workers: dict[str, Any], events: list[RestartEvent]) -> WorkerWatchdog:
+def watchdog(procs: WorkerProcesses, events: list[RestartEvent]) -> WorkerWatchdog:
+    """The watchdog `up` runs, over `procs`: the same `WorkerProcesses` the
+    windows use, so a relaunch `ensure_stock_engine` asks for keeps the
+    stock sampler (with an instance of its own the watchdog never saw the
+    request, and `engine_death` found no stock engine: skipped)."""
     specs = [
-        WorkerSpec(n, w.url, ["--phase", w.phase], pathlib.Path(w.log_path), None, w.phase) for n, w in workers.items()
+        WorkerSpec(n, w.url, ["--phase", w.phase], pathlib.Path(w.log_path), None, w.phase)
+        for n, w in procs.workers.items()
     ]
-    return WorkerWatchdog(
-        WorkerProcesses(workers), specs, policy=RestartPolicy(base_delay_s=0.5, max_restarts=4), on_event=events.append
-    )
+    return WorkerWatchdog(procs, specs, policy=RestartPolicy(base_delay_s=0.5, max_restarts=4), on_event=events.append)
 
 
 def poison_body(served_model: str, tokens: int = 2300) -> dict[str, Any]:

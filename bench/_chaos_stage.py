@@ -37,12 +37,18 @@ def engine_stage(
         return c
 
     async def restart_gateway() -> None:
+        """A rolling restart on one port: the old gateway stops listening and
+        drains its streams (60 s at most) while the new one starts serving."""
         old = holder["gw"]
-        old.graceful_s = 60.0  # streams in flight finish before it exits
-        await asyncio.to_thread(old.stop)
+        old.graceful_s = 60.0
+        old.begin_stop()
+        for _ in range(200):  # it closes its listener within a tick of its loop
+            if not old.listening():
+                break
+            await asyncio.sleep(0.05)
         new = fresh_gateway()
         await asyncio.to_thread(new.start)
-        holder["gw"] = new
+        holder["gw"] = new  # the old one's thread ends when its drain does
 
     events: list[Any] = []
     ctx = ce.Ctx(
@@ -63,7 +69,7 @@ def engine_stage(
         api_key=keys["chaos"],
         events=events,
     )
-    dog = ce.watchdog(workers, events)
+    dog = ce.watchdog(ctx.procs, events)
     dog.start()
     try:
         faults = asyncio.run(ce.run_faults(ctx))

@@ -9,6 +9,8 @@ Exported names (all prefixed `evolving_`):
     evolving_e2e_seconds{tenant,phase}                   request end to end
     evolving_tokens_total{tenant,kind}                   kind = prompt|cached|completion
     evolving_stream_resumes_total{tenant}                streams continued on another node
+    evolving_streams_cut_total{tenant}                   streams the gateway's shutdown ended mid-answer
+                                                         (answered `gateway_shutting_down`, never silent)
     evolving_node_queue_depth{node}                      waiting requests per worker
     evolving_node_running{node}                          running requests per worker
     evolving_node_phase{node,phase}                      1 for the node's current phase
@@ -126,6 +128,9 @@ class GatewayMetrics:
         )
         self.tokens = Counter("evolving_tokens", "Tokens by kind", ["tenant", "kind"], registry=r)
         self.resumes = Counter("evolving_stream_resumes", "Streams resumed on another node", ["tenant"], registry=r)
+        self.streams_cut = Counter(
+            "evolving_streams_cut", "Streams the gateway's shutdown ended mid-answer", ["tenant"], registry=r
+        )
         self.queue = Gauge("evolving_node_queue_depth", "Waiting requests per worker", ["node"], registry=r)
         self.running = Gauge("evolving_node_running", "Running requests per worker", ["node"], registry=r)
         self.phase = Gauge("evolving_node_phase", "Worker phase (1 = current)", ["node", "phase"], registry=r)
@@ -197,6 +202,9 @@ class GatewayMetrics:
         completion.inc(done.completion_tokens)
         if done.resumes:
             self.resumes.labels(self._tenant(tenant)).inc(done.resumes)
+
+    def observe_stream_cut(self, tenant: str) -> None:
+        self.streams_cut.labels(self._tenant(tenant)).inc()
 
     def observe_switch(self, outcome: SwitchOutcome, reason: str, who: str) -> None:
         """A `gateway.control.phase_switch.SwitchSink`."""

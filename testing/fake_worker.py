@@ -18,6 +18,9 @@ Behaviour, all deterministic:
   "engine_died", new requests get 503 "engine_dead", stats report it, and
   the host store is gone. `poison` names requests that kill the engine
   when they run (a poison request); `restart_engine()` brings it back.
+  `death_cut_s` set: the streams open on a dying engine are cut without
+  a word that long after the death instead (the real worker's answer can
+  come after its heartbeat told the gateway).
 - Fencing as the real worker (`workers.fence.TermFence`): a phase change or
   migrate order of an older term than the newest seen raises
   `WorkerRejected` 409 "stale_term"; `switch_delay_s` makes every phase
@@ -89,6 +92,7 @@ class FakeWorker:
     dead: bool = False
     engine_dead: bool = False
     poison: Callable[[GenerateRequest], bool] | None = None  # requests that kill the engine when they run
+    death_cut_s: float | None = None  # set: a dying engine's streams are cut this long after, no error chunk
     draining_to: Phase | None = None
     switch_delay_s: float = 0.0
     fence: TermFence = field(default_factory=TermFence)
@@ -172,6 +176,9 @@ class FakeWorker:
                 if self.poison is not None and self.poison(req):
                     self.kill_engine()
                 if self.engine_dead:
+                    if self.death_cut_s is not None:
+                        await asyncio.sleep(self.death_cut_s)
+                        return
                     yield GenerateChunk(
                         **base, finish_reason="error", error="the engine core has stopped", error_type=ENGINE_DIED
                     )

@@ -44,7 +44,11 @@ if TYPE_CHECKING:
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
 YIELD_EVERY_S = 0.5  # longest this worker's streams keep other handlers (migrate, phase, stats) waiting
-DEATH_SETTLE_S = 1.0  # how long an unfinished stream waits to learn whether its engine core died
+# How long an unfinished stream waits to learn whether its engine core died
+# (only streams that end unfinished wait). Generous: on the loaded 2-core
+# machine a poison request's first death went uncounted with 1 s (bench
+# chaos); the gateway also counts a death its registry saw first.
+DEATH_SETTLE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -471,11 +475,12 @@ class WorkerEngine:
                 if now - self._last_yield >= YIELD_EVERY_S:
                     self._last_yield = now
                     await asyncio.sleep(0)
-            if not finished and not state.migrate and await self._dead_soon():
+            if not finished and await self._dead_soon():
                 # vLLM ends some streams of a dead core without an error once its
                 # client shuts down (a request in its first prefill chunk): it
                 # died under the request all the same (the gateway counts it
-                # toward quarantine and continues it elsewhere).
+                # toward quarantine and continues it elsewhere). A request being
+                # migrated too: a migration ends finished (MIGRATED), not cut.
                 raise self._engine_dead(under_request=True)
         except EngineError:
             raise

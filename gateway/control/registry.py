@@ -146,6 +146,9 @@ class WorkerRegistry:
     def nodes(self) -> list[WorkerNode]:
         return sorted(self._nodes.values(), key=lambda n: n.node_id)
 
+    def find(self, node_id: str) -> WorkerNode | None:
+        return self._nodes.get(node_id)
+
     def get(self, node_id: str) -> WorkerNode:
         node = self._nodes.get(node_id)
         if node is None:

@@ -83,6 +83,17 @@ class RequestQuarantined(GatewayError):
     code = "request_quarantined"
 
 
+class StreamCut(GatewayError):
+    """A stream the gateway's own shutdown ended: its graceful window closed
+    while the stream still ran (a rolling restart, `up` stopping). The
+    stream cannot continue on another replica (the client's connection was
+    to this one); the tokens it already got stand, the rest is not sent.
+    Resend the request."""
+
+    status = 503
+    code = "gateway_shutting_down"
+
+
 class UpstreamFailed(GatewayError):
     status = 502
     type = "server_error"

@@ -22,7 +22,8 @@ Engine death (`gateway.control.health`): a worker that answers
 `engine_dead` / `engine_died`, or cuts a stream with an `engine_died` chunk,
 is taken out of routing at once and the request continues elsewhere like
 any failover. Each engine that died with the request on it counts against
-the request's fingerprint; at the second it is a poison request:
+the request's fingerprint (also when the worker's answer did not say so
+but the registry already holds its engine dead: `_died_under`); at the second it is a poison request:
 `RequestQuarantined` (500), and a later identical request is refused before
 it reaches any engine. A suspect (one death so far) is isolated on its next
 node until its first token there, and acquitted when it finishes
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import FinishReason, Role
-from gateway.control.health import Quarantine, SuspectIsolation, request_fingerprint
+from gateway.control.health import NodeHealth, Quarantine, SuspectIsolation, request_fingerprint
 from gateway.control.registry import WorkerRegistry
 from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
 from gateway.kv.directory import Directory
@@ -125,6 +126,7 @@ class _SegmentEnd:
     reason: FinishReason | None = None
     error: str = ""
     engine_died: bool = False  # the node's engine died with this request on it
+    refused_dead: bool = False  # refused up front: the engine was dead before the request reached it
 
 
 async def _one(call: Awaitable[GenerateChunk]) -> AsyncGenerator[GenerateChunk, None]:
@@ -240,7 +242,7 @@ class Orchestrator:
                 cached_tokens=progress.cached or 0,
             )
             # apply
-            if end.engine_died:
+            if end.engine_died or self._died_under(node_id, end):
                 self.quarantine.record_death(fingerprint.value)
                 self._refuse_poison(job, fingerprint)
             if (
@@ -399,6 +401,18 @@ class Orchestrator:
                 # Closed early (client left, a stop string hit, the node failed): free the slot now.
                 self._spawn(self._abort_quietly(url, req.request_id))
 
+    def _died_under(self, node_id: str, end: _SegmentEnd) -> bool:
+        """A segment that ended unfinished without its worker saying
+        `engine_died`, on a node whose engine the registry now knows dead
+        (its heartbeat saw the death first; the call ended cut, unfinished,
+        aborted by a switch as the core went, or `engine_dead` mid-stream):
+        the engine died with the request on it all the same. Not a refusal
+        before it ran (`engine_dead` answered up front)."""
+        if end.outcome is SegmentOutcome.FINISHED or end.refused_dead:
+            return False
+        node = self._registry.find(node_id)
+        return node is not None and node.health is NodeHealth.ENGINE_DEAD
+
     def _refused(self, node_id: str, req: GenerateRequest, exc: WorkerRejected) -> _SegmentEnd:
         """A worker's refusal: the client's error (raised), a failure (raised), or a node to avoid."""
         if not exc.retryable and 400 <= exc.status_code < 500 and exc.status_code != 409:
@@ -412,7 +426,12 @@ class Orchestrator:
         log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
         if exc.error_type in (ENGINE_DEAD, ENGINE_DIED):
             self._registry.report_engine_dead(node_id, exc.detail)
-        return _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc), engine_died=exc.error_type == ENGINE_DIED)
+        return _SegmentEnd(
+            SegmentOutcome.NODE_FAILED,
+            error=str(exc),
+            engine_died=exc.error_type == ENGINE_DIED,
+            refused_dead=exc.error_type == ENGINE_DEAD,
+        )
 
     async def _abort_quietly(self, url: str, request_id: str) -> None:
         with contextlib.suppress(WorkerUnreachable, WorkerRejected):

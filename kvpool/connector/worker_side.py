@@ -5,7 +5,10 @@ Runs in vLLM's model-runner process. Owns the host store buffer (one
 does exactly what the scheduler half's `StepPlan` says:
 
 - saves: device blocks -> host slots, synchronously in the next step (a
-  memcpy; the blocks are held for us until we report them);
+  memcpy; the blocks are held for us until we report them); a slot's tag
+  is zero while its data changes (`fill_slots`), pulls into staging slots
+  too, so a peer that still reads a reused slot under its old block finds
+  it stale, never new data under the old hash;
 - async loads: on a background thread, pull remote slots over NIXL into
   staging slots, verify their tags, copy host -> device, report the request
   in `finished_recving`;
@@ -38,6 +41,7 @@ import os
 import pathlib
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import torch
@@ -269,6 +273,10 @@ class WorkerSide:
         else:
             try:
                 self.links.connect(node)
+                # The staging slots may have held blocks peers still read: no
+                # old tag stays on them while the peer's data lands.
+                for s in local:
+                    self.store.tags[s].zero_()
                 self.transport.read_blocks_sync(node, [r.remote_slot for r in reads], local, self.pull_timeout_s)
             except (TransferError, ValueError, httpx.HTTPError) as exc:
                 outcome, failure = failure_reason(exc), exc
@@ -305,12 +313,15 @@ class WorkerSide:
 
     def _copy_to_host(self, device_blocks: list[int], slots: list[int], hashes: list[str]) -> None:
         assert self.store is not None
+        store = self.store
         dev = torch.tensor(device_blocks, dtype=torch.long)
         dst = torch.tensor(slots, dtype=torch.long)
-        for _, view, off in self.layers:
-            self.store.data[dst, off : off + view.shape[1]] = view.index_select(0, dev)
-        for s, h in zip(slots, hashes, strict=False):
-            self.store.tags[s].copy_(torch.frombuffer(bytearray(hash_tag(h)), dtype=torch.uint8))
+
+        def write() -> None:
+            for _, view, off in self.layers:
+                store.data[dst, off : off + view.shape[1]] = view.index_select(0, dev)
+
+        fill_slots(store, slots, hashes, write)
 
     def _copy_to_device(self, slots: list[int], device_blocks: list[int], only: str | None = None) -> None:
         assert self.store is not None
@@ -319,6 +330,20 @@ class WorkerSide:
         for name, view, off in self.layers:
             if only is None or name == only:
                 view.index_copy_(0, dev, self.store.data.index_select(0, src)[:, off : off + view.shape[1]])
+
+
+def fill_slots(store: HostBlockStore, slots: list[int], hashes: list[str], write: Callable[[], None]) -> None:
+    """Overwrite `slots` with new blocks: tags zeroed, `write()` (the data),
+    then the new tags. A slot the scheduler reuses may still be offered to
+    peers under its old block for a heartbeat or two; a peer reads data
+    then tag, so while the data changes the tag must name no block, or the
+    peer accepts the new data under the old hash (wrong KV, cached and
+    served from then on). Zeroed first, such a read reads as stale."""
+    for s in slots:
+        store.tags[s].zero_()
+    write()
+    for s, h in zip(slots, hashes, strict=False):
+        store.tags[s].copy_(torch.frombuffer(bytearray(hash_tag(h)), dtype=torch.uint8))
 
 
 def _block_views(t: torch.Tensor) -> list[torch.Tensor]:

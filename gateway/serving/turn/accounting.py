@@ -75,6 +75,10 @@ class Accounting:
             )
         )
 
+    def stream_cut(self, tenant_id: str) -> None:
+        """A stream the gateway's shutdown ended mid-answer (`StreamCut`)."""
+        self.metrics.observe_stream_cut(tenant_id)
+
     def request_done(self, record: RequestRecord) -> None:
         """The request's record and its count (tenant "-": refused before its key was read)."""
         self.metrics.observe_request(record.tenant or "-", record.endpoint, record.status)

@@ -6,8 +6,10 @@ holds the tenant's slot and the branch, the run through the orchestrator
 (the lean text source for plain requests, the choices otherwise), priming
 (the first result awaited before a streamed answer starts, so a refused
 request is a 4xx), failures inside a stream (the encoder's error event),
-and the end: every finished job accounted, one `RequestRecord` and one
-request count, refused requests included.
+a stream the server's shutdown cancels (`StreamCut`: the same error event,
+code `gateway_shutting_down`, and a count; never a silent cut), and the
+end: every finished job accounted, one `RequestRecord` and one request
+count, refused requests included.
 
 The APIs differ only in their encoder (`StreamEncoder`) and in how they
 build a non-streamed answer from `collect()` / `collect_text()`.
@@ -15,6 +17,7 @@ build a non-streamed answer from `collect()` / `collect_text()`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -23,7 +26,7 @@ from typing import Any, Protocol
 
 from starlette.responses import Response
 
-from gateway.http.errors import GatewayError
+from gateway.http.errors import GatewayError, StreamCut
 from gateway.http.sse import EventStreamResponse
 from gateway.serving.orchestrator import Finished, Orchestrator, TokenDelta
 from gateway.serving.policy.tenancy import TenantContext
@@ -200,6 +203,20 @@ class Turn:
         log.exception("stream %s crashed", self.prepared.request_id)  # reported and logged, never swallowed
         return GatewayError(f"internal error: {type(exc).__name__}")
 
+    def _cut(self) -> StreamCut:
+        """The server cancelled the stream mid-answer: uvicorn does that to
+        what still runs when its graceful shutdown window closes. The
+        client's connection ends with this replica, so the stream cannot
+        continue elsewhere; it ends with a typed error event (the only
+        write left), counted, and the cancellation goes on."""
+        p = self.prepared
+        log.warning("stream %s cut by the gateway's shutdown", p.request_id)
+        self._accounting.stream_cut(p.tenant.tenant_id)
+        return StreamCut(
+            f"the gateway stopped while streaming request {p.request_id} (its shutdown grace ended); "
+            "the answer is incomplete: send the request again",
+        )
+
     async def _body(
         self, encoder: StreamEncoder, source: AsyncGenerator[Any, None], events: AsyncGenerator[Any, None]
     ) -> AsyncGenerator[bytes, None]:
@@ -211,6 +228,10 @@ class Turn:
             failure = self._failure(exc)
             status = failure.status
             yield encoder.failed(failure)
+        except asyncio.CancelledError:
+            status = StreamCut.status
+            yield encoder.failed(self._cut())
+            raise
         finally:
             await source.aclose()
             await events.aclose()
@@ -247,6 +268,10 @@ class Turn:
             failure = self._failure(exc)
             status = failure.status
             yield encoder.failed(failure)
+        except asyncio.CancelledError:
+            status = StreamCut.status
+            yield encoder.failed(self._cut())
+            raise
         finally:
             await events.aclose()
             self.finish(status)

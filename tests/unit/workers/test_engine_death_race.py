@@ -23,8 +23,11 @@ class _DyingClient:
     def __init__(self, error: BaseException | None, lag_s: float) -> None:
         self.error, self.lag_s, self.errored = error, lag_s, False
         self.aborted: list[Any] = []
+        self.before_end: asyncio.Event | None = None  # set: the stream ends once this is set
 
     async def generate(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        if self.before_end is not None:
+            await self.before_end.wait()
         asyncio.get_running_loop().call_later(self.lag_s, setattr, self, "errored", True)
         if self.error is not None:
             raise self.error
@@ -73,3 +76,27 @@ async def test_another_error_with_the_core_alive_stays_what_it_was():
     with pytest.raises(RuntimeError, match="boom"):
         async for _ in eng.generate(_request()):
             pass
+
+
+async def test_a_request_being_migrated_whose_core_dies_is_engine_died():
+    """A switch asked the decode to migrate; its core died before the abort
+    finished it: the stream ends unfinished, which no migration does."""
+    client = _DyingClient(None, lag_s=0.2)
+    eng = _engine(client)
+    req = _request().model_copy(update={"role": Role.DECODE})
+    ends = asyncio.Event()
+    client.before_end = ends
+    run = asyncio.ensure_future(_run_request(eng, req))
+    while req.request_id not in eng.inflight:
+        await asyncio.sleep(0.001)
+    eng.inflight[req.request_id].migrate = True  # what `WorkerEngine.migrate` sets before its abort
+    ends.set()
+    err = await run
+    assert err.kind == ENGINE_DIED
+
+
+async def _run_request(eng: WorkerEngine, req: GenerateRequest) -> EngineError:
+    with pytest.raises(EngineError) as err:
+        async for _ in eng.generate(req):
+            pass
+    return err.value

@@ -150,3 +150,21 @@ def test_suspect_isolation_holds_and_releases_per_request():
     assert iso.held() == {"w1", "w2"}
     iso.release("w1", "a")
     assert iso.held() == {"w2"}
+
+
+async def test_a_death_the_heartbeat_saw_first_counts_toward_quarantine():
+    """The workers cut a dying engine's streams without saying `engine_died`,
+    after their heartbeat already reported the engine dead: the deaths
+    still count, so the poison is refused before a third engine."""
+    c = await Cluster([Phase.DECODE, Phase.DECODE, Phase.DECODE], delay=0.001).start()
+    poison_prompt = [7] * 40
+    for w in c.workers.values():
+        w.poison = lambda req: req.prompt_token_ids[:40] == poison_prompt
+        w.death_cut_s = 0.1
+    heartbeat = asyncio.ensure_future(c.registry.run(0.01))
+    try:
+        with pytest.raises(RequestQuarantined):
+            await collect(c.orch, job(poison_prompt, 10, rid="poison"))
+    finally:
+        heartbeat.cancel()
+    assert sum(w.engine_dead for w in c.workers.values()) == 2  # never a third engine

@@ -161,3 +161,54 @@ def test_a_cut_link_times_out_quarantines_recomputes_and_heals(tmp_path, monkeyp
     _finished_recv(side, "r3")
     assert side.take_load_errors() == set()
     side.close()
+
+
+# -- a reused slot never shows new data under its old tag ------------------------------
+
+
+def test_a_save_into_a_reused_slot_zeroes_its_tag_while_the_data_changes(tmp_path) -> None:
+    """The scheduler reuses slot 0 (it held block `ab..`) for a new block while
+    peers may still be offered the old one: a peer reads data then tag, so
+    during the data write the tag must name no block."""
+    side, kv = _side(tmp_path)
+    store = side.store
+    assert store is not None
+    tags = store.tags
+    side.begin_step(_plan())  # slot 0 holds "ab"*16 (device block 3)
+    side.finished(set())
+    seen: list[bytes] = []
+    real_layers = side.layers
+
+    class Watched:  # the layer view's index_select: the moment the data is about to change
+        def __init__(self, view):
+            self.view, self.shape = view, view.shape
+
+        def index_select(self, dim, index):
+            seen.append(tags[0].numpy().tobytes())
+            return self.view.index_select(dim, index)
+
+    side.layers = [(name, Watched(view), off) for name, view, off in real_layers]  # type: ignore[misc]  # a view that reports when it is read
+    save = SaveItem("r2", device_blocks=(6,), slots=(0,), hashes=("ef" * 16,))
+    side.begin_step(StepPlan(saves=[save], shape={"uncached_prompt_tokens": 0, "generated_tokens": 1}))
+    assert seen == [bytes(16)]  # no tag while the data changed ("ab"*16 there would pass a peer's check)
+    assert store.tags[0].numpy().tobytes() == bytes.fromhex("ef" * 16)
+    assert torch.equal(store.data[0], kv[6])
+    side.close()
+
+
+def test_a_staging_slot_loses_its_old_tag_before_a_pull_lands(tmp_path, monkeypatch, agent_server) -> None:
+    """Staging slot 0 held a block peers were offered; a pull into it that
+    never lands (a cut link) must not leave that block's tag over it."""
+    fabric = FakeFabric()
+    _peer_store(fabric, agent_server)
+    side, _ = _pulling_side(tmp_path, monkeypatch, fabric, timeout_s=0.2)
+    assert side.store is not None
+    side.begin_step(_load("warm", agent_server.url))
+    _finished_recv(side, "warm")
+    old = side.store.tags[0].numpy().tobytes()
+    assert old == bytes.fromhex(H[0])  # slot 0 holds a block
+    fabric.cut_link("peer")
+    side.begin_step(_load("r1", agent_server.url, staging=(0, 1)))
+    _finished_recv(side, "r1")
+    assert side.store.tags[0].numpy().tobytes() == bytes(16)
+    side.close()
