@@ -24,15 +24,16 @@ from typing import Any
 from gateway.telemetry._lean import LeanSpan
 
 _SMALL = tuple(bytes((i,)) for i in range(128))
-# Finished span attribute fields: key -> value -> (type, bytes). A key's values
-# are cleared when they pass the bound, so the values that repeat (model, node,
-# tenant, phase) are back after one miss and unique ones (ids) never pin it.
+# Finished span attribute fields: key -> value -> (type, bytes). A key with more
+# than _MAX_VALUES values (ids, sizes) is no longer stored (_NO_CACHE).
 _SPAN_FIELDS: dict[str, dict[Any, tuple[type, bytes]]] = {}
-_NO_CACHE: dict[Any, tuple[type, bytes]] = {}  # the values of keys past _MAX_KEYS: never stored
+_NO_CACHE: dict[Any, tuple[type, bytes]] = {}  # the values of keys past either bound: never stored
 _MAX_KEYS = 1024
 _MAX_VALUES = 4096
 _KEYS: dict[str, bytes] = {}  # key -> its KeyValue.key field
 _HEADS: dict[str, tuple[bytes, ...]] = {}  # span name -> its name and kind fields, by kind
+_HEADS_BY_KEY: dict[str, dict[int, bytes]] = {}  # attribute key -> its fields' heads (`_new_field`)
+_MAX_HEADS = 256
 
 
 def _varint(n: int) -> bytes:
@@ -100,8 +101,8 @@ def _other_value(value: Any) -> bytes:
     """A value of a rarer type (a mapping, a subclass, bytes) or of none OTLP has (its str())."""
     if isinstance(value, Mapping):
         return _any_value(_pairs(value))
-    if isinstance(value, str):
-        return _str(T1, str(value))
+    if isinstance(value, str):  # its characters, not its str() (an enum's): as the SDK's encoder
+        return _len(T1, str.encode(value))
     if isinstance(value, bool):  # before int: bool is an int
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
@@ -185,25 +186,92 @@ def _attribute_fields(attributes: dict[str, Any], append: Callable[[bytes], None
     (its type, the finished field); the type because True == 1 == 1.0 as dict keys."""
     cache = _SPAN_FIELDS
     for key, value in attributes.items():
-        if type(value) is dict:
-            value = _pairs(value)
         by_value = cache.get(key)
+        if by_value is not None:
+            try:
+                hit = by_value.get(value)
+            except TypeError:  # unhashable (a list, a mapping): written each time
+                hit = None
+            if hit is not None and hit[0] is type(value):
+                append(hit[1])
+                continue
+        append(_miss(key, value))
+
+
+def _miss(key: str, value: Any) -> bytes:
+    """The field of a value the cache does not have, stored when it may repeat.
+    A key stops being stored once `_MAX_VALUES` of its values are (they hardly
+    repeat: ids, sizes): its dict is dropped then."""
+    field, keep = _new_field(key, value)
+    if keep:
+        by_value = _SPAN_FIELDS.get(key)
         if by_value is None:
-            by_value = cache[key] = {} if len(cache) < _MAX_KEYS else _NO_CACHE
-        try:
-            hit = by_value.get(value)
-        except TypeError:  # unhashable (a list): written each time
-            append(_field(T9, key, value))
-            continue
-        if hit is not None and hit[0] is type(value):
-            append(hit[1])
-            continue
-        field = _field(T9, key, value)
-        if by_value is not _NO_CACHE:
-            if len(by_value) >= _MAX_VALUES:
-                by_value.clear()
+            if len(_SPAN_FIELDS) >= _MAX_KEYS:
+                return field
+            by_value = _SPAN_FIELDS[key] = {}
+        if len(by_value) >= _MAX_VALUES:
+            _SPAN_FIELDS[key] = _NO_CACHE
+        elif by_value is not _NO_CACHE:
             by_value[value] = (type(value), field)
-        append(field)
+    return field
+
+
+def _new_field(key: str, value: Any) -> tuple[bytes, bool]:
+    """An attribute field (tag 9), written from the key's heads (its KeyValue
+    field but the value's bytes, by the value's length), and whether it may be
+    cached (a str, an int, a bool, a tuple of str: not a float, a
+    measurement, nor a tuple of numbers, which could equal one of bools)."""
+    kind = type(value)
+    heads = _HEADS_BY_KEY.get(key)
+    if heads is None:
+        heads = {}
+        if len(_HEADS_BY_KEY) < _MAX_KEYS:
+            _HEADS_BY_KEY[key] = heads
+    if kind is str:
+        raw = value.encode()
+        head = heads.get(len(raw))
+        if head is None:
+            head = _keep_head(heads, len(raw), _str_head(_key(key), len(raw)))
+        return head + raw, True
+    if kind is int:
+        raw = _int64(value)
+        head = heads.get(-len(raw))
+        if head is None:
+            head = _keep_head(heads, -len(raw), _scalar_head(_key(key), b"\x18", len(raw)))
+        return head + raw, True
+    if kind is float:
+        head = heads.get(_DOUBLE_HEAD)
+        if head is None:
+            head = _keep_head(heads, _DOUBLE_HEAD, _scalar_head(_key(key), b"\x21", 8))
+        return head + _DOUBLE.pack(value), False
+    if kind is dict:
+        return _field(T9, key, _pairs(value)), False
+    keep = kind is bool or (kind is tuple and all(type(v) is str for v in value))
+    return _field(T9, key, value), keep
+
+
+_DOUBLE_HEAD = -100  # a key's heads: by a str value's length, minus an int's varint length, or this
+
+
+def _keep_head(heads: dict[int, bytes], n: int, head: bytes) -> bytes:
+    if len(heads) < _MAX_HEADS:
+        heads[n] = head
+    return head
+
+
+def _str_head(key_field: bytes, n: int) -> bytes:
+    """A KeyValue field (tag 9) whose value is a string of `n` bytes, without those bytes."""
+    value_head = T1 + _varint(n)  # AnyValue.string_value, its length
+    any_len = len(value_head) + n
+    kv_len = len(key_field) + 1 + len(_varint(any_len)) + any_len
+    return T9 + _varint(kv_len) + key_field + T2 + _varint(any_len) + value_head
+
+
+def _scalar_head(key_field: bytes, value_tag: bytes, n: int) -> bytes:
+    """... whose value is an int (`n` varint bytes, tag 3) or a double (8 bytes, tag 4)."""
+    any_len = 1 + n
+    kv_len = len(key_field) + 1 + len(_varint(any_len)) + any_len
+    return T9 + _varint(kv_len) + key_field + T2 + _varint(any_len) + value_tag
 
 
 def _rare_fields(span: LeanSpan) -> list[bytes]:

@@ -10,14 +10,14 @@ Other paths (health, metrics, admin) are not traced.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.telemetry._ids import parse_traceparent
-from gateway.telemetry._turn import _TURN, OPERATIONS, Turn
+from gateway.telemetry._turn import _TURN, OPERATIONS, Span, Turn
 
 if TYPE_CHECKING:
     from gateway.telemetry.tracing import Tracing
@@ -58,25 +58,28 @@ class TracingMiddleware:
             await self.app(scope, receive, send)
             return
         turn = Turn(self.sink, span, self.inflight, operation)
-        relay = None
+        relay: Span | None = None
         sent = 0
 
-        async def traced_send(message: Message) -> None:
+        def traced_send(message: Message) -> Awaitable[None]:
+            # A plain function returning `send`'s awaitable: no coroutine of its own per
+            # message. Only the start and the first and last body messages do more than count.
             nonlocal relay, sent
-            kind = message["type"]
-            if kind == "http.response.start":
+            if relay is not None:
+                sent += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    turn.end(relay, {"evolving.relay.bytes": sent})
+                    relay = None
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+                if message.get("more_body", False):
+                    relay = turn.child("relay")
+            elif message["type"] == "http.response.start":
                 status = message["status"]
                 span.set_attribute("http.response.status_code", status)
                 if status >= 500:
                     span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
-            elif kind == "http.response.body":
-                more = message.get("more_body", False)
-                if relay is None and more:
-                    relay = turn.child("relay")
-                sent += len(message.get("body", b""))
-                if relay is not None and not more:
-                    turn.end(relay, {"evolving.relay.bytes": sent})
-            await send(message)
+            return send(message)
 
         token = _TURN.set(turn)
         try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from workers.protocol import KVTransferSpec
 
 Span = LeanSpan  # the span type of the request path
+INTERNAL, CLIENT = SpanKind.INTERNAL.value, SpanKind.CLIENT.value  # `SpanKind.value` is a property call
+_time_ns = time.time_ns
+_NODE_ID = attrgetter("node_id")
 
 # gen_ai.operation.name per API route (GenAI semantic conventions).
 OPERATIONS = {
@@ -70,19 +74,20 @@ class Turn:
         name: str,
         attributes: dict[str, Any] | None = None,
         *,
-        kind: SpanKind = SpanKind.INTERNAL,
+        kind: int = INTERNAL,
         start_time: int | None = None,
     ) -> Span:
-        """A child of the request's span (it takes `attributes` as its own dict)."""
+        """A child of the request's span (it takes `attributes` as its own dict);
+        `kind` is a `SpanKind`'s value (`INTERNAL`, `CLIENT`)."""
         parent = self.span
         span = LeanSpan(
             self.sink.put,
             name,
             parent.trace_id,
             parent.span_id,
-            kind.value,
+            kind,
             {} if attributes is None else attributes,
-            time.time_ns() if start_time is None else start_time,
+            _time_ns() if start_time is None else start_time,
         )
         span.trace_state = parent.trace_state
         self.open.add(span)
@@ -90,11 +95,11 @@ class Turn:
 
     def end(self, span: Span, attributes: dict[str, Any] | None = None, *, error: str | None = None) -> None:
         if attributes:
-            span.set_attributes(attributes)
+            span.attributes.update(attributes)
         if error:
-            span.set_status(Status(StatusCode.ERROR, error))
-        span.end()
+            span.status = Status(StatusCode.ERROR, error)
         self.open.discard(span)
+        span.end()
 
     def close(self, reason: str = "the request ended first") -> None:
         for span in list(self.open):
@@ -196,7 +201,7 @@ class JobTrace:
 
     @staticmethod
     def clock() -> int:
-        return time.time_ns()
+        return _time_ns()
 
     def routed(
         self,
@@ -218,8 +223,8 @@ class JobTrace:
                 "evolving.route.role": role,
                 "evolving.route.context_tokens": context_tokens,
                 "evolving.route.pool_cached_tokens": pool_cached_tokens,
-                # raw: written as sorted "node=tokens" strings by the export thread (_encode.py)
-                "evolving.route.cached_by_node": cached_by_node,
+                # sorted "node=tokens" strings: a tuple of str, which the encoder caches
+                "evolving.route.cached_by_node": tuple([f"{k}={v}" for k, v in sorted(cached_by_node.items())]),
             },
             start_time=started_ns,
         )
@@ -232,7 +237,9 @@ class JobTrace:
         if self._migration is not None:
             self._turn.end(self._migration, {"evolving.migration.to_node": node_id})
             self._migration = None
-        others = [b.node_id for b in kv.load if b.node_id != node_id]
+        nodes = list(map(_NODE_ID, kv.load))
+        peers = set(nodes)
+        peers.discard(node_id)
         span = self._turn.child(
             role,
             {
@@ -242,12 +249,12 @@ class JobTrace:
                 "evolving.phase": role,
                 "evolving.context_tokens": context_tokens,
                 "gen_ai.request.max_tokens": max_tokens,
-                "evolving.kv.load_blocks": len(kv.load),
-                "evolving.kv.peer_blocks": len(others),
-                "evolving.kv.peers": tuple(sorted(set(others))) if others else (),
+                "evolving.kv.load_blocks": len(nodes),
+                "evolving.kv.peer_blocks": len(nodes) - nodes.count(node_id),
+                "evolving.kv.peers": tuple(sorted(peers)) if peers else (),
                 "evolving.resumed": self._resumed,
             },
-            kind=SpanKind.CLIENT,
+            kind=CLIENT,
         )
         self._segment, self._segment_id, self._node = span, segment_id, node_id
         self._turn.inflight.add(segment_id, node_id, span)

@@ -108,3 +108,56 @@ def test_a_mapping_value_is_written_as_sorted_name_value_strings() -> None:
 
 def test_no_span_is_an_empty_body() -> None:
     assert wrap_spans(resource_head({}), scope_head("t"), []) == b""
+
+
+def _attribute_values(attrs: dict) -> list:
+    """The attributes of a span written twice (the second time from the cache), decoded."""
+    spans = [LeanSpan(None, "s", 7, 0, 1, dict(attrs), 1) for _ in range(2)]
+    for s in spans:
+        s.end_time = 2
+    req = _decoded(wrap_spans(resource_head({}), scope_head("t"), [encode_span(s) for s in spans]))
+    return [[(a.key, a.value) for a in s.attributes] for s in req.resource_spans[0].scope_spans[0].spans]
+
+
+def test_values_of_every_length_and_sign_are_written_alike_from_the_cache() -> None:
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
+
+    long_key = "evolving." + "k" * 150
+    attrs = {
+        "short": "a",
+        "empty": "",
+        "long": "é" * 200,  # 400 bytes: a two-byte length
+        long_key: 3,
+        "neg": -(2**40),
+        "max": 2**63 - 1,
+        "f": -0.0,
+        "yes": True,
+        "names": ("w1", "w2"),
+        "ints": (1, 2),
+    }
+    first, second = _attribute_values(attrs)
+    assert first == second
+    want = {
+        "short": AnyValue(string_value="a"),
+        "empty": AnyValue(string_value=""),
+        "long": AnyValue(string_value="é" * 200),
+        long_key: AnyValue(int_value=3),
+        "neg": AnyValue(int_value=-(2**40)),
+        "max": AnyValue(int_value=2**63 - 1),
+        "f": AnyValue(double_value=-0.0),
+        "yes": AnyValue(bool_value=True),
+        "names": AnyValue(array_value=ArrayValue(values=[AnyValue(string_value=v) for v in ("w1", "w2")])),
+        "ints": AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in (1, 2)])),
+    }
+    assert dict(first) == want
+
+
+def test_a_key_whose_values_do_not_repeat_stops_being_cached(monkeypatch) -> None:
+    from gateway.telemetry import _encode
+
+    monkeypatch.setattr(_encode, "_MAX_VALUES", 8)
+    for i in range(20):
+        ((key, value),), _ = _attribute_values({"evolving.test.id": f"req-{i}"})
+        assert value.string_value == f"req-{i}"
+    assert _encode._SPAN_FIELDS["evolving.test.id"] is _encode._NO_CACHE
+    assert _attribute_values({"evolving.test.id": "req-3"})[0][0][1].string_value == "req-3"
