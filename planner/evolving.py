@@ -29,7 +29,10 @@ verdict no other model move is made; one that did not deliver is reverted
 (before any rule above but the pins; never an SLO repair, nor a latency
 move that raised the finish rate), and its miss is counted against
 later gains of its kind, so staying put wins unless a move clears its
-bound net of the switch cost and the verified error. The offered load is
+bound net of the switch cost and the verified error. The split stood on
+is checked as well: where the model's mean response there misses the
+measured one, the miss counts against later latency gains the same way
+(``MoveVerifier.standing``). The offered load is
 counted at arrival when the view carries the counts (``planner.arrivals``).
 While one phase's queues show it saturated, its modelled capacity at the
 current split is corrected to the rate requests actually finish at
@@ -52,6 +55,7 @@ from planner import objective
 from planner.arrivals import ArrivalHistory
 from planner.engine_limits import with_engine_limits
 from planner.estimator import (
+    UNSTABLE_S,
     EstimatorConfig,
     SplitEstimate,
     estimate_many,
@@ -375,7 +379,12 @@ class EvolvingPlanner:
         cfg, view = self.config, tick.view
         est, lost, p_cur = tick.est, tick.lost, tick.current[0]
         assert est is not None and lost is not None
-        z, g = cfg.estimator.z, cfg.min_gain_frac
+        z, g, i_cur = cfg.estimator.z, cfg.min_gain_frac, est.index(p_cur)
+        if self.verifier is not None and est.response_s[i_cur] < UNSTABLE_S:  # the split stood on, checked
+            r, r_sd = float(est.response_s[i_cur]), float(est.response_sd_s[i_cur])
+            miss = self.verifier.standing(view.now, r, r_sd, view.last_switch_t)
+            if miss is not None:
+                tick.inputs["standing_response_miss_frac"] = miss
         err_thr = self.verifier.error(view.now, "throughput") if self.verifier is not None else 0.0
         err_lat = self.verifier.error(view.now, "latency") if self.verifier is not None else 0.0
         tick.inputs.update(verified_error_throughput_frac=err_thr, verified_error_latency_frac=err_lat)
@@ -386,7 +395,6 @@ class EvolvingPlanner:
         p = est.prefill_nodes
         in_range = (p >= tick.lo) & (p <= tick.hi)
         allowed = in_range & (p >= floor) & (p <= ceiling)
-        i_cur = est.index(p_cur)
         tick.inputs.update(
             served_current_rps=float(est.served_rps[i_cur]),
             response_current_s=float(est.response_s[i_cur]),
