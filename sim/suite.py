@@ -50,10 +50,12 @@ import time
 from typing import Any
 
 from sim import result_cache
+from sim.perturb import load_factor
 from sim.profiles import GpuProfile
 from sim.runs import run_all, run_one
 from sim.scenarios import Scenario, build
 from sim.suite_cases import (
+    LOADS,
     SuiteConfig,
     TraceCase,
     perturbed_cases,
@@ -147,12 +149,9 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     for case in trace_cases:
         info = {"nodes": cfg.nodes, "every_start": (case.unit, case.level) in every, "horizon_s": cfg.window_s}
         groups.append((("trace", case, None), list(cfg.starts), info))
-    without_form: list[str] = []
-    for case in trace_cases:
-        forms, missing = perturbed_cases(cfg, case)
-        without_form += [f"{case.unit} {case.level} [{name}]" for name in missing]
-        for pc in forms:
-            groups.append((("trace", pc, None), [cfg.starts[0]], {"nodes": cfg.nodes, "horizon_s": cfg.window_s}))
+    forms, without_form = perturbed_specs(cfg, trace_cases)
+    for pc in forms:
+        groups.append((("trace", pc, None), [cfg.starts[0]], {"nodes": cfg.nodes, "horizon_s": cfg.window_s}))
     tasks: list[Task] = []
     index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
     by: dict[tuple[int, str, int], dict[str, Any]] = {}
@@ -249,6 +248,27 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
         "jobs": jobs,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
+
+
+def perturbed_specs(cfg: SuiteConfig, cases: list[TraceCase]) -> tuple[list[TraceCase], list[str]]:
+    """The cases' perturbed forms (`suite_cases.perturbed_cases`) and
+    those without one. A workload two levels reach is run once:
+    `overload_3x` is 3x the capacity a level was placed on, so the levels
+    placed on one capacity (light and near once remeasured, or every level
+    on the estimate) give the same case under two names."""
+    out: list[TraceCase] = []
+    without: list[str] = []
+    seen: set[tuple[str, str | None, float]] = set()
+    for case in cases:
+        forms, missing = perturbed_cases(cfg, case)
+        without += [f"{case.unit} {case.level} [{name}]" for name in missing]
+        for pc in forms:
+            rate = case.offered_rps * load_factor(str(pc.perturbation), LOADS.get(case.level, 1.0))
+            key = (pc.unit, pc.perturbation, round(rate, 3))
+            if key not in seen:
+                seen.add(key)
+                out.append(pc)
+    return out, without
 
 
 def best_split(statics: dict[int, dict[str, Any]]) -> int:

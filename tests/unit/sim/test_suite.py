@@ -190,3 +190,21 @@ def test_best_split_breaks_a_tie_in_served_by_the_shorter_mean_response() -> Non
     }
     assert best_split(statics) == 7
     assert best_split({**statics, 5: {"served": 26_376, "mean_e2e_all_s": 121.7}}) == 5
+
+
+def test_overload_3x_runs_once_per_capacity_its_levels_were_placed_on(tmp_path: Path) -> None:
+    from sim.suite import perturbed_specs
+    from sim.suite_cases import TraceCase
+
+    cfg = SuiteConfig(traces_root=tmp_path, perturbations=("overload_3x",))
+    # Light and near remeasured on 8 req/s, overload on the 10 req/s estimate (rate 1 req/s at load 1).
+    cases = [
+        TraceCase("u", "light", 2.4, 8.0, 2.4, False, measured=True),
+        TraceCase("u", "near", 6.8, 8.0, 6.8, False, measured=True),
+        TraceCase("u", "overload", 16.0, 10.0, 16.0, False),
+    ]
+    forms, without = perturbed_specs(cfg, cases)
+    assert [(c.level, c.load) for c in forms] == [("light", 24.0), ("overload", 30.0)] and without == []
+    # Every level on the estimate: one workload, one case.
+    same = [TraceCase("u", level, u * 10.0, 10.0, u * 10.0, False) for level, u in (("light", 0.3), ("near", 0.85))]
+    assert [(c.level, c.load) for c in perturbed_specs(cfg, same)[0]] == [("light", 30.0)]
