@@ -208,3 +208,21 @@ def test_overload_3x_runs_once_per_capacity_its_levels_were_placed_on(tmp_path: 
     # Every level on the estimate: one workload, one case.
     same = [TraceCase("u", level, u * 10.0, 10.0, u * 10.0, False) for level, u in (("light", 0.3), ("near", 0.85))]
     assert [(c.level, c.load) for c in perturbed_specs(cfg, same)[0]] == [("light", 30.0)]
+
+
+def test_a_command_started_with_sigint_ignored_takes_it_back() -> None:
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a shell gives a background job
+    try:
+        cli.interruptible()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+        def handler(*_: object) -> None:
+            return None
+
+        signal.signal(signal.SIGINT, handler)
+        cli.interruptible()  # a handler someone installed is left alone
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, old)
