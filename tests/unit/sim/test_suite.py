@@ -123,6 +123,9 @@ def test_suite_smoke_prints_cases_and_minimums(tmp_path: Path, capsys) -> None:
     assert set(row["static_served"]) == {"1", "2"} and row["static_best"]["split"][0] in (1, 2)
     assert row["evolving"]["arrived"] >= row["evolving"]["completed"] > 0
     assert 0.5 < row["placebo_vs_static_best"] < 1.5 and "below_target_beyond_placebo" in report
+    # By requests finished, against the static split that finished the most (the best by served at most that).
+    by_best = row["evolving"]["throughput_rps"] / row["static_best"]["throughput_rps"]
+    assert 0 < row["vs_static_best_throughput"] <= round(by_best, 4)
 
 
 def test_convergence_cases_run_evolving_from_every_start(tmp_path: Path) -> None:
