@@ -9,7 +9,9 @@ Per tick (``decide``), in order; the first rule that applies wins:
 4. A switch in progress (some node draining) or the cooldown: hold.
 5. SLO repair: fewer prefill nodes than the TTFT SLO needs (or more than the
    TPOT SLO allows), and that has held in every sub-window of the
-   persistence span: move to the best split inside the SLO bounds.
+   persistence span: move to the best split inside the SLO bounds; not
+   for TTFT while the TTFT measured over that span meets the bound
+   (``planner.ttft``).
 6. The objective (``planner.objective``): within the SLO bounds, the split
    that serves the offered load best, by throughput (net of the switch
    cost, lower bound), else by response time at no throughput cost; the
@@ -67,6 +69,7 @@ from planner.evolving_config import EvolvingConfig
 from planner.offered import offered_weights
 from planner.profile import Profile
 from planner.saturation import QueueHistory, correction, scaled, waiting_by_phase
+from planner.ttft import TtftHistory
 from planner.types import (
     ClusterView,
     Decision,
@@ -115,6 +118,7 @@ class EvolvingPlanner:
         self.workload = WorkloadEstimator(self.config.workload)
         self.arrivals = ArrivalHistory(self.config.workload.retention_s)
         self.queues = QueueHistory(self.config.workload.retention_s)
+        self.ttfts = TtftHistory(self.config.workload.retention_s)
         self._last_act_t: float | None = None
         self._last_tick_t: float | None = None  # ``now`` of the previous decide
         self._last_move: tuple[float, int, int] | None = None  # (t, from, to prefill nodes) of the last model move
@@ -142,6 +146,7 @@ class EvolvingPlanner:
             offered_weights(self.profile, samples, self.config.offered_max_weight) if self.config.offered_mix else None
         )
         self.workload.observe(samples, weights, not_before=t0 if self.config.key_by_report else None)
+        self.ttfts.add(t0 if t0 is not None else 0.0, [s.ttft_s for s in samples if s.ttft_s is not None])
 
     # -- decide --------------------------------------------------------------
     def decide(self, view: ClusterView) -> Decision:
@@ -362,6 +367,11 @@ class EvolvingPlanner:
         p_floor, p_ceiling = self._persisted_bounds(tick)
         if p_floor <= p_cur <= p_ceiling:
             tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
+            return None
+        now, slo = tick.view.now, tick.view.slo
+        measured = self.ttfts.p95(now, cfg.persist_s, tick.view.last_switch_t, cfg.min_requests)
+        if p_cur < p_floor and measured is not None and measured <= cfg.slo_margin * slo.ttft_s:
+            tick.inputs["measured_p95_ttft_s"] = measured  # the split meets the bound (planner.ttft)
             return None
         repair = in_range & (p >= p_floor) & (p <= max(p_floor, p_ceiling))
         target = objective.throughput_target(est, repair, p_cur)
