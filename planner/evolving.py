@@ -9,7 +9,9 @@ Per tick (``decide``), in order; the first rule that applies wins:
 4. A switch in progress (some node draining) or the cooldown: hold.
 5. SLO repair: fewer prefill nodes than the TTFT SLO needs (or more than the
    TPOT SLO allows), and that has held in every sub-window of the
-   persistence span: move to the best split inside the SLO bounds.
+   persistence span: move to the best split inside the SLO bounds; not
+   for TTFT while the TTFT measured over that span meets the bound
+   (``planner.ttft``).
 6. The objective (``planner.objective``): within the SLO bounds, the split
    that serves the offered load best, by throughput (net of the switch
    cost, lower bound), else by response time at no throughput cost; the
@@ -29,7 +31,10 @@ verdict no other model move is made; one that did not deliver is reverted
 (before any rule above but the pins; never an SLO repair, nor a latency
 move that raised the finish rate), and its miss is counted against
 later gains of its kind, so staying put wins unless a move clears its
-bound net of the switch cost and the verified error. The offered load is
+bound net of the switch cost and the verified error. The split stood on
+is checked as well: where the model's mean response there misses the
+measured one, the miss counts against later latency gains the same way
+(``MoveVerifier.standing``). The offered load is
 counted at arrival when the view carries the counts (``planner.arrivals``).
 While one phase's queues show it saturated, its modelled capacity at the
 current split is corrected to the rate requests actually finish at
@@ -52,6 +57,7 @@ from planner import objective
 from planner.arrivals import ArrivalHistory
 from planner.engine_limits import with_engine_limits
 from planner.estimator import (
+    UNSTABLE_S,
     EstimatorConfig,
     SplitEstimate,
     estimate_many,
@@ -63,6 +69,7 @@ from planner.evolving_config import EvolvingConfig
 from planner.offered import offered_weights
 from planner.profile import Profile
 from planner.saturation import QueueHistory, correction, scaled, waiting_by_phase
+from planner.ttft import TtftHistory
 from planner.types import (
     ClusterView,
     Decision,
@@ -111,6 +118,7 @@ class EvolvingPlanner:
         self.workload = WorkloadEstimator(self.config.workload)
         self.arrivals = ArrivalHistory(self.config.workload.retention_s)
         self.queues = QueueHistory(self.config.workload.retention_s)
+        self.ttfts = TtftHistory(self.config.workload.retention_s)
         self._last_act_t: float | None = None
         self._last_tick_t: float | None = None  # ``now`` of the previous decide
         self._last_move: tuple[float, int, int] | None = None  # (t, from, to prefill nodes) of the last model move
@@ -138,6 +146,7 @@ class EvolvingPlanner:
             offered_weights(self.profile, samples, self.config.offered_max_weight) if self.config.offered_mix else None
         )
         self.workload.observe(samples, weights, not_before=t0 if self.config.key_by_report else None)
+        self.ttfts.add(t0 if t0 is not None else 0.0, [s.ttft_s for s in samples if s.ttft_s is not None])
 
     # -- decide --------------------------------------------------------------
     def decide(self, view: ClusterView) -> Decision:
@@ -359,6 +368,11 @@ class EvolvingPlanner:
         if p_floor <= p_cur <= p_ceiling:
             tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
             return None
+        now, slo = tick.view.now, tick.view.slo
+        measured = self.ttfts.p95(now, cfg.persist_s, tick.view.last_switch_t, cfg.min_requests)
+        if p_cur < p_floor and measured is not None and measured <= cfg.slo_margin * slo.ttft_s:
+            tick.inputs["measured_p95_ttft_s"] = measured  # the split meets the bound (planner.ttft)
+            return None
         repair = in_range & (p >= p_floor) & (p <= max(p_floor, p_ceiling))
         target = objective.throughput_target(est, repair, p_cur)
         if target is None:  # bounds outside what can move now: go as far as allowed
@@ -375,7 +389,12 @@ class EvolvingPlanner:
         cfg, view = self.config, tick.view
         est, lost, p_cur = tick.est, tick.lost, tick.current[0]
         assert est is not None and lost is not None
-        z, g = cfg.estimator.z, cfg.min_gain_frac
+        z, g, i_cur = cfg.estimator.z, cfg.min_gain_frac, est.index(p_cur)
+        if self.verifier is not None and est.response_s[i_cur] < UNSTABLE_S:  # the split stood on, checked
+            r, r_sd = float(est.response_s[i_cur]), float(est.response_sd_s[i_cur])
+            miss = self.verifier.standing(view.now, r, r_sd, view.last_switch_t)
+            if miss is not None:
+                tick.inputs["standing_response_miss_frac"] = miss
         err_thr = self.verifier.error(view.now, "throughput") if self.verifier is not None else 0.0
         err_lat = self.verifier.error(view.now, "latency") if self.verifier is not None else 0.0
         tick.inputs.update(verified_error_throughput_frac=err_thr, verified_error_latency_frac=err_lat)
@@ -386,7 +405,6 @@ class EvolvingPlanner:
         p = est.prefill_nodes
         in_range = (p >= tick.lo) & (p <= tick.hi)
         allowed = in_range & (p >= floor) & (p <= ceiling)
-        i_cur = est.index(p_cur)
         tick.inputs.update(
             served_current_rps=float(est.served_rps[i_cur]),
             response_current_s=float(est.response_s[i_cur]),

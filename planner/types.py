@@ -51,6 +51,7 @@ class RequestSample:
     output_tokens: int
     e2e_s: float | None = None  # arrival to last token
     gap_s: float | None = None  # closed loop: since the branch's previous request finished (None: unknown)
+    ttft_s: float | None = None  # arrival to first token (None: not reported)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,25 @@ gain is counted over that horizon, so an error older than one horizon
 speaks about traffic the next decision will not see). The planner then
 learns how wrong it is, instead of repeating the move.
 
+The split the planner stands on is checked too, on every tick the
+model decides from (``standing``): the mean response the model gives it
+against the mean measured over the last ``settle_s`` on it (no switch in
+that span, no move awaiting its check). A latency gain is a relative
+difference of two modelled responses, so a model that misses the one
+response it can measure, the current split's, by a fraction e beyond
+the noise of both (z standard errors of the measured mean plus the
+model's own sd) cannot rank two splits by less than e: that miss, |R
+model − R measured| / the larger of the two, is counted as a latency
+miss like a move's, and decays the same way. Staying put then wins
+until a latency gain clears its bound net of the error the planner saw
+where it stands, without paying a move to learn it (Mooncake synthetic
+near at its best split, 8P: the model put 8P's mean response at 3-6 s
+from 530 s to 950 s while the finished requests measured 23-68 s (the
+prefill queue reached 105 per node); at 1,100 s the model, matching the
+measurement again, put 7P 18 % faster and moved, and the move lowered
+the finish rate from 22.7 to 18.0 req/s and was reverted; the miss of
+those minutes, decayed, is larger than the 18 %).
+
 Early moves (before the planner's ``min_history_s``) are taken on queues,
 not on a prediction, and are not checked here; a revert is not checked
 either (it returns to a split that was measured).
@@ -295,6 +314,28 @@ class MoveVerifier:
         self.verdicts += 1
         self.reverts += int(revert)
         return Verdict(m, realized, sd, delivered, revert, after)
+
+    def standing(self, now: float, model_s: float, model_sd_s: float, last_switch_t: float | None) -> float | None:
+        """Check the model's mean response at the split the planner stands
+        on against the span measured on it (module doc); the miss fraction
+        (0: within the noise), or None when there is nothing to check with
+        (a move awaiting its check, a switch within the span, too few
+        finished, or a model response that is not finite)."""
+        if self.pending is not None or not math.isfinite(model_s) or model_s <= 0:
+            return None
+        if last_switch_t is not None and last_switch_t > now - self.settle_s:
+            return None
+        sp = self.span(now - self.settle_s, now)
+        if sp.e2e_n < self.config.min_requests or sp.e2e_mean_s <= 0:
+            return None
+        noise = self.z * (sp.e2e_sd_s / math.sqrt(sp.e2e_n) + max(model_sd_s, 0.0))
+        gap = abs(model_s - sp.e2e_mean_s)
+        if gap <= noise:
+            return 0.0
+        miss = gap / max(model_s, sp.e2e_mean_s)
+        if miss > self.error(now, "latency"):
+            self._misses.append((now, "latency", miss))
+        return miss
 
     def error(self, now: float, kind: Kind) -> float:
         """Verified error of ``kind`` moves at ``now``: the largest miss,

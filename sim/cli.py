@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -252,7 +253,17 @@ def _suite(ap: argparse.ArgumentParser, a: argparse.Namespace, extra: dict[str, 
         ap.error(str(e))
 
 
+def interruptible() -> None:
+    """Let Ctrl-C (SIGINT) stop the command even when it was started in the
+    background of a shell script, which starts it with SIGINT ignored: a
+    suite of hundreds of simulations then ran to its end, pool and all,
+    whatever was sent to it. The pool's workers inherit the handler."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    interruptible()
     ap = _parser()
     a = ap.parse_args(argv)
     if a.jobs < 1 or a.oracle_segments < 1 or a.flap_window < 0:

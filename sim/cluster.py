@@ -323,6 +323,7 @@ class Cluster:
                 req.output_tokens,
                 e2e_s=now - sr.arrival,
                 gap_s=gap,
+                ttft_s=None if sr.first_token is None else sr.first_token - sr.arrival,
             )
         )
         for dep in self._deps.pop(req.req_id, ()):

@@ -183,3 +183,23 @@ def test_a_latency_move_that_lowered_the_finish_rate_did_not_deliver() -> None:
     same.start(100.0, 6, 5, "latency", predicted=0.24, predicted_sd=0.04)
     kept, _ = _after(same, 110.0, 400.0, 227, e2e=7.0)
     assert kept is not None and kept.delivered and not kept.revert
+
+
+def test_the_split_stood_on_is_checked_and_its_miss_counts_against_latency_gains() -> None:
+    # The model puts the current split's mean response at 3 s; 60 s of finished requests measured 30 s.
+    v = _verifier([(300.0, 50, 30.0)])
+    assert v.standing(300.0, 3.0, 0.1, last_switch_t=None) == pytest.approx(0.9)  # 27 s of 30
+    assert v.error(300.0, "latency") == pytest.approx(0.9) and v.error(300.0, "throughput") == 0.0
+    assert v.error(900.0, "latency") == pytest.approx(0.45)  # one half-life later
+    # A smaller miss later leaves the larger, decayed one in force; only a larger one is recorded.
+    assert v.standing(310.0, 20.0, 0.1, last_switch_t=None) == pytest.approx(1 / 3)
+    assert v.error(310.0, "latency") == pytest.approx(0.9 * 0.5 ** (10 / 600))
+    # Within the model's sd and the measured mean's standard error: no miss.
+    close = _verifier([(300.0, 50, 3.0)])
+    assert close.standing(300.0, 3.05, 0.1, last_switch_t=None) == 0.0 and close.error(300.0, "latency") == 0.0
+    # Nothing to check with: a switch within the span, a move awaiting its check, too few finished.
+    assert close.standing(300.0, 30.0, 0.1, last_switch_t=280.0) is None
+    close.start(300.0, 3, 5, "latency", predicted=0.2, predicted_sd=0.02)
+    assert close.standing(300.0, 30.0, 0.1, last_switch_t=None) is None
+    thin = _verifier([(300.0, 1, 30.0)])
+    assert thin.standing(300.0, 3.0, 0.1, last_switch_t=None) is None

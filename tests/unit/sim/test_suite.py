@@ -123,6 +123,9 @@ def test_suite_smoke_prints_cases_and_minimums(tmp_path: Path, capsys) -> None:
     assert set(row["static_served"]) == {"1", "2"} and row["static_best"]["split"][0] in (1, 2)
     assert row["evolving"]["arrived"] >= row["evolving"]["completed"] > 0
     assert 0.5 < row["placebo_vs_static_best"] < 1.5 and "below_target_beyond_placebo" in report
+    # By requests finished, against the static split that finished the most (the best by served at most that).
+    by_best = row["evolving"]["throughput_rps"] / row["static_best"]["throughput_rps"]
+    assert 0 < row["vs_static_best_throughput"] <= round(by_best, 4)
 
 
 def test_convergence_cases_run_evolving_from_every_start(tmp_path: Path) -> None:
@@ -190,3 +193,39 @@ def test_best_split_breaks_a_tie_in_served_by_the_shorter_mean_response() -> Non
     }
     assert best_split(statics) == 7
     assert best_split({**statics, 5: {"served": 26_376, "mean_e2e_all_s": 121.7}}) == 5
+
+
+def test_overload_3x_runs_once_per_capacity_its_levels_were_placed_on(tmp_path: Path) -> None:
+    from sim.suite import perturbed_specs
+    from sim.suite_cases import TraceCase
+
+    cfg = SuiteConfig(traces_root=tmp_path, perturbations=("overload_3x",))
+    # Light and near remeasured on 8 req/s, overload on the 10 req/s estimate (rate 1 req/s at load 1).
+    cases = [
+        TraceCase("u", "light", 2.4, 8.0, 2.4, False, measured=True),
+        TraceCase("u", "near", 6.8, 8.0, 6.8, False, measured=True),
+        TraceCase("u", "overload", 16.0, 10.0, 16.0, False),
+    ]
+    forms, without = perturbed_specs(cfg, cases)
+    assert [(c.level, c.load) for c in forms] == [("light", 24.0), ("overload", 30.0)] and without == []
+    # Every level on the estimate: one workload, one case.
+    same = [TraceCase("u", level, u * 10.0, 10.0, u * 10.0, False) for level, u in (("light", 0.3), ("near", 0.85))]
+    assert [(c.level, c.load) for c in perturbed_specs(cfg, same)[0]] == [("light", 30.0)]
+
+
+def test_a_command_started_with_sigint_ignored_takes_it_back() -> None:
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a shell gives a background job
+    try:
+        cli.interruptible()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+        def handler(*_: object) -> None:
+            return None
+
+        signal.signal(signal.SIGINT, handler)
+        cli.interruptible()  # a handler someone installed is left alone
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, old)
