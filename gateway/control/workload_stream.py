@@ -50,7 +50,8 @@ from planner.types import RequestSample
 
 log = logging.getLogger(__name__)
 
-# ARGV: p, branch ('' none), last ('1'/'0'), t, e2e, uncached, cached, output, gap_ttl_s, maxlen, replica
+# ARGV: p, branch ('' none), last ('1'/'0'), t, e2e, uncached, cached, output, gap_ttl_s, maxlen, replica,
+#       ttft ('' unknown)
 FINISH = """
 local p, branch, last = ARGV[1], ARGV[2], ARGV[3]
 local t, e2e = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -66,7 +67,7 @@ if branch ~= '' then
   end
 end
 return redis.call('XADD', p..':workload', 'MAXLEN', '~', ARGV[10], '*',
-  't', ARGV[4], 'e', ARGV[5], 'u', ARGV[6], 'c', ARGV[7], 'o', ARGV[8], 'g', gap, 'r', ARGV[11])
+  't', ARGV[4], 'e', ARGV[5], 'u', ARGV[6], 'c', ARGV[7], 'o', ARGV[8], 'g', gap, 'r', ARGV[11], 'f', ARGV[12])
 """
 
 
@@ -81,6 +82,7 @@ def decode_sample(fields: dict[str, str]) -> RequestSample:
     """One stream entry back into a `RequestSample`."""
     gap = fields.get("g", "")
     e2e = fields.get("e", "")
+    ttft = fields.get("f", "")  # absent in entries written before TTFT was carried
     return RequestSample(
         t=float(fields["t"]),
         uncached_prompt_tokens=int(fields["u"]),
@@ -88,6 +90,7 @@ def decode_sample(fields: dict[str, str]) -> RequestSample:
         output_tokens=int(fields["o"]),
         e2e_s=float(e2e) if e2e != "" else None,
         gap_s=float(gap) if gap != "" else None,
+        ttft_s=float(ttft) if ttft != "" else None,
     )
 
 
@@ -205,6 +208,7 @@ class RedisWorkloadFeed:
                     self._gap_ttl,
                     self._maxlen,
                     self.replica,
+                    "" if s.ttft_s is None else repr(float(s.ttft_s)),
                 ],
                 client=pipe,
             )

@@ -142,15 +142,18 @@ async def test_workload_stream_gives_every_replica_every_sample_with_cluster_gap
             (108.0, 1.0, None, False),
         ]
         for i, (t, e2e, branch, last) in enumerate(turns):
-            s = RequestSample(t=t, uncached_prompt_tokens=64 + i, cached_prompt_tokens=32, output_tokens=8, e2e_s=e2e)
+            ttft = None if i == 5 else e2e / 4  # a sample without a TTFT stays without one
+            s = RequestSample(
+                t=t, uncached_prompt_tokens=64 + i, cached_prompt_tokens=32, output_tokens=8, e2e_s=e2e, ttft_s=ttft
+            )
             feeds[i % 3].add(s, branch=branch, last_in_branch=last)
             local.add(s, branch=branch, last_in_branch=last)
             await asyncio.sleep(0.05)  # a turn's sample is sent before the branch's next one ends
         want = local.drain()
         for f in feeds:
             got = await _drain_until(f, len(want))
-            assert [(s.t, s.uncached_prompt_tokens, s.gap_s) for s in got] == [
-                (s.t, s.uncached_prompt_tokens, s.gap_s) for s in want
+            assert [(s.t, s.uncached_prompt_tokens, s.gap_s, s.ttft_s) for s in got] == [
+                (s.t, s.uncached_prompt_tokens, s.gap_s, s.ttft_s) for s in want
             ]
         assert [s.gap_s for s in want] == [None, None, 2.0, 3.0, 3.5, None]
     finally:

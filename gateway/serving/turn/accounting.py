@@ -50,6 +50,7 @@ class Accounting:
                 cached_prompt_tokens=done.cached_tokens,
                 output_tokens=done.completion_tokens,
                 e2e_s=done.e2e_s,
+                ttft_s=done.ttft_s,
             ),
             branch=None if branch.one_shot else branch.key,
             last_in_branch=branch.finish_at_end,
