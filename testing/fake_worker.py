@@ -44,6 +44,7 @@ from gateway.upstream.port import WorkerRejected, WorkerUnreachable
 from workers.fence import StaleTerm, TermFence
 from workers.protocol import (
     ENGINE_DEAD,
+    WRONG_PHASE,
     ENGINE_DIED,
     AbortResponse,
     BlockLocation,
@@ -152,8 +153,14 @@ class FakeWorker:
                 detail="the engine core has stopped",
                 error_type=ENGINE_DEAD,
             )
-        if self.draining_to is not None:
-            raise WorkerRejected(f"{self.node_id} is draining", status=503, retryable=True)
+        if self.draining_to is not None and req.role is not Role(self.draining_to.value):
+            # As a real worker (workers.phase.accepts): a draining node takes its target's role only.
+            raise WorkerRejected(
+                f"worker {WRONG_PHASE}: {self.node_id} is draining to {self.draining_to.value}",
+                status=409,
+                retryable=True,
+                error_type=WRONG_PHASE,
+            )
         if req.request_id in self._running:
             raise WorkerRejected(f"duplicate request id {req.request_id}", status=409, retryable=False)
         self.requests.append(req)

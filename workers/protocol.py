@@ -58,6 +58,9 @@ class EngineState(str, Enum):
 # request came (ENGINE_DEAD), or died while the request ran on it (ENGINE_DIED).
 ENGINE_DEAD = "engine_dead"
 ENGINE_DIED = "engine_died"
+# ErrorBody.type: the node's phase does not take the request's role (it is
+# switching, or the gateway's view of its phase is a heartbeat old).
+WRONG_PHASE = "wrong_phase"
 
 
 class _Model(BaseModel):

@@ -27,6 +27,7 @@ from workers.engine_heal import EngineHealer
 from workers.fence import StaleTerm
 from workers.protocol import (
     ENGINE_DEAD,
+    WRONG_PHASE,
     AbortRequest,
     AbortResponse,
     BlockLocation,
@@ -136,7 +137,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
         if not ph.accepts(ws.state, req.role):
             return _error(
                 409,
-                "wrong_phase",
+                WRONG_PHASE,
                 f"node is {ws.state.value}; it does not take {req.role.value} requests",
                 retryable=True,
             )

@@ -60,6 +60,7 @@ from routing.picker import NoNodeAvailable
 from workers.protocol import (
     ENGINE_DEAD,
     ENGINE_DIED,
+    WRONG_PHASE,
     GenerateChunk,
     GenerateRequest,
     KVTransferSpec,
@@ -68,6 +69,7 @@ from workers.protocol import (
 )
 
 log = logging.getLogger(__name__)
+REFUSAL_PAUSE_S = 0.1  # the wait before asking nodes that all refused again, times the rounds so far
 
 
 @dataclass(frozen=True)
@@ -300,7 +302,14 @@ class Orchestrator:
         avoid: frozenset[str] = frozenset(),
     ) -> tuple[str, Role, KVTransferSpec]:
         started = trace.clock()
-        context, excluded = progress.context(), progress.excluded | avoid
+        context = progress.context()
+        candidates = self._registry.loads()
+        rounds = progress.refusal_rounds
+        excluded = progress.skip({n.node_id for n in candidates}) | avoid
+        if progress.refusal_rounds != rounds:
+            # Every node had turned the request down (phases moving): ask again
+            # once the heartbeats have caught up a little.
+            await asyncio.sleep(min(REFUSAL_PAUSE_S * progress.refusal_rounds, 1.0))
         dead = [n.node_id for n in self._registry.nodes() if not n.healthy]
         # Only the request's first lookup counts toward the pool hit rate.
         hit = await self._directory.lookup(
@@ -309,7 +318,7 @@ class Orchestrator:
         # At least one token must be computed, so a full hit counts as len-1.
         limit = len(context) - 1
         by_node = {n: min(t, limit) for n, t in hit.cached_by_node().items()}
-        loads = [n for n in self._registry.loads() if n.node_id not in excluded]
+        loads = [n for n in candidates if n.node_id not in excluded]
         try:
             decision = route(
                 RouteRequest(len(context), by_node, min(hit.pool_cached_tokens, limit)), loads, self._cfg.router
@@ -408,7 +417,7 @@ class Orchestrator:
         aborted by a switch as the core went, or `engine_dead` mid-stream):
         the engine died with the request on it all the same. Not a refusal
         before it ran (`engine_dead` answered up front)."""
-        if end.outcome is SegmentOutcome.FINISHED or end.refused_dead:
+        if end.outcome in (SegmentOutcome.FINISHED, SegmentOutcome.REFUSED) or end.refused_dead:
             return False
         node = self._registry.find(node_id)
         return node is not None and node.health is NodeHealth.ENGINE_DEAD
@@ -424,6 +433,9 @@ class Orchestrator:
         if not exc.retryable:
             raise exc
         log.warning("request %s: node %s refused it: %s", req.request_id, node_id, exc)
+        if exc.error_type == WRONG_PHASE or exc.status_code == 429:
+            # Switching phase (or full): not a failure of the node; it is asked again later.
+            return _SegmentEnd(SegmentOutcome.REFUSED, error=str(exc))
         if exc.error_type in (ENGINE_DEAD, ENGINE_DIED):
             self._registry.report_engine_dead(node_id, exc.detail)
         return _SegmentEnd(

@@ -19,7 +19,10 @@ so far and decides, from plain values only, what happens next:
   (never more than the budget), first-token bookkeeping.
 - `end_segment(outcome)`: what the segment's outcome means for the request:
   finished, decode next, or route again (with the limits on migrations and
-  failed nodes enforced here, as typed errors).
+  failed nodes enforced here, as typed errors). A failed node is skipped
+  for the rest of the request; a node that only refused (it is switching
+  phase) is skipped while another candidate is left (`skip()`), since its
+  refusal says nothing about its health.
 
 The orchestrator (`gateway.serving.orchestrator`) is the I/O shell around
 it: routing lookups, worker calls, directory publishes.
@@ -39,7 +42,8 @@ class SegmentOutcome(enum.Enum):
 
     FINISHED = "finished"  # stop, or length: the worker's output is complete
     GAVE_UP = "gave_up"  # migrated / abort: the node gave the request up (phase switch)
-    NODE_FAILED = "node_failed"  # unreachable, a retryable refusal, or a stream cut without a finish
+    NODE_FAILED = "node_failed"  # unreachable, a dead engine, or a stream cut without a finish
+    REFUSED = "refused"  # turned down before it ran (the node is switching phase): no failure
 
 
 class Next(enum.Enum):
@@ -76,6 +80,10 @@ class RequestProgress:
     max_migrations: int
     generated: list[int] = field(default_factory=list)
     excluded: set[str] = field(default_factory=set)  # nodes that failed this request
+    refused: set[str] = field(default_factory=set)  # nodes that turned it down since the last reset
+    refusals: int = 0
+    max_refusals: int = 32
+    refusal_rounds: int = 0  # times every candidate had refused and all were asked again
     nodes: list[str] = field(default_factory=list)  # node of each segment, in order
     failures: int = 0
     migrations: int = 0
@@ -104,6 +112,16 @@ class RequestProgress:
     def carried(self) -> int:
         """Generated tokens the next call's prompt already contains."""
         return 0 if self.replay else len(self.generated)
+
+    def skip(self, candidates: set[str]) -> set[str]:
+        """Nodes the next routing skips among `candidates` (the healthy
+        nodes): every failed one; the refusing ones too unless that leaves
+        none, when they are asked again (their phase may have changed)."""
+        failed = self.excluded & candidates
+        if self.refused and not candidates - failed - self.refused:
+            self.refused.clear()
+            self.refusal_rounds += 1
+        return failed | (self.refused & candidates)
 
     def budget_spent(self) -> bool:
         """Every token `max_tokens` allows was generated: the request ends "length"."""
@@ -168,6 +186,16 @@ class RequestProgress:
             self.just_prefilled = True  # the prefill's one token: decode next
             return Next.DECODE
         self.resumes += 1
+        if outcome is SegmentOutcome.REFUSED:
+            self.refusals += 1
+            if self.refusals > self.max_refusals:
+                raise UpstreamFailed(
+                    f"request {self.request_id} was turned down {self.refusals} times by workers changing phase; "
+                    f"last: {error}",
+                    code="workers_refused",
+                )
+            self.refused.add(node_id)
+            return Next.ROUTE_AGAIN
         if outcome is SegmentOutcome.GAVE_UP:
             # The node gave the request up; where it continues is routed
             # afresh (its KV, if saved, is already published).

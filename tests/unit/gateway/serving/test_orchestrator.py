@@ -178,6 +178,26 @@ async def test_draining_node_rejection_is_retried():
     assert tokens == expected(PROMPT, 4) and done.nodes == ["w1", "w0"]
 
 
+async def test_refusals_do_not_use_up_the_failure_budget():
+    # Both nodes refuse decodes at first (draining to prefill, the registry
+    # does not know yet); a refusal is not a failure, so with one allowed
+    # failure the request still finishes once w0's switch is cancelled.
+    c = await Cluster([Phase.DECODE, Phase.DECODE]).start()
+    c.orch._cfg = OrchestratorConfig(max_node_attempts=1)
+    for w in ("w0", "w1"):
+        c.w(w).draining_to = Phase.PREFILL
+
+    async def cancel_w0_switch() -> None:
+        await asyncio.sleep(0.05)
+        c.w("w0").draining_to = None
+
+    task = asyncio.create_task(cancel_w0_switch())
+    tokens, done = await collect(c.orch, job(PROMPT, 4))
+    await task
+    assert tokens == expected(PROMPT, 4)
+    assert done.nodes[:2] == ["w1", "w0"] and done.nodes[-1] == "w0"
+
+
 async def test_attempt_budget_exhausted_raises():
     c = await Cluster([Phase.DECODE, Phase.DECODE]).start()
     c.orch._cfg = OrchestratorConfig(max_node_attempts=1)

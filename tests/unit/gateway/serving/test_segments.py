@@ -142,6 +142,35 @@ def test_failed_nodes_are_excluded_until_max_node_failures() -> None:
     assert (p.excluded, p.failures, p.resumes) == ({"n1", "n2"}, 2, 2)
 
 
+def test_a_refusal_skips_the_node_without_counting_a_failure() -> None:
+    p = _progress(max_node_failures=1)
+    p.just_prefilled = True
+    assert p.end_segment(SegmentOutcome.REFUSED, Role.DECODE, node_id="n1", error="wrong_phase") is Next.ROUTE_AGAIN
+    assert (p.refused, p.excluded, p.failures, p.refusals, p.just_prefilled) == ({"n1"}, set(), 0, 1, True)
+    assert p.skip({"n1", "n2"}) == {"n1"}
+
+
+def test_nodes_that_all_refused_are_asked_again_failed_ones_never() -> None:
+    p = _progress(max_node_failures=3)
+    p.end_segment(SegmentOutcome.NODE_FAILED, Role.DECODE, node_id="n0", error="reset")
+    p.end_segment(SegmentOutcome.REFUSED, Role.DECODE, node_id="n1", error="wrong_phase")
+    p.end_segment(SegmentOutcome.REFUSED, Role.DECODE, node_id="n2", error="wrong_phase")
+    assert p.skip({"n0", "n1", "n2", "n3"}) == {"n0", "n1", "n2"} and p.refusal_rounds == 0
+    # n3 left the cluster: every candidate had refused, so they are asked again
+    assert p.skip({"n0", "n1", "n2"}) == {"n0"}
+    assert (p.refused, p.refusal_rounds) == (set(), 1)
+
+
+def test_too_many_refusals_end_the_request_with_a_typed_error() -> None:
+    p = RequestProgress("r", [1, 2, 3], 4, max_node_failures=2, max_migrations=1, max_refusals=2)
+    for _ in range(2):
+        p.end_segment(SegmentOutcome.REFUSED, Role.DECODE, node_id="n1", error="wrong_phase")
+    with pytest.raises(UpstreamFailed) as exc:
+        p.end_segment(SegmentOutcome.REFUSED, Role.DECODE, node_id="n1", error="node is prefill")
+    assert exc.value.body()["error"]["code"] == "workers_refused"
+    assert exc.value.message == ("request r was turned down 3 times by workers changing phase; last: node is prefill")
+
+
 # -- replay (a constrained or penalised request) ------------------------------------
 def _replay(max_tokens: int = 5) -> RequestProgress:
     return RequestProgress("r", [1, 2, 3], max_tokens, max_node_failures=3, max_migrations=3, replay=True)
