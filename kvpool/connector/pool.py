@@ -189,6 +189,12 @@ class _SchedulerSide:
             self.done_loads.discard(request.request_id)
         p = self._params(request)
         device = blocks.get_block_ids()[0]
+        # Pin the blocks read from this store before reserving staging slots:
+        # on a full store `reserve` evicts unpinned blocks, and a staging slot
+        # taken from one of them would land a peer's block in it, copied to
+        # the device for both blocks (another block's KV, cached by vLLM).
+        hits = [slot for _, _, node, slot in sources if node is None]
+        self.index.pin(hits)
         staging, dropped = self.index.reserve(sum(1 for s in sources if s[2] is not None))
         self._publish_dropped(dropped)
         reads, local_slots, n_staged = [], [], 0
@@ -215,6 +221,7 @@ class _SchedulerSide:
         for s in staging[n_staged:]:
             self.index.release(s)
         self.index.pin(item.local_slots)
+        self.index.unpin(hits)  # net: each slot the load reads pinned once, unused hits not at all
         self.inflight_loads[request.request_id] = item
         if reads:
             self.pulled.add(request.request_id)

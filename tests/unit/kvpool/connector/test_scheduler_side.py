@@ -1,0 +1,89 @@
+"""kvpool.connector.pool's scheduler side: which host slots a load uses, on a full store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from kvpool.connector.pool import _SchedulerSide
+from kvpool.hashing import block_hashes
+
+BS = 4
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    kv_transfer_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Blocks:
+    ids: list[int]
+
+    def get_block_ids(self) -> tuple[list[int]]:
+        return (self.ids,)
+
+
+def _side(capacity: int) -> _SchedulerSide:
+    return _SchedulerSide(SimpleNamespace(block_size=BS, capacity=capacity, events_socket=None))  # type: ignore[arg-type]
+
+
+def test_a_load_never_stages_a_remote_block_in_a_slot_it_reads_locally() -> None:
+    # A full store of 2 slots: block 0 of the prompt is here (the newest),
+    # another block is older. The load reads block 0 locally and pulls
+    # block 1 from a peer: the staging slot must not be block 0's slot
+    # (evicting it would copy block 1's KV into block 0's place too).
+    side = _side(capacity=2)
+    prompt = list(range(100, 100 + 3 * BS))
+    hashes = block_hashes(prompt, BS, "t")
+    other = block_hashes(list(range(900, 900 + BS)), BS, "t")[0]
+    for h in (other, hashes[0]):
+        (slot,), _ = side.index.reserve(1)
+        side.index.commit(h, slot)
+    # The older block is pinned by another load in flight: only block 0's slot is unpinned.
+    side.index.pin([side.index.lookup(other)])
+    own = side.index.lookup(hashes[0])
+    params = {
+        "salt": "t",
+        "load": [
+            {"block_hash": hashes[0], "node_id": "p", "slot": 5},
+            {"block_hash": hashes[1], "node_id": "p", "slot": 6},
+        ],
+    }
+    req = _Request("r", prompt, params)
+    tokens, is_async = side.matched(req, 0)
+    assert (tokens, is_async) == (2 * BS, True)
+    side.after_alloc(req, _Blocks([10, 11, 12]), tokens)
+    (item,) = side.take_plan().loads
+    assert item.local_slots[0] == own
+    # No slot was free: block 1 cannot be staged, so only block 0 loads.
+    assert item.local_slots == (own,) and item.remote == () and item.device_blocks == (10,)
+    assert side.index.lookup(hashes[0]) == own
+
+
+def test_a_load_stages_remote_blocks_in_free_slots_and_pins_what_it_reads() -> None:
+    side = _side(capacity=4)
+    prompt = list(range(100, 100 + 3 * BS))
+    hashes = block_hashes(prompt, BS, "t")
+    (own,), _ = side.index.reserve(1)
+    side.index.commit(hashes[0], own)
+    params = {
+        "salt": "t",
+        "load": [
+            {"block_hash": hashes[0], "node_id": "p", "slot": 5},
+            {"block_hash": hashes[1], "node_id": "p", "slot": 6},
+        ],
+    }
+    req = _Request("r", prompt, params)
+    tokens, _ = side.matched(req, 0)
+    side.after_alloc(req, _Blocks([10, 11, 12]), tokens)
+    (item,) = side.take_plan().loads
+    (read,) = item.remote
+    assert item.local_slots == (own, read.local_slot) and read.local_slot != own
+    assert (read.node_id, read.remote_slot) == ("p", 6)
+    # Both slots stay pinned until the load ends: a save cannot take them.
+    slots, dropped = side.index.reserve(4)
+    assert own not in slots and read.local_slot not in slots and dropped == []
