@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import socket
 import statistics
@@ -48,20 +49,22 @@ from workers.protocol import BlockLocation, KVTransferSpec
 SPANS_PER_REQUEST = 6  # request, tokenize, admission, route, decode, relay
 CHUNKS = 16
 GOAL_US = 40.0
+_IDS = itertools.count(1)  # each request its own id, as a gateway's are (no value repeats across requests)
 LOAD = [BlockLocation(block_hash=f"{i:064x}", node_id="w1", slot=i) for i in range(16)]  # 16 local cached blocks
 
 
 async def _app(scope: Any, receive: Any, send: Any) -> None:
     """What the serving code does at its span sites for one streamed request."""
+    rid = f"chatcmpl-{next(_IDS):032x}"
     span = start_span("tokenize", **{"evolving.prompt_chars": 1200})
     sizes: dict[str, Any] = {"gen_ai.usage.input_tokens": 300, "evolving.prompt_blocks": 18}
     end_span(span, **sizes)
     span = start_span("admission", **{"evolving.tenant": "t1"})
     end_span(span)
     turn_started(
-        model="demo", request_id="chatcmpl-1", tenant="t1", branch="b1", session=None, max_tokens=16, choices=1
+        model="demo", request_id=rid, tenant="t1", branch="b1", session=None, max_tokens=16, choices=1
     )
-    trace = job_trace("chatcmpl-1")
+    trace = job_trace(rid)
     started = trace.clock()
     trace.routed(
         started,
@@ -73,7 +76,7 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
         context_tokens=300,
     )
     kv = KVTransferSpec.model_construct(load=LOAD, peers={}, save=True)
-    trace.segment_started("chatcmpl-1-0", node_id="w1", role="decode", kv=kv, context_tokens=300, max_tokens=16)
+    trace.segment_started(f"{rid}.1", node_id="w1", role="decode", kv=kv, context_tokens=300, max_tokens=16)
     await send({"type": "http.response.start", "status": 200, "headers": []})
     for _ in range(CHUNKS):
         await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})

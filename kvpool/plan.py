@@ -40,6 +40,10 @@ class LoadItem:
     hashes: tuple[str, ...]
     remote: tuple[RemoteRead, ...] = ()  # reads that fill some local_slots first
     layerwise: bool = False  # load inside the forward pass, layer by layer
+    # Device blocks vLLM counts as loaded that this load does not fill (no
+    # slot left to stage them): reported as load errors, so vLLM recomputes
+    # them instead of reading whatever the blocks held before.
+    unloaded: tuple[int, ...] = ()
     rid: str = ""  # the worker's own id of the request (its KV params' rid); "": req_id
 
 
@@ -160,6 +164,11 @@ class SlotIndex:
                 slots.append(s)
         self._reserved.update(slots)
         return slots, dropped
+
+    def available(self, keep: Iterable[int] = ()) -> int:
+        """How many slots `reserve` could take now without evicting `keep`."""
+        kept = set(keep)
+        return len(self._free) + sum(1 for s in self._ready.values() if s not in self._pins and s not in kept)
 
     def commit(self, block_hash: str, slot: int) -> None:
         """A reserved slot now holds `block_hash`."""

@@ -175,10 +175,23 @@ class _SchedulerSide:
         if request.request_id in self.pulled:
             remote = {}  # one pull per request: after a failed one, recompute instead of retrying
         sources = plan_prefix_sources(hashes, num_computed_tokens // bs, max_blocks, self.index, remote)
+        sources = self._stageable(sources)
         if not sources:
             return 0, False
         self.pending_loads[request.request_id] = sources
         return len(sources) * bs, p.get("mode", "async") != "layerwise"
+
+    def _stageable(self, sources: list[tuple[int, str, str | None, int]]) -> list[tuple[int, str, str | None, int]]:
+        """The prefix of `sources` whose remote blocks can all be staged now:
+        vLLM is told exactly the tokens `after_alloc` will load (a block it
+        counts as loaded but nobody writes would be read as KV)."""
+        room = self.index.available(keep=[slot for _, _, node, slot in sources if node is None])
+        for n, (_, _, node, _) in enumerate(sources):
+            if node is not None:
+                if room == 0:
+                    return sources[:n]
+                room -= 1
+        return sources
 
     def after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         sources = self.pending_loads.pop(request.request_id, None)
@@ -209,6 +222,9 @@ class _SchedulerSide:
                 break  # store full of pinned blocks: load a shorter prefix
         first = sources[0][0]
         dev = tuple(device[first : first + len(local_slots)])
+        # vLLM counts num_external_tokens as loaded: what this load cannot fill
+        # (matched() promised it, the store filled up since) must be recomputed.
+        unloaded = tuple(device[first + len(local_slots) : first + num_external_tokens // self.c.block_size])
         item = LoadItem(
             request.request_id,
             dev,
@@ -217,7 +233,10 @@ class _SchedulerSide:
             tuple(reads),
             layerwise=p.get("mode") == "layerwise",
             rid=p.get("rid", ""),
+            unloaded=unloaded,
         )
+        if unloaded:
+            log.warning("%s: %d KV blocks could not be staged; vLLM recomputes them", request.request_id, len(unloaded))
         for s in staging[n_staged:]:
             self.index.release(s)
         self.index.pin(item.local_slots)

@@ -193,6 +193,8 @@ class WorkerSide:
                 self._layerwise.append((load, ok))
                 if not ok:
                     self._fail(load)
+                else:
+                    self._fail_unloaded(load)
             else:
                 self._pool.submit(self._async_load, load)
 
@@ -238,6 +240,7 @@ class WorkerSide:
         try:
             if self._pull_remote(load):
                 self._copy_to_device(list(load.local_slots), list(load.device_blocks))
+                self._fail_unloaded(load)
             else:
                 self._fail(load)
         except Exception:
@@ -250,6 +253,13 @@ class WorkerSide:
     def _fail(self, load: LoadItem) -> None:
         with self._lock:
             self._errors.update(load.device_blocks)
+            self._errors.update(load.unloaded)
+
+    def _fail_unloaded(self, load: LoadItem) -> None:
+        """The blocks vLLM counts as loaded that the plan could not fill."""
+        if load.unloaded:
+            with self._lock:
+                self._errors.update(load.unloaded)
 
     def _pull_remote(self, load: LoadItem) -> bool:
         """Read the load's remote slots into its staging slots; verify tags."""

@@ -54,14 +54,35 @@ def test_a_load_never_stages_a_remote_block_in_a_slot_it_reads_locally() -> None
         ],
     }
     req = _Request("r", prompt, params)
+    # No slot can be freed without block 0's: vLLM is told of block 0 only.
     tokens, is_async = side.matched(req, 0)
-    assert (tokens, is_async) == (2 * BS, True)
+    assert (tokens, is_async) == (BS, True)
     side.after_alloc(req, _Blocks([10, 11, 12]), tokens)
     (item,) = side.take_plan().loads
-    assert item.local_slots[0] == own
-    # No slot was free: block 1 cannot be staged, so only block 0 loads.
     assert item.local_slots == (own,) and item.remote == () and item.device_blocks == (10,)
-    assert side.index.lookup(hashes[0]) == own
+    assert item.unloaded == () and side.index.lookup(hashes[0]) == own
+
+
+def test_blocks_promised_but_not_stageable_at_allocation_are_reported_unloaded() -> None:
+    side = _side(capacity=2)
+    prompt = list(range(100, 100 + 3 * BS))
+    hashes = block_hashes(prompt, BS, "t")
+    (own,), _ = side.index.reserve(1)
+    side.index.commit(hashes[0], own)
+    params = {
+        "salt": "t",
+        "load": [
+            {"block_hash": hashes[0], "node_id": "p", "slot": 5},
+            {"block_hash": hashes[1], "node_id": "p", "slot": 6},
+        ],
+    }
+    req = _Request("r", prompt, params)
+    tokens, _ = side.matched(req, 0)
+    assert tokens == 2 * BS  # one free slot to stage block 1 in
+    side.index.reserve(1)  # ... taken before the allocation (another request's save)
+    side.after_alloc(req, _Blocks([10, 11, 12]), tokens)
+    (item,) = side.take_plan().loads
+    assert item.local_slots == (own,) and item.device_blocks == (10,) and item.unloaded == (11,)
 
 
 def test_a_load_stages_remote_blocks_in_free_slots_and_pins_what_it_reads() -> None:

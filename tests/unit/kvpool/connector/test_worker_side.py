@@ -10,6 +10,7 @@ on a GPU they stay after the launch, overlapping the forward.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 
 import pytest
@@ -131,6 +132,20 @@ def test_a_pull_sends_the_cluster_token_and_fills_the_device_blocks(tmp_path, mo
     assert side.take_load_errors() == set()
     assert (kv[2, 0].item(), kv[3, 0].item()) == (40, 41)
     assert agent_server.seen_auth == ["Bearer tok"]
+    side.close()
+
+
+def test_blocks_the_plan_could_not_stage_are_reported_as_load_errors(tmp_path, monkeypatch, agent_server) -> None:
+    fabric = FakeFabric()
+    _peer_store(fabric, agent_server)
+    side, kv = _pulling_side(tmp_path, monkeypatch, fabric)
+    plan = _load("r1", agent_server.url)
+    plan.loads[0] = dataclasses.replace(plan.loads[0], unloaded=(4, 5))
+    side.begin_step(plan)
+    _finished_recv(side, "r1")
+    # The pulled blocks landed; the two vLLM counted but nobody filled are recomputed.
+    assert (kv[2, 0].item(), kv[3, 0].item()) == (40, 41)
+    assert side.take_load_errors() == {4, 5}
     side.close()
 
 
