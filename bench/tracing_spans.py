@@ -61,9 +61,7 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
     end_span(span, **sizes)
     span = start_span("admission", **{"evolving.tenant": "t1"})
     end_span(span)
-    turn_started(
-        model="demo", request_id=rid, tenant="t1", branch="b1", session=None, max_tokens=16, choices=1
-    )
+    turn_started(model="demo", request_id=rid, tenant="t1", branch="b1", session=None, max_tokens=16, choices=1)
     trace = job_trace(rid)
     started = trace.clock()
     trace.routed(

@@ -44,8 +44,8 @@ from gateway.upstream.port import WorkerRejected, WorkerUnreachable
 from workers.fence import StaleTerm, TermFence
 from workers.protocol import (
     ENGINE_DEAD,
-    WRONG_PHASE,
     ENGINE_DIED,
+    WRONG_PHASE,
     AbortResponse,
     BlockLocation,
     EngineState,

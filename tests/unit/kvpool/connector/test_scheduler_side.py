@@ -44,8 +44,9 @@ def test_a_load_never_stages_a_remote_block_in_a_slot_it_reads_locally() -> None
         (slot,), _ = side.index.reserve(1)
         side.index.commit(h, slot)
     # The older block is pinned by another load in flight: only block 0's slot is unpinned.
-    side.index.pin([side.index.lookup(other)])
-    own = side.index.lookup(hashes[0])
+    older, own = side.index.lookup(other), side.index.lookup(hashes[0])
+    assert older is not None and own is not None
+    side.index.pin([older])
     params = {
         "salt": "t",
         "load": [
