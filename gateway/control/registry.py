@@ -149,6 +149,10 @@ class WorkerRegistry:
     def find(self, node_id: str) -> WorkerNode | None:
         return self._nodes.get(node_id)
 
+    def now(self) -> float:
+        """The registry's clock (the one `unhealthy_since` is read on)."""
+        return self._clock()
+
     def get(self, node_id: str) -> WorkerNode:
         node = self._nodes.get(node_id)
         if node is None:

@@ -69,6 +69,9 @@ from workers.protocol import (
 )
 
 log = logging.getLogger(__name__)
+# An engine found dead this soon after it aborted a request died under it
+# (the worker's own settle time for such news: workers.engine.DEATH_SETTLE_S).
+ABORT_DEATH_WINDOW_S = 3.0
 REFUSAL_PAUSE_S = 0.1  # the wait before asking nodes that all refused again, times the rounds so far
 
 
@@ -188,8 +191,11 @@ class Orchestrator:
         fingerprint = _Fingerprint(job)
         self._refuse_poison(job, fingerprint)
         trace = job_trace(job.request_id)  # spans of routing, each segment, a migration (no-op untraced)
+        aborted: list[tuple[str, float]] = []  # (node, when) of segments a node aborted: see _late_deaths
         while not progress.budget_spent():
             # decide
+            if aborted:
+                self._late_deaths(job, fingerprint, aborted)
             suspect = self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value) > 0
             if suspect:
                 node_id, role, kv = await self._decide_suspect(job, progress, trace)
@@ -244,9 +250,7 @@ class Orchestrator:
                 cached_tokens=progress.cached or 0,
             )
             # apply
-            if end.engine_died or self._died_under(node_id, end):
-                self.quarantine.record_death(fingerprint.value)
-                self._refuse_poison(job, fingerprint)
+            self._count_death(job, fingerprint, node_id, end, aborted)
             if (
                 progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
                 is Next.DONE
@@ -421,6 +425,41 @@ class Orchestrator:
             return False
         node = self._registry.find(node_id)
         return node is not None and node.health is NodeHealth.ENGINE_DEAD
+
+    def _count_death(
+        self, job: Job, fingerprint: _Fingerprint, node_id: str, end: _SegmentEnd, aborted: list[tuple[str, float]]
+    ) -> None:
+        """A death under the request counts toward its quarantine (raises
+        `RequestQuarantined` once it is poison); an abort is remembered for
+        `_late_deaths`."""
+        if end.engine_died or self._died_under(node_id, end):
+            self.quarantine.record_death(fingerprint.value)
+            self._refuse_poison(job, fingerprint)
+        elif end.outcome is SegmentOutcome.GAVE_UP and end.reason is FinishReason.ABORT:
+            aborted.append((node_id, self._registry.now()))
+
+    def _late_deaths(self, job: Job, fingerprint: _Fingerprint, aborted: list[tuple[str, float]]) -> None:
+        """Deaths learnt after the segment ended: a node that aborted the
+        request (a switch's abort of a prefill in its last step) whose engine
+        is found dead since within `ABORT_DEATH_WINDOW_S` of the abort. The
+        abort reached the gateway before the death did, but the step that
+        killed the engine ran this request. Each counts once (removed)."""
+        found = 0
+        for entry in list(aborted):
+            node_id, at = entry
+            node = self._registry.find(node_id)
+            since = node.unhealthy_since if node is not None else None
+            if (
+                node is not None
+                and node.health is NodeHealth.ENGINE_DEAD
+                and since is not None
+                and at - 0.5 <= since <= at + ABORT_DEATH_WINDOW_S
+            ):
+                aborted.remove(entry)
+                self.quarantine.record_death(fingerprint.value)
+                found += 1
+        if found:
+            self._refuse_poison(job, fingerprint)
 
     def _refused(self, node_id: str, req: GenerateRequest, exc: WorkerRejected) -> _SegmentEnd:
         """A worker's refusal: the client's error (raised), a failure (raised), or a node to avoid."""

@@ -168,3 +168,43 @@ async def test_a_death_the_heartbeat_saw_first_counts_toward_quarantine():
     finally:
         heartbeat.cancel()
     assert sum(w.engine_dead for w in c.workers.values()) == 2  # never a third engine
+
+
+async def test_an_abort_in_the_step_its_engine_died_in_counts_as_a_death():
+    # The first node aborts the poison (a switch) and its engine dies just
+    # after: the abort reaches the gateway before any news of the death, which
+    # only the heartbeat brings. The second node's engine dies under the
+    # poison too: two deaths, so it is quarantined before a third engine.
+    c = await Cluster([Phase.DECODE, Phase.DECODE, Phase.DECODE], delay=0.01).start()
+    poison_prompt = [7] * 40
+    first: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def poisoned(w):
+        def check(req) -> bool:
+            if req.prompt_token_ids[:40] != poison_prompt:
+                return False
+            if not first:
+                first.append(w.node_id)
+                w._running[req.request_id].abort = True  # the stream ends "abort" now ...
+                loop.call_later(0.005, w.kill_engine)  # ... and the engine dies right after
+                return False
+            return True
+
+        return check
+
+    for w in c.workers.values():
+        w.poison = poisoned(w)
+
+    async def heartbeat() -> None:
+        while True:
+            await c.registry.poll_once()
+            await asyncio.sleep(0.002)
+
+    beat = asyncio.create_task(heartbeat())
+    try:
+        with pytest.raises(RequestQuarantined):
+            await collect(c.orch, job(poison_prompt, 10, rid="poison"))
+    finally:
+        beat.cancel()
+    assert sum(w.engine_dead for w in c.workers.values()) == 2  # the aborting node and one more, never a third
