@@ -36,6 +36,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
+STOP_TIMEOUT_S = 5.0  # the longest stop() waits for the listener
 
 # Event kinds on the wire (`ClusterEvent.kind`); the typed events below carry their fields.
 KEY_REVOKED = "key.revoked"
@@ -193,6 +194,7 @@ class RedisBus(_Handlers):
         self._retry_s = retry_s
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()  # set: stop() is under way (a cancel alone can be swallowed)
         self.subscribed = asyncio.Event()
         self.publish_failures = 0
 
@@ -209,20 +211,25 @@ class RedisBus(_Handlers):
 
     async def start(self) -> None:
         if self._task is None or self._task.done():
+            self._stopping.clear()
             self._task = asyncio.get_running_loop().create_task(self._listen(), name="overrides-bus")
         with contextlib.suppress(TimeoutError):  # Redis down: start anyway, reconciliation covers
             await asyncio.wait_for(self.subscribed.wait(), 2.0)
 
     async def stop(self) -> None:
         if self._task is not None:
+            # A cancel that lands as redis-py's socket timeout fires can come
+            # out as a TimeoutError (a RedisError the listener retries on).
+            self._stopping.set()
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            _, pending = await asyncio.wait([self._task], timeout=STOP_TIMEOUT_S)
+            if pending:
+                log.warning("overrides bus: the listener did not stop within %.0f s", STOP_TIMEOUT_S)
             self._task = None
 
     async def _listen(self) -> None:
         first = True
-        while True:
+        while not self._stopping.is_set():
             pubsub = self._r.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.channel)
@@ -231,7 +238,7 @@ class RedisBus(_Handlers):
                     log.info("overrides bus reconnected; resynchronising from the store")
                     await self.resync()
                 first = False
-                while True:
+                while not self._stopping.is_set():
                     msg = await pubsub.get_message(timeout=1.0)
                     if msg is None or msg.get("type") != "message":
                         continue
@@ -244,6 +251,8 @@ class RedisBus(_Handlers):
                         await self.deliver(event)
             except (RedisError, OSError) as exc:
                 self.subscribed.clear()
+                if self._stopping.is_set():
+                    return
                 log.warning("overrides bus disconnected (%s); retrying", exc)
                 await asyncio.sleep(self._retry_s)
             finally:

@@ -49,6 +49,7 @@ from planner.offered import TurnGaps
 from planner.types import RequestSample
 
 log = logging.getLogger(__name__)
+STOP_TIMEOUT_S = 5.0  # the longest stop() waits for its loops
 
 # ARGV: p, branch ('' none), last ('1'/'0'), t, e2e, uncached, cached, output, gap_ttl_s, maxlen, replica,
 #       ttft ('' unknown)
@@ -125,6 +126,7 @@ class RedisWorkloadFeed:
         self._local_gaps = TurnGaps()  # only while Redis is unreachable
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()  # set: stop() is under way (a cancel alone can be swallowed)
         self.last_id = ""
         self.sent = 0
         self.received = 0
@@ -167,6 +169,7 @@ class RedisWorkloadFeed:
         if self._tasks:
             return
         self.last_id = f"{int(max(0.0, self._clock() - self._history_s) * 1000)}-0"
+        self._stopping.clear()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._write_loop(), name="workload-writer"),
@@ -174,11 +177,16 @@ class RedisWorkloadFeed:
         ]
 
     async def stop(self) -> None:
+        # A cancel that lands as redis-py's socket timeout fires can come out
+        # as a TimeoutError (a RedisError the loops retry on): the flag ends
+        # them, and stop() never waits on a loop for ever.
+        self._stopping.set()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
+            if pending:
+                log.warning("workload stream: %d loops did not stop within %.0f s", len(pending), STOP_TIMEOUT_S)
         self._tasks = []
         with contextlib.suppress(RedisError, OSError):
             await self.flush()
@@ -233,23 +241,27 @@ class RedisWorkloadFeed:
         self.kept_local += len(batch)
 
     async def _write_loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             await self._wake.wait()
             self._wake.clear()
-            while self._outbox or any(self._unsent):
+            while (self._outbox or any(self._unsent)) and not self._stopping.is_set():
                 try:
                     await self.flush()
                 except (RedisError, OSError) as exc:
+                    if self._stopping.is_set():
+                        return
                     log.warning("workload stream unreachable (%s): keeping samples on this replica", exc)
                     await asyncio.sleep(self._retry_s)
 
     async def _read_loop(self) -> None:
         key = f"{self._p}:workload"
-        while True:
+        while not self._stopping.is_set():
             try:
                 reply: Any = await self._r.xread({key: self.last_id}, count=1000, block=500)
                 self._read_totals(*await self._r.mget(f"{self._p}:arrived", f"{self._p}:rejected"))
             except (RedisError, OSError) as exc:
+                if self._stopping.is_set():
+                    return
                 log.warning("workload stream unreadable (%s); retrying", exc)
                 await asyncio.sleep(self._retry_s)
                 continue
