@@ -285,17 +285,23 @@ class Orchestrator:
         self, job: Job, progress: RequestProgress, trace: JobTrace | NoJobTrace
     ) -> tuple[str, Role, KVTransferSpec]:
         """`_decide` avoiding the nodes other suspects hold; when every node is
-        held, wait for one (polled), at most `suspect_wait_s`, then any node."""
+        held, wait for one (polled), at most `suspect_wait_s`, then any node.
+        A node another suspect took while this one decided (the decision
+        awaits the directory) is decided again: the caller holds the node
+        it gets before the loop runs anything else."""
         deadline = time.monotonic() + self._cfg.suspect_wait_s
         while True:
             avoid = self.isolation.held()
             try:
-                return await self._decide(job, progress, trace, avoid=avoid)
+                decision = await self._decide(job, progress, trace, avoid=avoid)
             except Unavailable:
                 if not avoid:
                     raise
                 if time.monotonic() >= deadline:
                     return await self._decide(job, progress, trace)
+            else:
+                if decision[0] not in self.isolation.held():
+                    return decision
             await asyncio.sleep(0.02)
 
     async def _decide(

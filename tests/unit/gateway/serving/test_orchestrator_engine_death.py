@@ -12,6 +12,8 @@ import pytest
 from core import Phase
 from gateway.control.health import NodeHealth, request_fingerprint
 from gateway.http.errors import RequestQuarantined
+from gateway.serving.segments import RequestProgress
+from gateway.telemetry import NO_JOB
 from tests.unit.gateway.serving.test_orchestrator import PROMPT, Cluster, collect, expected, job
 from workers.protocol import SamplingOptions
 
@@ -208,3 +210,27 @@ async def test_an_abort_in_the_step_its_engine_died_in_counts_as_a_death():
     finally:
         beat.cancel()
     assert sum(w.engine_dead for w in c.workers.values()) == 2  # the aborting node and one more, never a third
+
+
+async def test_two_suspects_deciding_at_once_never_share_a_node():
+    # Both decide while the other's decision awaits the directory: without a
+    # second look at the holds both would take the same (best) node, and a
+    # poison there would kill the engine under the bystander too.
+    c = await Cluster([Phase.DECODE, Phase.DECODE, Phase.DECODE]).start()
+    decide = c.orch._decide
+
+    async def slow_decide(*args, **kwargs):
+        await asyncio.sleep(0.01)
+        return await decide(*args, **kwargs)
+
+    c.orch._decide = slow_decide  # type: ignore[method-assign]
+
+    async def place(rid: str) -> str:
+        j = job(PROMPT, 4, rid=rid)
+        progress = RequestProgress(rid, j.prompt_token_ids, 4, max_node_failures=4, max_migrations=4)
+        node, _, _ = await c.orch._decide_suspect(j, progress, NO_JOB)
+        c.orch.isolation.hold(node, rid)
+        return node
+
+    a, b = await asyncio.gather(place("s1"), place("s2"))
+    assert a != b
