@@ -165,10 +165,19 @@ class SlotIndex:
         self._reserved.update(slots)
         return slots, dropped
 
-    def available(self, keep: Iterable[int] = ()) -> int:
-        """How many slots `reserve` could take now without evicting `keep`."""
+    def available(self, keep: Iterable[int] = (), enough: int | None = None) -> int:
+        """How many slots `reserve` could take now without evicting `keep`
+        (counting stops at `enough`: a full store is not walked for a small load)."""
+        n = len(self._free)
+        if enough is not None and n >= enough:
+            return n
         kept = set(keep)
-        return len(self._free) + sum(1 for s in self._ready.values() if s not in self._pins and s not in kept)
+        for s in self._ready.values():
+            if s not in self._pins and s not in kept:
+                n += 1
+                if enough is not None and n >= enough:
+                    break
+        return n
 
     def commit(self, block_hash: str, slot: int) -> None:
         """A reserved slot now holds `block_hash`."""

@@ -185,7 +185,8 @@ class _SchedulerSide:
         """The prefix of `sources` whose remote blocks can all be staged now:
         vLLM is told exactly the tokens `after_alloc` will load (a block it
         counts as loaded but nobody writes would be read as KV)."""
-        room = self.index.available(keep=[slot for _, _, node, slot in sources if node is None])
+        need = sum(1 for _, _, node, _ in sources if node is not None)
+        room = self.index.available(keep=[slot for _, _, node, slot in sources if node is None], enough=need)
         for n, (_, _, node, _) in enumerate(sources):
             if node is not None:
                 if room == 0:

@@ -212,3 +212,15 @@ def test_a_quarantined_retired_copy_is_held_at_its_last_unpin() -> None:
     assert index.reserve(1) == ([1], [("a", 1)])  # the old copy's slot 0 is still held
     index.unquarantine([0])
     assert index.reserve(1) == ([0], [])
+
+
+def test_available_counts_free_and_evictable_slots_and_stops_at_enough() -> None:
+    idx = SlotIndex(4)
+    slots, _ = idx.reserve(3)
+    for i, s in enumerate(slots):
+        idx.commit(f"h{i}", s)
+    idx.pin([slots[0]])
+    assert idx.available() == 3  # one free, two unpinned blocks
+    assert idx.available(keep=[slots[1]]) == 2
+    assert idx.available(enough=1) == 1  # the free slot answers at once
+    assert idx.available(keep=[slots[1]], enough=5) == 2
