@@ -27,6 +27,23 @@ class _Blocks:
         return (self.ids,)
 
 
+PROMPT = list(range(100, 100 + 3 * BS))
+HASHES = block_hashes(PROMPT, BS, "t")
+
+
+def _request() -> _Request:
+    """The prompt's blocks 0 and 1 offered by peer "p" (slots 5 and 6)."""
+    load = [{"block_hash": HASHES[i], "node_id": "p", "slot": 5 + i} for i in range(2)]
+    return _Request("r", PROMPT, {"salt": "t", "load": load})
+
+
+def _commit(side: _SchedulerSide, block_hash: str) -> int:
+    """`block_hash` saved in this node's store; its slot."""
+    (slot,), _ = side.index.reserve(1)
+    side.index.commit(block_hash, slot)
+    return slot
+
+
 def _side(capacity: int) -> _SchedulerSide:
     return _SchedulerSide(SimpleNamespace(block_size=BS, capacity=capacity, events_socket=None))  # type: ignore[arg-type]
 
@@ -37,47 +54,24 @@ def test_a_load_never_stages_a_remote_block_in_a_slot_it_reads_locally() -> None
     # block 1 from a peer: the staging slot must not be block 0's slot
     # (evicting it would copy block 1's KV into block 0's place too).
     side = _side(capacity=2)
-    prompt = list(range(100, 100 + 3 * BS))
-    hashes = block_hashes(prompt, BS, "t")
     other = block_hashes(list(range(900, 900 + BS)), BS, "t")[0]
-    for h in (other, hashes[0]):
-        (slot,), _ = side.index.reserve(1)
-        side.index.commit(h, slot)
+    older, own = _commit(side, other), _commit(side, HASHES[0])
     # The older block is pinned by another load in flight: only block 0's slot is unpinned.
-    older, own = side.index.lookup(other), side.index.lookup(hashes[0])
-    assert older is not None and own is not None
     side.index.pin([older])
-    params = {
-        "salt": "t",
-        "load": [
-            {"block_hash": hashes[0], "node_id": "p", "slot": 5},
-            {"block_hash": hashes[1], "node_id": "p", "slot": 6},
-        ],
-    }
-    req = _Request("r", prompt, params)
+    req = _request()
     # No slot can be freed without block 0's: vLLM is told of block 0 only.
     tokens, is_async = side.matched(req, 0)
     assert (tokens, is_async) == (BS, True)
     side.after_alloc(req, _Blocks([10, 11, 12]), tokens)
     (item,) = side.take_plan().loads
     assert item.local_slots == (own,) and item.remote == () and item.device_blocks == (10,)
-    assert item.unloaded == () and side.index.lookup(hashes[0]) == own
+    assert item.unloaded == () and side.index.lookup(HASHES[0]) == own
 
 
 def test_blocks_promised_but_not_stageable_at_allocation_are_reported_unloaded() -> None:
     side = _side(capacity=2)
-    prompt = list(range(100, 100 + 3 * BS))
-    hashes = block_hashes(prompt, BS, "t")
-    (own,), _ = side.index.reserve(1)
-    side.index.commit(hashes[0], own)
-    params = {
-        "salt": "t",
-        "load": [
-            {"block_hash": hashes[0], "node_id": "p", "slot": 5},
-            {"block_hash": hashes[1], "node_id": "p", "slot": 6},
-        ],
-    }
-    req = _Request("r", prompt, params)
+    own = _commit(side, HASHES[0])
+    req = _request()
     tokens, _ = side.matched(req, 0)
     assert tokens == 2 * BS  # one free slot to stage block 1 in
     side.index.reserve(1)  # ... taken before the allocation (another request's save)
@@ -88,18 +82,8 @@ def test_blocks_promised_but_not_stageable_at_allocation_are_reported_unloaded()
 
 def test_a_load_stages_remote_blocks_in_free_slots_and_pins_what_it_reads() -> None:
     side = _side(capacity=4)
-    prompt = list(range(100, 100 + 3 * BS))
-    hashes = block_hashes(prompt, BS, "t")
-    (own,), _ = side.index.reserve(1)
-    side.index.commit(hashes[0], own)
-    params = {
-        "salt": "t",
-        "load": [
-            {"block_hash": hashes[0], "node_id": "p", "slot": 5},
-            {"block_hash": hashes[1], "node_id": "p", "slot": 6},
-        ],
-    }
-    req = _Request("r", prompt, params)
+    own = _commit(side, HASHES[0])
+    req = _request()
     tokens, _ = side.matched(req, 0)
     side.after_alloc(req, _Blocks([10, 11, 12]), tokens)
     (item,) = side.take_plan().loads
