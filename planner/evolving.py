@@ -16,8 +16,7 @@ Per tick (``decide``), in order; the first rule that applies wins:
    that serves the offered load best, by throughput (net of the switch
    cost, lower bound), else by response time at no throughput cost; the
    gain must clear ``min_gain_frac`` and hold, on means, in every sub-window
-   of the persistence span (a burst of sub-agents lives in one sub-window,
-   so it cannot pass). A latency move gives a node of one phase to the
+   of the persistence span (``planner.persistence``). A latency move gives a node of one phase to the
    other, so it needs the giving phase to have headroom: while its nodes
    kept ``throughput_queue`` requests waiting each over the span, they
    have none, whatever the model says (the queue is measured; the model's
@@ -47,7 +46,7 @@ Predictions per split are computed on every tick once data suffices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -56,17 +55,10 @@ from planner import decision as rule
 from planner import objective
 from planner.arrivals import ArrivalHistory
 from planner.engine_limits import with_engine_limits
-from planner.estimator import (
-    UNSTABLE_S,
-    EstimatorConfig,
-    SplitEstimate,
-    estimate_many,
-    estimate_splits,
-    switch_costs,
-    to_predictions,
-)
+from planner.estimator import UNSTABLE_S, estimate_splits, switch_costs, to_predictions
 from planner.evolving_config import EvolvingConfig
 from planner.offered import offered_weights
+from planner.persistence import Persistence, Tick, candidate_splits
 from planner.profile import Profile
 from planner.saturation import QueueHistory, correction, scaled, waiting_by_phase
 from planner.ttft import TtftHistory
@@ -85,26 +77,6 @@ from planner.workload import WorkloadEstimate, WorkloadEstimator
 __all__ = ["EvolvingConfig", "EvolvingPlanner"]
 
 
-@dataclass
-class _Tick:
-    """Working state of one ``decide`` call."""
-
-    view: ClusterView
-    current: tuple[int, int]
-    protected: set[str]
-    lo: int  # reachable / allowed prefill range
-    hi: int
-    inputs: dict[str, float]
-    est: SplitEstimate | None = None
-    workload: WorkloadEstimate | None = None
-    lost: np.ndarray | None = None  # switch cost per split, requests
-    seconds: np.ndarray | None = None  # switch cost per split, node-seconds
-    kv_tokens: float = 0.0
-    early: bool = False  # less than min_history_s of traffic: only an early move (config) may act
-    estimator: EstimatorConfig | None = None  # the config with the nodes' own engine limits
-    corrected: tuple[Phase, float] | None = None  # saturated phase and its work factor (planner.saturation)
-
-
 class EvolvingPlanner:
     """Planner Protocol implementation; ``switch_kind`` tells the simulator
     that its switches are in place (seconds, not a relaunch)."""
@@ -119,6 +91,7 @@ class EvolvingPlanner:
         self.arrivals = ArrivalHistory(self.config.workload.retention_s)
         self.queues = QueueHistory(self.config.workload.retention_s)
         self.ttfts = TtftHistory(self.config.workload.retention_s)
+        self.persistence = Persistence(self.config, self.profile, self.workload, self.arrivals)
         self._last_act_t: float | None = None
         self._last_tick_t: float | None = None  # ``now`` of the previous decide
         self._last_move: tuple[float, int, int] | None = None  # (t, from, to prefill nodes) of the last model move
@@ -196,11 +169,11 @@ class EvolvingPlanner:
             self.verifier.add(TickCounts(view.now, int(f[0]), f[1], f[2], int(f[3]), waiting[0][0] + waiting[1][0]))
         self._finished = [0, 0.0, 0.0, 0]
 
-    def _new_tick(self, view: ClusterView) -> _Tick:
+    def _new_tick(self, view: ClusterView) -> Tick:
         """The tick's current split and the prefill counts it may move to (pins, minimums, step limit)."""
         cfg, nodes = self.config, view.nodes
         p_cur = sum(1 for n in nodes if n.phase == Phase.PREFILL)
-        tick = _Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
+        tick = Tick(view, (p_cur, len(nodes) - p_cur), rule.protected_ids(nodes, view.pin), 0, 0, {})
         lo, hi = rule.reachable(nodes, p_cur, tick.protected)
         tick.lo = max(lo, min(cfg.min_prefill, p_cur))
         tick.hi = min(hi, max(len(nodes) - cfg.min_decode, p_cur))
@@ -209,7 +182,7 @@ class EvolvingPlanner:
             tick.hi = min(tick.hi, p_cur + cfg.max_nodes_per_decision)
         return tick
 
-    def _revert(self, tick: _Tick, verdict: Verdict) -> Decision:
+    def _revert(self, tick: Tick, verdict: Verdict) -> Decision:
         """Back to the split a move left when it did not deliver
         (``planner.verification``); the failed split is then refused for
         ``flap_window_s`` like any move back."""
@@ -223,16 +196,12 @@ class EvolvingPlanner:
             self._last_move = (tick.view.now, tick.current[0], decision.chosen_split[0])
         return decision
 
-    def _offered(self, w: WorkloadEstimate, start: float, end: float) -> WorkloadEstimate:
-        rate = self.arrivals.rate(start, end)
-        return w if rate is None else replace(w, offered_rps=rate)
-
-    def _estimate(self, tick: _Tick) -> None:
+    def _estimate(self, tick: Tick) -> None:
         cfg, view = self.config, tick.view
         tick.inputs.update(self._model_inputs())
         n_nodes = len(view.nodes)
         end = view.now - cfg.workload.lag_s
-        w = self._offered(self.workload.estimate(view.now), end - cfg.workload.window_s, end)
+        w = self.persistence.offered(self.workload.estimate(view.now), end - cfg.workload.window_s, end)
         tick.inputs.update(w.summary())
         if not self.profile.ready or w.n < cfg.min_requests or n_nodes < 2:
             return
@@ -240,7 +209,7 @@ class EvolvingPlanner:
             if cfg.early_s is None or not self.workload.covers(view.now, cfg.early_s):
                 return
             tick.early = True
-        splits = self._splits(n_nodes, tick.current[0])
+        splits = candidate_splits(self.config, n_nodes, tick.current[0])
         tick.workload = w
         tick.kv_tokens = self._kv_tokens(view)
         tick.estimator = with_engine_limits(cfg.estimator, view.nodes)
@@ -262,7 +231,7 @@ class EvolvingPlanner:
         self._correct(tick)
         tick.seconds, tick.lost = switch_costs(tick.est, tick.current[0], n_nodes, tick.estimator)
 
-    def _correct(self, tick: _Tick) -> None:
+    def _correct(self, tick: Tick) -> None:
         """Re-estimate with the saturated phase's work scaled to what it served (``planner.saturation``)."""
         sat, est, w = self.config.saturation, tick.est, tick.workload
         if sat is None or est is None or w is None:
@@ -285,7 +254,7 @@ class EvolvingPlanner:
         tick.inputs["model_capacity_saturated_rps"] = float(model)
 
         def capacity(ws: list[WorkloadEstimate]) -> np.ndarray:
-            ests = self._quick(ws, np.array([p_cur]), tick)
+            ests = self.persistence.estimates(tick, ws, np.array([p_cur]))
             return np.array(
                 [e.prefill_capacity_rps[0] if phase is Phase.PREFILL else e.decode_capacity_rps[0] for e in ests]
             )
@@ -300,17 +269,12 @@ class EvolvingPlanner:
             self.profile,
             w,
             n_nodes,
-            self._splits(n_nodes, p_cur),
+            candidate_splits(self.config, n_nodes, p_cur),
             reference_prefill=p_cur,
             slo=tick.view.slo,
             kv_capacity_tokens=tick.kv_tokens,
             config=tick.estimator or self.config.estimator,
         )
-
-    def _splits(self, n_nodes: int, p_cur: int) -> np.ndarray:
-        lo = min(self.config.min_prefill, p_cur)
-        hi = max(n_nodes - self.config.min_decode, p_cur)
-        return np.arange(lo, hi + 1)
 
     def _model_inputs(self) -> dict[str, float]:
         p, d = self.profile.prefill, self.profile.decode
@@ -327,7 +291,7 @@ class EvolvingPlanner:
         caps = [n.kv_capacity_tokens for n in view.nodes if n.kv_capacity_tokens > 0]
         return float(np.mean(caps)) if caps else 0.0
 
-    def _early(self, tick: _Tick) -> Decision:
+    def _early(self, tick: Tick) -> Decision:
         """A throughput move before min_history_s (``EvolvingConfig.early_s``):
         the queues must show the phase that gains nodes saturated and the one
         that gives them up idle, and the model must point that way, with a
@@ -358,13 +322,13 @@ class EvolvingPlanner:
             tick, (), f"hold: early, {target}P not clear yet ({frac:.3f}, queues {q_gain:.1f}/{q_donor:.1f})", 0.0
         )
 
-    def _slo_repair(self, tick: _Tick, in_range: np.ndarray, floor: int, ceiling: int) -> Decision | None:
+    def _slo_repair(self, tick: Tick, in_range: np.ndarray, floor: int, ceiling: int) -> Decision | None:
         """The move back inside the SLO bounds when the breach held over the
         persist window and costs no throughput; None: the objective decides."""
         cfg, est, p_cur = self.config, tick.est, tick.current[0]
         assert est is not None
         p, i_cur = est.prefill_nodes, est.index(p_cur)
-        p_floor, p_ceiling = self._persisted_bounds(tick)
+        p_floor, p_ceiling = self.persistence.bounds(tick)
         if p_floor <= p_cur <= p_ceiling:
             tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
             return None
@@ -383,7 +347,7 @@ class EvolvingPlanner:
         tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
         return None
 
-    def _by_model(self, tick: _Tick) -> Decision:
+    def _by_model(self, tick: Tick) -> Decision:
         if tick.early:
             return self._early(tick)
         cfg, view = self.config, tick.view
@@ -435,7 +399,7 @@ class EvolvingPlanner:
                     f"throughput gain of {target}P: nothing waits at {gainer.value} nodes ({queued or 0.0:.2f})"
                 )
             elif frac >= g:
-                worst = self._persisted(tick, target, float(lost[i]), "throughput")
+                worst = self.persistence.worst_gain(tick, target, float(lost[i]), "throughput")
                 tick.inputs["persisted_throughput_gain_frac"] = worst
                 if worst >= g:
                     why = f"throughput: +{frac:.3f} served (lower bound)"
@@ -453,7 +417,7 @@ class EvolvingPlanner:
             self._latency_held(view.now, p_cur, None)
         return self._finish(tick, (), "hold: " + ("; ".join(held) or "current split is best"), 1.0)
 
-    def _latency_move(self, tick: _Tick, fast: int, frac: float, held: list[str]) -> Decision | None:
+    def _latency_move(self, tick: Tick, fast: int, frac: float, held: list[str]) -> Decision | None:
         """The move to ``fast`` for shorter responses (bound ``frac``), or None
         with why not in ``held``: the bound must clear, hold, persist, and
         the phase giving up a node must have headroom (module doc, rule 6)."""
@@ -474,28 +438,13 @@ class EvolvingPlanner:
         elif held_s < cfg.latency_hold_s:
             held.append(f"shorter responses at {fast}P: bound held {held_s:g} s of {cfg.latency_hold_s:g}")
         else:
-            worst = self._persisted(tick, fast, float(lost[j]), "latency")
+            worst = self.persistence.worst_gain(tick, fast, float(lost[j]), "latency")
             tick.inputs["persisted_response_gain_frac"] = worst
             if worst >= g:
                 why = f"latency: responses {frac:.3f} shorter at {fast}P (bound), throughput kept"
                 return self._model_move(tick, fast, why, conf, "latency")
             held.append(f"shorter responses at {fast}P not persisted ({worst:.3f})")
         return None
-
-    def _bucket_estimates(self, tick: _Tick) -> list[WorkloadEstimate] | None:
-        cfg = self.config
-        now = tick.view.now
-        if not self.workload.covers(now, cfg.persist_s):
-            return None
-        buckets = self.workload.bucket_estimates(now, cfg.persist_s, cfg.persist_buckets)
-        if not all(b.n >= cfg.min_bucket_requests for b in buckets):
-            return None
-        end, width = now - cfg.workload.lag_s, cfg.persist_s / cfg.persist_buckets
-        starts = [end - cfg.persist_s + k * width for k in range(cfg.persist_buckets)]
-        out = [self._offered(b, s, s + width) for b, s in zip(buckets, starts, strict=True)]
-        if tick.corrected is not None:
-            out = [scaled(b, *tick.corrected) for b in out]
-        return out
 
     def _latency_held(self, now: float, current: int, target: int | None) -> float:
         """Seconds the latency bound has cleared for ``target`` on every
@@ -508,47 +457,10 @@ class EvolvingPlanner:
             self._latency_run = run = (current, target, now)
         return now - run[2]
 
-    def _persisted_bounds(self, tick: _Tick) -> tuple[int, int]:
-        """SLO bounds that held in every sub-window (floor: the lowest one)."""
-        buckets = self._bucket_estimates(tick)
-        if buckets is None:
-            return tick.current[0], tick.current[0]
-        n_nodes, p_cur = len(tick.view.nodes), tick.current[0]
-        ests = self._quick(buckets, self._splits(n_nodes, p_cur), tick)
-        bounds = [rule.slo_bounds(e, tick.view.slo, self.config.slo_margin) for e in ests]
-        return min(b[0] for b in bounds), max(b[1] for b in bounds)
-
-    def _persisted(self, tick: _Tick, target: int, lost: float, kind: str) -> float:
-        """Smallest gain fraction of ``target`` (on means) across sub-windows;
-        a latency gain counts only where the throughput stays within tie_frac."""
-        buckets = self._bucket_estimates(tick)
-        if buckets is None:
-            return -np.inf
-        p_cur = tick.current[0]
-        worst = np.inf
-        for e in self._quick(buckets, np.array([p_cur, target]), tick):
-            thr, lat = objective.mean_gains(e, target, p_cur, lost, self.config.horizon_s)
-            if kind == "latency" and e.served_rps[1] < (1.0 - self.config.tie_frac) * e.served_rps[0]:
-                lat = -np.inf
-            worst = min(worst, thr if kind == "throughput" else lat)
-        return float(worst)
-
-    def _quick(self, ws: list[WorkloadEstimate], splits: np.ndarray, tick: _Tick) -> list[SplitEstimate]:
-        return estimate_many(
-            self.profile,
-            ws,
-            len(tick.view.nodes),
-            splits,
-            reference_prefill=tick.current[0],
-            slo=tick.view.slo,
-            kv_capacity_tokens=tick.kv_tokens,
-            config=tick.estimator or self.config.estimator,
-        )
-
     # -- output --------------------------------------------------------------
     def _model_move(
         self,
-        tick: _Tick,
+        tick: Tick,
         target: int,
         why: str,
         confidence: float,
@@ -578,13 +490,13 @@ class EvolvingPlanner:
                 self.verifier.start(now, p_cur, decision.chosen_split[0], kind, *predicted, revertible=revertible)
         return decision
 
-    def _move(self, tick: _Tick, target: int, why: str, confidence: float) -> Decision:
+    def _move(self, tick: Tick, target: int, why: str, confidence: float) -> Decision:
         actions = rule.move_actions(tick.view.nodes, tick.current[0], target, tick.protected)
         if not actions:
             return self._finish(tick, (), f"hold: {why}; already there or nothing movable", confidence)
         return self._finish(tick, actions, why, confidence)
 
-    def _finish(self, tick: _Tick, actions: tuple[SwitchAction, ...], reason: str, confidence: float) -> Decision:
+    def _finish(self, tick: Tick, actions: tuple[SwitchAction, ...], reason: str, confidence: float) -> Decision:
         view = tick.view
         chosen = rule.split_after(tick.current, actions, view.nodes)
         acted = view.mode == PlannerMode.AUTO and bool(actions)
