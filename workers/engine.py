@@ -132,6 +132,7 @@ class Inflight:
     prompt_tokens: int
     generated: int = 0
     migrate: bool = False  # set when the request is being migrated away
+    finish: FinishReason | None = None  # how its last chunk ended it (None: it did not finish)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     first_token: dict | None = None  # the request's timing fields, logged when it ends
 
@@ -500,11 +501,7 @@ class WorkerEngine:
                 raise self._engine_dead(under_request=True) from exc
             raise
         finally:
-            reason = (
-                FinishReason.MIGRATED.value
-                if state.migrate
-                else (last.outputs[0].finish_reason if finished and last is not None else None)
-            )
+            reason = state.finish.value if state.finish is not None else None
             self.tracing.end(span, req.request_id, out=last, generated=state.generated, finish=reason)
             if not finished:
                 self._log_timing(state, None)
@@ -538,8 +535,12 @@ class WorkerEngine:
         state.first_token = None
 
     async def _finish_chunk(self, chunk: GenerateChunk, state: Inflight, req: GenerateRequest) -> None:
+        # A migration asked for (`migrate`) while the engine was already finishing
+        # the request ends it as the engine did: its last token may be the stop
+        # token, and a continuation elsewhere would generate past it.
+        migrated = state.migrate and chunk.finish_reason is FinishReason.ABORT
         saved = None
-        if self.kv_events is not None and (req.role is Role.PREFILL or state.migrate):
+        if self.kv_events is not None and (req.role is Role.PREFILL or migrated):
             # The connector saves the request's full blocks when it finishes
             # (or is aborted for migration) and publishes where they went.
             saved = await self.kv_events.wait_saved(req.request_id, timeout=10.0)
@@ -548,8 +549,9 @@ class WorkerEngine:
                 BlockLocation(block_hash=h, node_id=self.config.node_id, slot=s) for h, s in saved.blocks
             ]
             chunk.external_cached_tokens = saved.external_tokens
-        if state.migrate:
+        if migrated:
             chunk.finish_reason = FinishReason.MIGRATED
+        state.finish = chunk.finish_reason
 
     async def abort(self, request_id: str) -> bool:
         if request_id not in self.inflight or not self.ready:
