@@ -23,6 +23,7 @@ values there first, so flags win as they do with one process.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 from gateway.settings import GatewaySettings
@@ -70,6 +71,6 @@ def run(args: argparse.Namespace, settings: GatewaySettings) -> int:
         port=settings.port,
         log_level=args.log_level,
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=math.ceil(settings.drain_s),
     )
     return 0

@@ -27,6 +27,7 @@ checking it against the store, because that is the point of a local demo;
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 import signal
@@ -133,7 +134,7 @@ def serve(
         port=settings.port,
         log_level=log_level,
         on_exit=on_exit,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=math.ceil(settings.drain_s),  # a second Ctrl-C cuts at once
     )
 
 

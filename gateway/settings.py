@@ -21,6 +21,8 @@ Environment variables (all optional):
     EVOLVING_BLOCK_SIZE           KV block size in tokens (32), same as the workers
     EVOLVING_BRANCH_TTL_S         idle time before an unfinished branch expires (1800)
     EVOLVING_HEARTBEAT_S          worker stats polling interval (0.5)
+    EVOLVING_DRAIN_S              seconds open streams get to finish after SIGTERM/Ctrl-C before
+                                  they end with a `gateway_shutting_down` error event (30)
     EVOLVING_LOCAL_PREFILL_MAX    uncached tokens run on the decode node (256)
     EVOLVING_SWITCH_DEADLINE_S    decodes get this long before migration (0 = migrate now)
     EVOLVING_DEFAULT_MAX_TOKENS   upper bound of max_tokens when a request sets none (unset: what
@@ -106,6 +108,8 @@ class GatewaySettings:
     block_size: int = 32  # must equal the workers' --block-size (their default is 32)
     branch_ttl_s: float = 1800.0
     heartbeat_interval_s: float = 0.5
+    # After SIGTERM/SIGINT: no new connections; open streams get this long to finish.
+    drain_s: float = 30.0
     # A worker that misses this many consecutive heartbeats is unhealthy.
     heartbeat_failures: int = 3
     local_prefill_max_tokens: int = 256
@@ -170,6 +174,8 @@ class GatewaySettings:
             raise ValueError("heartbeat interval must be > 0 and failures >= 1")
         if self.branch_ttl_s <= 0:
             raise ValueError("branch_ttl_s must be > 0")
+        if self.drain_s < 0:
+            raise ValueError("drain_s must be >= 0")
         if self.local_prefill_max_tokens < 0 or self.switch_deadline_s < 0:
             raise ValueError("local_prefill_max_tokens and switch_deadline_s must be >= 0")
         if self.default_max_tokens is not None and self.default_max_tokens < 1:
@@ -251,6 +257,7 @@ class GatewaySettings:
             "BLOCK_SIZE": ("block_size", int),
             "BRANCH_TTL_S": ("branch_ttl_s", float),
             "HEARTBEAT_S": ("heartbeat_interval_s", float),
+            "DRAIN_S": ("drain_s", float),
             "LOCAL_PREFILL_MAX": ("local_prefill_max_tokens", int),
             "SWITCH_DEADLINE_S": ("switch_deadline_s", float),
             "DB_URL": ("db_url", str),

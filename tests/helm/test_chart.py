@@ -335,6 +335,9 @@ def test_gateway_probes_ports_and_disruption_budget(render) -> None:
     assert (env["EVOLVING_LEADER_TTL_S"]["value"], env["EVOLVING_LEADER_RENEW_S"]["value"]) == ("2", "0.5")
     assert env["EVOLVING_RECONCILE_S"]["value"] == "2" and env["EVOLVING_REDIS_PREFIX"]["value"] == "evolving"
     assert env["EVOLVING_GATEWAY_REPLICAS"]["value"] == "2"
+    # Open streams drain inside the grace period: 120 s less the 10-s preStop sleep, less 5 s to close.
+    assert pod_spec(deploy)["terminationGracePeriodSeconds"] == 120
+    assert env["EVOLVING_DRAIN_S"]["value"] == "105"
     init = pod_spec(deploy)["initContainers"][0]
     assert init["command"] == ["evolving-infra", "db", "upgrade"]
     assert deploy["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0

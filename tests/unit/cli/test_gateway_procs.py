@@ -43,3 +43,30 @@ def test_several_processes_need_redis_and_no_fixed_replica_id() -> None:
         gateway_procs.check(GatewaySettings(directory_url="redis://r/0", replica_id="g0"), 2)
     with pytest.raises(SystemExit, match=">= 1"):
         gateway_procs.check(shared, 0)
+
+
+def test_open_streams_get_the_drain_setting_on_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gateway`/`up` hand EVOLVING_DRAIN_S to the server as its graceful-shutdown
+    time, in one process and with several (the chart derives it from the pod's
+    grace period; a fixed few seconds cut agent turns at every rolling update)."""
+    import argparse
+
+    import uvicorn
+
+    import gateway.compose
+    import gateway.http.server
+    from cli import up
+
+    settings = GatewaySettings.from_env({"EVOLVING_DRAIN_S": "41.5"})
+    assert settings.drain_s == 41.5 and GatewaySettings().drain_s == 30.0
+    with pytest.raises(ValueError, match="drain_s"):
+        GatewaySettings(drain_s=-1)
+    seen: dict[str, dict[str, object]] = {}
+    monkeypatch.setattr(gateway_procs.os, "environ", {})  # the children's environment, kept out of this process
+    monkeypatch.setattr(gateway.compose, "compose_app", lambda s, control_plane=None: "app")
+    monkeypatch.setattr(gateway.http.server, "serve_app", lambda app, **kw: seen.update(one=kw))
+    up.serve(settings, "warning")
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(several=kw))
+    gateway_procs.run(argparse.Namespace(workers=2, log_level="warning"), settings)
+    assert seen["one"]["timeout_graceful_shutdown"] == 42  # whole seconds, rounded up
+    assert seen["several"]["timeout_graceful_shutdown"] == 42
