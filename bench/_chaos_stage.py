@@ -29,12 +29,22 @@ def engine_stage(
     from bench import _chaos_engine as ce
     from bench._chaos_fuzz import fuzz
 
+    made: list[Any] = []  # closed on the loop that made them (an unclosed one's finalizer needs a live loop)
+
     def client(retries: int) -> Any:
         c = openai.AsyncOpenAI(
             base_url=f"{holder['gw'].url}/v1", api_key=keys["chaos"], max_retries=retries, timeout=cfg.request_timeout_s
         )
         c.served_model = settings.served_model  # type: ignore[attr-defined]
+        made.append(c)
         return c
+
+    async def run_faults() -> dict[str, Any]:
+        try:
+            return await ce.run_faults(ctx)
+        finally:
+            await asyncio.gather(*(c.close() for c in made), return_exceptions=True)
+            made.clear()
 
     async def restart_gateway() -> None:
         """A rolling restart on one port: the old gateway stops listening and
@@ -72,7 +82,7 @@ def engine_stage(
     dog = ce.watchdog(ctx.procs, events)
     dog.start()
     try:
-        faults = asyncio.run(ce.run_faults(ctx))
+        faults = asyncio.run(run_faults())
         dead_before_fuzz = asyncio.run(ce.engines_dead(ctx))
         fuzzed = fuzz(holder["gw"].url, keys["chaos"], settings.served_model, cfg.fuzz_cases)
         dead_after = asyncio.run(ce.engines_dead(ctx))

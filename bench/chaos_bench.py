@@ -120,11 +120,29 @@ async def drive(
 ) -> tuple[dict[str, Any], dict[tuple[str, int], Outcome]]:
     import openai
 
+    made: list[Any] = []  # closed on this loop before it ends (an unclosed one's finalizer needs a live loop)
+
     def client(key: str) -> Any:
         c = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=cfg.request_timeout_s)
         c.served_model = served_model  # type: ignore[attr-defined]  # the agents read the model off their client
+        made.append(c)
         return c
 
+    try:
+        return await _drive(cfg, gw, keys, workers, pg_name, tokenizer, client)
+    finally:
+        await asyncio.gather(*(c.close() for c in made), return_exceptions=True)
+
+
+async def _drive(
+    cfg: ChaosConfig,
+    gw: GatewayThread,
+    keys: dict[str, str],
+    workers: dict[str, Any],
+    pg_name: str | None,
+    tokenizer: Any,
+    client: Any,
+) -> tuple[dict[str, Any], dict[tuple[str, int], Outcome]]:
     plan = agents(cfg)
     t0 = time.monotonic()
     reference = await run_agents(client(keys["chaos-ref"]), cfg, plan, None)
