@@ -314,7 +314,11 @@ def wrap_spans(resource: bytes, scope: bytes, spans: list[bytes]) -> bytes:
     all of one resource and scope (`resource_head`, `scope_head`)."""
     if not spans:
         return b""
-    return _len(T1, resource + _len(T2, scope + b"".join(spans)))
+    # One join of every piece, lengths first: nesting `_len` copied the whole
+    # batch (~1.5 MB at 4096 spans) once per level, ~5 % of a traced gateway's CPU.
+    scope_len = len(scope) + sum(map(len, spans))
+    scope_spans = T2 + _varint(scope_len)
+    return b"".join([T1, _varint(len(resource) + len(scope_spans) + scope_len), resource, scope_spans, scope, *spans])
 
 
 def encode_spans(spans: Sequence[Any]) -> bytes:
