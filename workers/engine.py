@@ -570,7 +570,8 @@ class WorkerEngine:
             await self._live().abort([r.request_id for r in targets])
         for r in targets:
             await asyncio.wait_for(r.done.wait(), timeout=30.0)
-        return [r.request_id for r in targets]
+        # Not those the engine finished before the abort reached it (`_finish_chunk`).
+        return [r.request_id for r in targets if r.finish is FinishReason.MIGRATED]
 
     async def wait_idle(self, role: Role, deadline: float) -> bool:
         """Wait until no request of `role` is in flight or `deadline` (monotonic)."""
