@@ -20,11 +20,15 @@ third engine; the gateway answers it with `RequestQuarantined`.
 An engine that dies takes every request on it down, so its bystanders are
 suspects too. Two rules keep them from being taken for the poison:
 - `SuspectIsolation`: a suspect's next attempt goes to a node where no other
-  suspect is in its first step, and holds that node until its first token
-  there (or the attempt's end). A poison request kills the engine in that
-  first step (its prefill, or the step that crashed before, rerun), so the
-  second engine it kills has no other suspect on it: bystanders resumed from
-  the first death do not share its second.
+  suspect is, neither in its first step there nor running past it, and holds
+  that node until its first token there (or the attempt's end); other
+  suspects may then run beside it, but no other suspect's first step. A
+  poison request kills the engine in that first step (its prefill, or the
+  step that crashed before, rerun), so the second engine it kills has no
+  other suspect on it: bystanders resumed from the first death do not share
+  its second. (`bench chaos` saw a bystander quarantined when only first
+  steps were kept apart: it was decoding on the node where the poison's
+  first step then ran.)
 - `Quarantine.acquit`: a suspect that finishes on another engine did not kill
   it; its deaths are forgotten, so deaths hours apart (two unrelated OOM
   kills) never add up to a quarantine of an innocent, often-repeated request.
@@ -111,24 +115,37 @@ class Quarantine:
 
 
 class SuspectIsolation:
-    """At most one suspect (a request an engine died under) in its first step
-    on each node; see the module docstring. One gateway's view: replicas
-    isolate their own suspects."""
+    """A suspect (a request an engine died under) starts an attempt only on a
+    node with no other suspect on it; see the module docstring. One
+    gateway's view: replicas isolate their own suspects."""
 
     def __init__(self) -> None:
-        self._holder: dict[str, str] = {}  # node id -> request id holding it
+        self._holder: dict[str, str] = {}  # node id -> the suspect in its first step there
+        self._running: dict[str, set[str]] = {}  # node id -> suspects past their first step there
 
     def held(self) -> frozenset[str]:
         """Nodes another suspect's next attempt must avoid."""
-        return frozenset(self._holder)
+        return frozenset(self._holder).union(self._running)
 
     def hold(self, node_id: str, request_id: str) -> None:
         """`request_id` starts its attempt on `node_id` (which it may share
         with a suspect only when none was free: then the newest holds it)."""
         self._holder[node_id] = request_id
 
-    def release(self, node_id: str, request_id: str) -> None:
-        """Its first token there came, or the attempt ended: the node is free
-        for the next suspect. A release by a request that no longer holds it is a no-op."""
+    def started(self, node_id: str, request_id: str) -> None:
+        """Its first token there came: the node takes other suspects' running
+        attempts again, still not their first steps."""
         if self._holder.get(node_id) == request_id:
             del self._holder[node_id]
+        self._running.setdefault(node_id, set()).add(request_id)
+
+    def release(self, node_id: str, request_id: str) -> None:
+        """The attempt ended: the node is free of it. A release by a request
+        that no longer holds it is a no-op."""
+        if self._holder.get(node_id) == request_id:
+            del self._holder[node_id]
+        running = self._running.get(node_id)
+        if running is not None:
+            running.discard(request_id)
+            if not running:
+                del self._running[node_id]

@@ -25,9 +25,9 @@ any failover. Each engine that died with the request on it counts against
 the request's fingerprint (also when the worker's answer did not say so
 but the registry already holds its engine dead: `_died_under`); at the second it is a poison request:
 `RequestQuarantined` (500), and a later identical request is refused before
-it reaches any engine. A suspect (one death so far) is isolated on its next
-node until its first token there, and acquitted when it finishes
-(`SuspectIsolation`, `Quarantine.acquit`): bystanders of a poison request
+it reaches any engine. A suspect (one death so far) starts its next attempt
+on a node no other suspect is on, alone there until its first token, and is
+acquitted when it finishes (`SuspectIsolation`, `Quarantine.acquit`): bystanders of a poison request
 are not quarantined with it.
 
 Failure contract: a node that cannot be reached is reported to the registry
@@ -230,13 +230,15 @@ class Orchestrator:
             )
             # one worker call, its chunks applied as they come
             end: _SegmentEnd | None = None
+            first_step = suspect
             try:
                 async for item in self._run_segment(node_id, req, progress, t0):
                     if isinstance(item, _SegmentEnd):
                         end = item
                     else:
-                        if suspect:  # through its first step here: the next suspect may come
-                            self.isolation.release(node_id, job.request_id)
+                        if first_step:  # through its first step here: other suspects may run beside it
+                            first_step = False
+                            self.isolation.started(node_id, job.request_id)
                         yield item
             finally:
                 if suspect:

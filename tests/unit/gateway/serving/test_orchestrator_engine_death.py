@@ -152,6 +152,16 @@ def test_suspect_isolation_holds_and_releases_per_request():
     assert iso.held() == {"w1", "w2"}
     iso.release("w1", "a")
     assert iso.held() == {"w2"}
+    iso.started("w2", "b")  # its first token: past its first step, still on w2
+    iso.hold("w3", "c")
+    iso.started("w3", "c")
+    iso.started("w3", "d")  # two suspects may run on one node (placed there when none was free)
+    assert iso.held() == {"w2", "w3"}
+    iso.release("w2", "b")
+    iso.release("w3", "c")
+    assert iso.held() == {"w3"}
+    iso.release("w3", "d")
+    assert not iso.held()
 
 
 async def test_a_death_the_heartbeat_saw_first_counts_toward_quarantine():
@@ -234,3 +244,21 @@ async def test_two_suspects_deciding_at_once_never_share_a_node():
 
     a, b = await asyncio.gather(place("s1"), place("s2"))
     assert a != b
+
+
+async def test_a_suspects_first_step_avoids_a_node_where_another_suspect_runs():
+    # `bench chaos`: a bystander of the poison's first death was decoding on
+    # w0 (past its first step there) when the poison's next attempt went to
+    # w0 too; the poison killed w0 under it, its second death: quarantined.
+    c = await Cluster([Phase.DECODE, Phase.DECODE]).start()
+    best = c.orch._decide
+    j = job(PROMPT, 4, rid="poison")
+
+    def progress() -> RequestProgress:
+        return RequestProgress("poison", j.prompt_token_ids, 4, max_node_failures=4, max_migrations=4)
+
+    first, _, _ = await best(j, progress(), NO_JOB)  # where the poison would go with no suspect about
+    c.orch.isolation.hold(first, "bystander")
+    c.orch.isolation.started(first, "bystander")  # decoding there, its first step done
+    node, _, _ = await c.orch._decide_suspect(j, progress(), NO_JOB)
+    assert node != first
