@@ -19,15 +19,15 @@ third engine; the gateway answers it with `RequestQuarantined`.
 
 An engine that dies takes every request on it down, so its bystanders are
 suspects too. Two rules keep them from being taken for the poison:
-- `SuspectIsolation`: a suspect's next attempt goes to a node where no other
-  suspect is, neither in its first step there nor running past it, and holds
-  that node until its first token there (or the attempt's end); other
-  suspects may then run beside it, but no other suspect's first step. A
-  poison request kills the engine in that first step (its prefill, or the
-  step that crashed before, rerun), so the second engine it kills has no
+- `SuspectIsolation`: a suspect's next attempt goes to a node no other
+  suspect is on, in its first step there or running past it, and keeps the
+  others' attempts off that node until it ends (when every node has one, a
+  suspect waits, then takes any). A poison request kills the engine in its
+  first step (its prefill, or the step that crashed before, rerun), and
+  every request on that node with it, so the second engine it kills has no
   other suspect on it: bystanders resumed from the first death do not share
-  its second. (`bench chaos` saw a bystander quarantined when only first
-  steps were kept apart: it was decoding on the node where the poison's
+  its second. (`bench chaos` saw two bystanders quarantined when only first
+  steps were kept apart: they were decoding on the node where the poison's
   first step then ran.)
 - `Quarantine.acquit`: a suspect that finishes on another engine did not kill
   it; its deaths are forgotten, so deaths hours apart (two unrelated OOM
@@ -133,8 +133,8 @@ class SuspectIsolation:
         self._holder[node_id] = request_id
 
     def started(self, node_id: str, request_id: str) -> None:
-        """Its first token there came: the node takes other suspects' running
-        attempts again, still not their first steps."""
+        """Its first token there came: no longer the node's first step, still
+        on it (other suspects' attempts keep off until `release`)."""
         if self._holder.get(node_id) == request_id:
             del self._holder[node_id]
         self._running.setdefault(node_id, set()).add(request_id)

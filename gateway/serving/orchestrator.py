@@ -25,9 +25,9 @@ any failover. Each engine that died with the request on it counts against
 the request's fingerprint (also when the worker's answer did not say so
 but the registry already holds its engine dead: `_died_under`); at the second it is a poison request:
 `RequestQuarantined` (500), and a later identical request is refused before
-it reaches any engine. A suspect (one death so far) starts its next attempt
-on a node no other suspect is on, alone there until its first token, and is
-acquitted when it finishes (`SuspectIsolation`, `Quarantine.acquit`): bystanders of a poison request
+it reaches any engine. A suspect (one death so far) runs its next attempt
+on a node no other suspect is on, and is acquitted when it finishes
+(`SuspectIsolation`, `Quarantine.acquit`): bystanders of a poison request
 are not quarantined with it.
 
 Failure contract: a node that cannot be reached is reported to the registry
@@ -236,7 +236,7 @@ class Orchestrator:
                     if isinstance(item, _SegmentEnd):
                         end = item
                     else:
-                        if first_step:  # through its first step here: other suspects may run beside it
+                        if first_step:  # through its first step here (still keeping other suspects off)
                             first_step = False
                             self.isolation.started(node_id, job.request_id)
                         yield item
