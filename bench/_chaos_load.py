@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,30 @@ class Outcome:
     finish: str | None = None
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+
+
+class AgentClients:
+    """The agents' OpenAI clients of one event loop (`clients(api_key,
+    retries)`), closed together by `aclose` before that loop ends: an
+    unclosed client's finalizer needs a live loop."""
+
+    def __init__(self, base_url: Callable[[], str], served_model: str, timeout_s: float) -> None:
+        self._base_url, self._served_model, self._timeout_s = base_url, served_model, timeout_s
+        self._made: list[Any] = []
+
+    def __call__(self, api_key: str, retries: int = 0) -> Any:
+        import openai
+
+        c = openai.AsyncOpenAI(
+            base_url=f"{self._base_url()}/v1", api_key=api_key, max_retries=retries, timeout=self._timeout_s
+        )
+        c.served_model = self._served_model  # type: ignore[attr-defined]  # the agents read the model off their client
+        self._made.append(c)
+        return c
+
+    async def aclose(self) -> None:
+        made, self._made = self._made, []
+        await asyncio.gather(*(c.close() for c in made), return_exceptions=True)
 
 
 def agents(cfg: ChaosConfig) -> list[Agent]:

@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from bench._chaos_cluster import GatewayThread
-from bench._chaos_load import Outcome, agents, run_agents, score
+from bench._chaos_load import AgentClients, Outcome, agents, run_agents, score
 
 if TYPE_CHECKING:
     from bench.chaos_bench import ChaosConfig
@@ -24,27 +24,19 @@ def engine_stage(
     settings: Any,
 ) -> dict[str, Any]:
     """Step 4: the engine faults, the fuzz, the engines dead at the end."""
-    import openai
-
     from bench import _chaos_engine as ce
     from bench._chaos_fuzz import fuzz
 
-    made: list[Any] = []  # closed on the loop that made them (an unclosed one's finalizer needs a live loop)
+    clients = AgentClients(lambda: holder["gw"].url, settings.served_model, cfg.request_timeout_s)
 
     def client(retries: int) -> Any:
-        c = openai.AsyncOpenAI(
-            base_url=f"{holder['gw'].url}/v1", api_key=keys["chaos"], max_retries=retries, timeout=cfg.request_timeout_s
-        )
-        c.served_model = settings.served_model  # type: ignore[attr-defined]
-        made.append(c)
-        return c
+        return clients(keys["chaos"], retries)
 
     async def run_faults() -> dict[str, Any]:
         try:
             return await ce.run_faults(ctx)
         finally:
-            await asyncio.gather(*(c.close() for c in made), return_exceptions=True)
-            made.clear()
+            await clients.aclose()
 
     async def restart_gateway() -> None:
         """A rolling restart on one port: the old gateway stops listening and

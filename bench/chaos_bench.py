@@ -60,7 +60,7 @@ import httpx
 from bench._chaos_cluster import GatewayThread, leftovers, seed_store, start_workers, usage_in_store
 from bench._chaos_db import database, db_outage
 from bench._chaos_kill import killer
-from bench._chaos_load import Outcome, agents, run_agents, score
+from bench._chaos_load import AgentClients, Outcome, agents, run_agents, score
 from bench._chaos_log import ChaosLog
 from bench._chaos_stage import engine_stage
 from bench._chaos_switch import switcher
@@ -118,74 +118,53 @@ async def drive(
     tokenizer: Any,
     served_model: str,
 ) -> tuple[dict[str, Any], dict[tuple[str, int], Outcome]]:
-    import openai
-
-    made: list[Any] = []  # closed on this loop before it ends (an unclosed one's finalizer needs a live loop)
-
-    def client(key: str) -> Any:
-        c = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=cfg.request_timeout_s)
-        c.served_model = served_model  # type: ignore[attr-defined]  # the agents read the model off their client
-        made.append(c)
-        return c
-
+    clients = AgentClients(lambda: gw.url, served_model, cfg.request_timeout_s)
     try:
-        return await _drive(cfg, gw, keys, workers, pg_name, tokenizer, client)
+        plan = agents(cfg)
+        t0 = time.monotonic()
+        reference = await run_agents(clients(keys["chaos-ref"]), cfg, plan, None)
+        ref_s = time.monotonic() - t0
+        bad_ref = [k for k, o in reference.items() if o.status != "completed"]
+        if bad_ref:
+            raise RuntimeError(f"the reference run (no chaos) did not complete {len(bad_ref)} requests: {bad_ref[:5]}")
+
+        if not cfg.classic:
+            return {"reference_s": round(ref_s, 1)}, reference
+        log = ChaosLog()
+        stop = asyncio.Event()
+        admin = httpx.AsyncClient(base_url=gw.url, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=30)
+        chaos = [
+            asyncio.create_task(switcher(admin, cfg, log, stop)),
+            asyncio.create_task(killer(admin, workers, cfg, log)),
+            asyncio.create_task(db_outage(pg_name, cfg, log)),
+        ]
+        t1 = time.monotonic()
+        results = await run_agents(clients(keys["chaos"]), cfg, plan, reference)
+        load_s = time.monotonic() - t1
+        # The restart and the outage finish even when the load ended first; then
+        # a second pass of the same agents runs on the healed cluster.
+        await asyncio.gather(chaos[1], chaos[2])
+        stop.set()
+        await chaos[0]
+        healed = await run_agents(clients(keys["chaos"]), cfg, plan[: max(1, len(plan) // 4)], reference)
+        await admin.aclose()
+        report = score(tokenizer, reference, {**results, **{("healed/" + b, t): o for (b, t), o in healed.items()}})
+        report.update(
+            switches=log.switches,
+            switches_failed=log.switches_failed,
+            switches_refused=log.switches_refused,
+            worker_kills=log.worker_kills,
+            worker_restarts=log.worker_restarts,
+            killed_node=log.killed_node,
+            restart_s=round(log.restart_s, 1),
+            db_outage_s=log.db_outage_s,
+            reference_s=round(ref_s, 1),
+            chaos_load_s=round(load_s, 1),
+            chaos_events=log.events,
+        )
+        return report, reference
     finally:
-        await asyncio.gather(*(c.close() for c in made), return_exceptions=True)
-
-
-async def _drive(
-    cfg: ChaosConfig,
-    gw: GatewayThread,
-    keys: dict[str, str],
-    workers: dict[str, Any],
-    pg_name: str | None,
-    tokenizer: Any,
-    client: Any,
-) -> tuple[dict[str, Any], dict[tuple[str, int], Outcome]]:
-    plan = agents(cfg)
-    t0 = time.monotonic()
-    reference = await run_agents(client(keys["chaos-ref"]), cfg, plan, None)
-    ref_s = time.monotonic() - t0
-    bad_ref = [k for k, o in reference.items() if o.status != "completed"]
-    if bad_ref:
-        raise RuntimeError(f"the reference run (no chaos) did not complete {len(bad_ref)} requests: {bad_ref[:5]}")
-
-    if not cfg.classic:
-        return {"reference_s": round(ref_s, 1)}, reference
-    log = ChaosLog()
-    stop = asyncio.Event()
-    admin = httpx.AsyncClient(base_url=gw.url, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=30)
-    chaos = [
-        asyncio.create_task(switcher(admin, cfg, log, stop)),
-        asyncio.create_task(killer(admin, workers, cfg, log)),
-        asyncio.create_task(db_outage(pg_name, cfg, log)),
-    ]
-    t1 = time.monotonic()
-    results = await run_agents(client(keys["chaos"]), cfg, plan, reference)
-    load_s = time.monotonic() - t1
-    # The restart and the outage finish even when the load ended first; then
-    # a second pass of the same agents runs on the healed cluster.
-    await asyncio.gather(chaos[1], chaos[2])
-    stop.set()
-    await chaos[0]
-    healed = await run_agents(client(keys["chaos"]), cfg, plan[: max(1, len(plan) // 4)], reference)
-    await admin.aclose()
-    report = score(tokenizer, reference, {**results, **{("healed/" + b, t): o for (b, t), o in healed.items()}})
-    report.update(
-        switches=log.switches,
-        switches_failed=log.switches_failed,
-        switches_refused=log.switches_refused,
-        worker_kills=log.worker_kills,
-        worker_restarts=log.worker_restarts,
-        killed_node=log.killed_node,
-        restart_s=round(log.restart_s, 1),
-        db_outage_s=log.db_outage_s,
-        reference_s=round(ref_s, 1),
-        chaos_load_s=round(load_s, 1),
-        chaos_events=log.events,
-    )
-    return report, reference
+        await clients.aclose()
 
 
 def run(cfg: ChaosConfig) -> dict[str, Any]:
