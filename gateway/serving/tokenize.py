@@ -21,7 +21,6 @@ releases the GIL while it works (`encode` holds it for the whole call).
 
 from __future__ import annotations
 
-import functools
 import json
 import pathlib
 from collections.abc import Sequence
@@ -164,9 +163,11 @@ class PromptTokenizer:
         return list(self.token_text(token_id).encode("utf-8"))
 
     def detokenizer(self, *, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
-        # Skipping special tokens: the Rust decode itself, two calls a token with no Python frame between.
-        plain = functools.partial(self._fast.decode, skip_special_tokens=True)
-        return IncrementalDetokenizer(plain if skip_special_tokens else self.decode_keeping_special)
+        """Special tokens skipped, or kept but for EOS (as `decode_keeping_special`)."""
+        if skip_special_tokens:
+            return IncrementalDetokenizer(self._fast, skip_special_tokens=True)
+        eos = frozenset(() if self.eos_token_id is None else (self.eos_token_id,))
+        return IncrementalDetokenizer(self._fast, skip_special_tokens=False, skip=eos)
 
 
 def _too_long(limit: int, tokens: str, param: str) -> InvalidRequest:
@@ -208,32 +209,45 @@ def model_context_length(model_dir: str) -> int | None:
 class IncrementalDetokenizer:
     """Token ids in, text deltas out; holds back incomplete UTF-8 sequences.
 
-    Decodes a short window (`prefix_offset`..end) and emits what it adds to
-    the already emitted window, so per-token cost stays O(window), not
-    O(sequence), and byte-level tokens that split a character wait for the
-    rest of it (a trailing U+FFFD means "not complete yet").
+    The tokenizers library's `DecodeStream` does the work, one Rust call a
+    token: it decodes a short window and emits what the newest token adds,
+    so per-token cost stays O(window), not O(sequence), and byte-level
+    tokens that split a character wait for the rest of it. `skip` ids
+    (EOS when special tokens are kept) never reach it. `flush` gives what
+    is still held back (an incomplete character as U+FFFD), read from the
+    window of the last text emitted.
     """
 
-    def __init__(self, decode: Any) -> None:
-        self._decode = decode
-        self._ids: list[int] = []
-        self._prefix = 0
-        self._read = 0
+    def __init__(self, tokenizer: Any, *, skip_special_tokens: bool, skip: frozenset[int] = frozenset()) -> None:
+        from tokenizers.decoders import DecodeStream
+
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self._skip = skip
+        self._held: list[int] = []  # ids since the last text emitted
+        self._window: list[int] = []  # the ids of the last text emitted
 
     def push(self, token_ids: Sequence[int]) -> str:
-        self._ids.extend(token_ids)
-        before = self._decode(self._ids[self._prefix : self._read])
-        after = self._decode(self._ids[self._prefix :])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self._prefix, self._read = self._read, len(self._ids)
-            return after[len(before) :]
-        return ""
+        step, tokenizer, parts = self._stream.step, self._tokenizer, []
+        for token_id in token_ids:
+            if token_id in self._skip:
+                continue
+            self._held.append(token_id)
+            text = step(tokenizer, token_id)
+            if text is not None:
+                parts.append(text)
+                self._window, self._held = self._held, []
+        return parts[0] if len(parts) == 1 else "".join(parts)
 
     def flush(self) -> str:
         """What is still held back (may contain U+FFFD for a truncated character)."""
-        before = self._decode(self._ids[self._prefix : self._read])
-        after = self._decode(self._ids[self._prefix :])
-        self._prefix = self._read = len(self._ids)
+        if not self._held:
+            return ""
+        decode, skip = self._tokenizer.decode, self._skip_special
+        before = decode(self._window, skip_special_tokens=skip)
+        after = decode(self._window + self._held, skip_special_tokens=skip)
+        self._window, self._held = self._window + self._held, []
         return after[len(before) :] if len(after) > len(before) else ""
 
 

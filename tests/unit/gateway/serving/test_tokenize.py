@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import random
 
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
@@ -75,3 +76,22 @@ def test_context_length_comes_from_the_model_config(tmp_path: pathlib.Path) -> N
     assert model_context_length(str(tmp_path)) == 8192
     (tmp_path / "config.json").write_text("not json")
     assert model_context_length(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("skip_special", [True, False])
+def test_streamed_text_is_the_full_decode_for_any_ids_and_grouping(tokenizer: PromptTokenizer, skip_special) -> None:
+    """Random ids (split characters, special tokens, EOS) pushed in random groups:
+    the deltas and the flush add up to one decode of them all."""
+    rnd = random.Random(7)
+    full = tokenizer.decode if skip_special else tokenizer.decode_keeping_special
+    for _ in range(200):
+        ids = [rnd.randrange(tokenizer.vocab_size) for _ in range(rnd.randrange(1, 40))]
+        if tokenizer.eos_token_id is not None and rnd.random() < 0.3:
+            ids.insert(rnd.randrange(len(ids) + 1), tokenizer.eos_token_id)
+        detok = tokenizer.detokenizer(skip_special_tokens=skip_special)
+        out, i = [], 0
+        while i < len(ids):
+            k = rnd.randrange(1, 4)
+            out.append(detok.push(ids[i : i + k]))
+            i += k
+        assert "".join(out) + detok.flush() == full(ids)
