@@ -5,7 +5,7 @@ without `X-Branch-ID`, from the client's own conversation id
 from __future__ import annotations
 
 import hashlib
-import uuid
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +66,7 @@ def parse_branch_headers(
     if bid is None and conversation:
         bid = conversation_branch_id(conversation)
     one_shot = bid is None
-    bid = bid or f"req-{uuid.uuid4().hex}"
+    bid = bid or f"req-{secrets.token_hex(16)}"
     return BranchContext(
         key=f"{tenant_id}/{bid}",
         branch_id=bid,

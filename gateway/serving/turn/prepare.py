@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -139,7 +138,7 @@ class Preparer:
         # A random stand-in seed only when one is needed (a system call less per request otherwise).
         draw = secrets.randbits(63) if needs_seed and s.seed is None else 0
         seeds = choice_seeds(s.seed, spec.n, needs_seed=needs_seed, draw=draw)
-        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        request_id = f"{prefix}-{secrets.token_hex(16)}"
         jobs = [
             Job(
                 request_id=request_id if spec.n == 1 else f"{request_id}-{i}",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+
+import pytest
 
 from gateway.serving.turn.identity import HarnessIdentity, claude_code_session, identity_from, opening_key
 
@@ -46,3 +49,24 @@ def test_no_identity_and_the_opening_fallback() -> None:
     later = [*first, {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
     assert opening_key(first) == opening_key(later)  # a growing history stays on one branch
     assert opening_key(first) != opening_key([{"role": "user", "content": "other"}])
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        'quotes " and \\ backslash, \n\t\x00\x1f controls, é 日本 🙂 \u2028 </script>',
+        [{"type": "text", "text": "part", "cache_control": {"type": "ephemeral"}}],
+    ],
+)
+def test_opening_key_hashes_the_sorted_compact_json_of_the_opening(content) -> None:
+    messages = [{"role": "system", "content": content, "z": 1.5, "a": 2**64 - 1}, {"role": "user", "content": "go"}]
+    messages.append({"role": "assistant", "content": "not part of the opening"})
+    text = json.dumps(messages[:2], separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    assert opening_key(messages) == "opening:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_opening_key_takes_what_orjson_cannot_write() -> None:
+    huge = [{"role": "user", "content": "x", "n": 2**70}]
+    text = json.dumps(huge, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    assert opening_key(huge) == "opening:" + hashlib.sha256(text.encode()).hexdigest()
+    assert opening_key([{"role": "user", "content": "lone \ud800"}]).startswith("opening:")
