@@ -158,6 +158,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
         OrchestratorConfig(
             router=RouterConfig(local_prefill_max_tokens=settings.local_prefill_max_tokens),
             max_node_attempts=settings.max_node_attempts,
+            resume_wait_s=settings.resume_wait_s,
         ),
     )
     switcher = PhaseSwitcher(

@@ -116,6 +116,8 @@ class GatewaySettings:
     switch_deadline_s: float = 0.0
     # Attempts per request across nodes (prefill retries + decode resumes).
     max_node_attempts: int = 4
+    # A request under way with no node to continue on waits this long for one (engines restarting).
+    resume_wait_s: float = 60.0
     # Upper bound of max_tokens when a request names none; None: what the
     # context leaves after the prompt (OpenAI's default).
     default_max_tokens: int | None = None
@@ -188,6 +190,8 @@ class GatewaySettings:
             raise ValueError("request_log_size must be >= 1")
         if self.max_node_attempts < 1:
             raise ValueError("max_node_attempts must be >= 1")
+        if self.resume_wait_s < 0:
+            raise ValueError("resume_wait_s must be >= 0")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"auth must be one of {AUTH_MODES}, not {self.auth!r}")
         if self.planner not in PLANNERS:
@@ -258,6 +262,7 @@ class GatewaySettings:
             "BRANCH_TTL_S": ("branch_ttl_s", float),
             "HEARTBEAT_S": ("heartbeat_interval_s", float),
             "DRAIN_S": ("drain_s", float),
+            "RESUME_WAIT_S": ("resume_wait_s", float),
             "LOCAL_PREFILL_MAX": ("local_prefill_max_tokens", int),
             "SWITCH_DEADLINE_S": ("switch_deadline_s", float),
             "DB_URL": ("db_url", str),

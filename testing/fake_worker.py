@@ -92,6 +92,7 @@ class FakeWorker:
     hasher: BlockHasher = field(default_factory=default_block_hasher)
     dead: bool = False
     engine_dead: bool = False
+    engine_restarts: int = 0  # engines restarted in place (`restart_engine`), as a worker's stats report them
     poison: Callable[[GenerateRequest], bool] | None = None  # requests that kill the engine when they run
     death_cut_s: float | None = None  # set: a dying engine's streams are cut this long after, no error chunk
     draining_to: Phase | None = None
@@ -121,6 +122,7 @@ class FakeWorker:
 
     def restart_engine(self) -> None:
         self.engine_dead = False
+        self.engine_restarts += 1
 
     # -- generation ---------------------------------------------------------
     def _save_blocks(self, token_ids: Sequence[int], salt: str) -> list[BlockLocation]:
@@ -349,6 +351,7 @@ class FakeWorker:
             refused_orders=self.fence.refused,
             engine=EngineState.DEAD if self.engine_dead else EngineState.ALIVE,
             engine_error="the engine core has stopped" if self.engine_dead else "",
+            engine_restarts=self.engine_restarts,
         )
 
 

@@ -31,9 +31,13 @@ on a node no other suspect is on, and is acquitted when it finishes
 are not quarantined with it.
 
 Failure contract: a node that cannot be reached is reported to the registry
-and skipped; after `max_node_attempts` failures, or when no node is left,
-`stream` raises a `GatewayError` (before or after tokens were yielded — the
-API layer turns the latter into an SSE error event). Nothing truncates
+and skipped for the request until it comes back as a new incarnation (a new
+process, or its engine restarted in place); after `max_node_attempts`
+failures, or when no node is left, `stream` raises a `GatewayError` (before
+or after tokens were yielded — the API layer turns the latter into an SSE
+error event). A request under way (a segment behind it) first waits up to
+`resume_wait_s` for a node: an engine restarting in place is back in tens
+of seconds, and its client keeps the stream. Nothing truncates
 silently: a stream that ends without "stop"/"length" is an error.
 """
 
@@ -73,6 +77,7 @@ log = logging.getLogger(__name__)
 # (the worker's own settle time for such news: workers.engine.DEATH_SETTLE_S).
 ABORT_DEATH_WINDOW_S = 3.0
 REFUSAL_PAUSE_S = 0.1  # the wait before asking nodes that all refused again, times the rounds so far
+RESUME_POLL_S = 0.25  # how often a request under way with no node to continue on looks again
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class OrchestratorConfig:
     max_node_attempts: int = 4  # failed worker calls per request before giving up
     max_migrations: int = 16  # migrations followed per request
     suspect_wait_s: float = 30.0  # a suspect waits this long at most for a node no other suspect holds
+    resume_wait_s: float = 60.0  # a request under way waits this long at most for a node to continue on
 
 
 @dataclass(frozen=True)
@@ -192,16 +198,15 @@ class Orchestrator:
         self._refuse_poison(job, fingerprint)
         trace = job_trace(job.request_id)  # spans of routing, each segment, a migration (no-op untraced)
         aborted: list[tuple[str, float]] = []  # (node, when) of segments a node aborted: see _late_deaths
+        failed_on: dict[str, tuple[int, int]] = {}  # node -> its incarnation when this request failed there
         while not progress.budget_spent():
             # decide
             if aborted:
                 self._late_deaths(job, fingerprint, aborted)
             suspect = self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value) > 0
+            node_id, role, kv = await self._routed(job, progress, trace, suspect=suspect, failed_on=failed_on)
             if suspect:
-                node_id, role, kv = await self._decide_suspect(job, progress, trace)
                 self.isolation.hold(node_id, job.request_id)
-            else:
-                node_id, role, kv = await self._decide(job, progress, trace)
             segment_id, max_tokens = progress.next_call(role)
             progress.started(node_id)
             # min_tokens counts from the request's start: what the prompt already carries counts
@@ -253,6 +258,8 @@ class Orchestrator:
             )
             # apply
             self._count_death(job, fingerprint, node_id, end, aborted)
+            if end.outcome is SegmentOutcome.NODE_FAILED:
+                failed_on[node_id] = self._incarnation(node_id)
             if (
                 progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
                 is Next.DONE
@@ -283,6 +290,52 @@ class Orchestrator:
             )
 
     # -- decide -----------------------------------------------------------------
+    async def _routed(
+        self,
+        job: Job,
+        progress: RequestProgress,
+        trace: JobTrace | NoJobTrace,
+        *,
+        suspect: bool,
+        failed_on: dict[str, tuple[int, int]],
+    ) -> tuple[str, Role, KVTransferSpec]:
+        """The next segment's node. A node this request failed on is taken
+        again once it is a new incarnation. When no node can take a request
+        with a segment behind it, it waits (polled) at most `resume_wait_s`;
+        a first segment fails at once (nothing of it was sent)."""
+        deadline: float | None = None
+        while True:
+            self._readmit(progress, failed_on)
+            try:
+                if suspect:
+                    return await self._decide_suspect(job, progress, trace)
+                return await self._decide(job, progress, trace)
+            except Unavailable:
+                if progress.first_segment:
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._cfg.resume_wait_s
+                    log.warning(
+                        "request %s: no node to continue on; waiting up to %gs", job.request_id, self._cfg.resume_wait_s
+                    )
+                if now >= deadline:
+                    raise
+            await asyncio.sleep(RESUME_POLL_S)
+
+    def _incarnation(self, node_id: str) -> tuple[int, int]:
+        """(process restarts, engine restarts in place) of a node as the registry last saw them."""
+        node = self._registry.find(node_id)
+        return (-1, -1) if node is None else (node.restarts, node.engine_restarts)
+
+    def _readmit(self, progress: RequestProgress, failed_on: dict[str, tuple[int, int]]) -> None:
+        """Nodes this request failed on that came back healthy as a new incarnation: routable again for it."""
+        for node_id, seen in list(failed_on.items()):
+            node = self._registry.find(node_id)
+            if node is not None and node.healthy and (node.restarts, node.engine_restarts) != seen:
+                progress.readmit(node_id)
+                del failed_on[node_id]
+
     async def _decide_suspect(
         self, job: Job, progress: RequestProgress, trace: JobTrace | NoJobTrace
     ) -> tuple[str, Role, KVTransferSpec]:

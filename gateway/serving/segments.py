@@ -123,6 +123,10 @@ class RequestProgress:
             self.refusal_rounds += 1
         return failed | (self.refused & candidates)
 
+    def readmit(self, node_id: str) -> None:
+        """A node this request failed on is routable for it again (it came back as a new incarnation)."""
+        self.excluded.discard(node_id)
+
     def budget_spent(self) -> bool:
         """Every token `max_tokens` allows was generated: the request ends "length"."""
         if self.remaining > 0:

@@ -29,7 +29,9 @@ def expected(prompt: list[int], n: int) -> list[int]:
 
 
 class Cluster:
-    def __init__(self, phases: list[Phase], *, delay: float = 0.0, local_max: int = 8) -> None:
+    def __init__(
+        self, phases: list[Phase], *, delay: float = 0.0, local_max: int = 8, resume_wait_s: float = 60.0
+    ) -> None:
         self.workers = {
             f"http://w{i}": FakeWorker(f"w{i}", phase=p, token_delay_s=delay, block_size=4)
             for i, p in enumerate(phases)
@@ -41,7 +43,7 @@ class Cluster:
             self.registry,
             self.client,
             self.directory,
-            OrchestratorConfig(router=RouterConfig(local_prefill_max_tokens=local_max)),
+            OrchestratorConfig(router=RouterConfig(local_prefill_max_tokens=local_max), resume_wait_s=resume_wait_s),
         )
         self.switcher = PhaseSwitcher(self.registry, self.client)
 
@@ -152,7 +154,8 @@ async def test_dead_decode_node_continues_elsewhere():
 
 
 async def test_dead_only_node_mid_stream_raises_clear_error():
-    c = await Cluster([Phase.DECODE], delay=0.001).start()
+    """After the bounded wait for a node to continue on (none comes back)."""
+    c = await Cluster([Phase.DECODE], delay=0.001, resume_wait_s=0.2).start()
 
     async def kill_at(n: int) -> None:
         if n == 3:

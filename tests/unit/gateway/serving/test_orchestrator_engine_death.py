@@ -11,8 +11,10 @@ import pytest
 
 from core import Phase
 from gateway.control.health import NodeHealth, request_fingerprint
-from gateway.http.errors import RequestQuarantined
+from gateway.http.errors import RequestQuarantined, Unavailable
+from gateway.serving.orchestrator import OrchestratorConfig
 from gateway.serving.segments import RequestProgress
+from gateway.settings import GatewaySettings
 from gateway.telemetry import NO_JOB
 from tests.unit.gateway.serving.test_orchestrator import PROMPT, Cluster, collect, expected, job
 from workers.protocol import SamplingOptions
@@ -262,3 +264,67 @@ async def test_a_suspects_first_step_avoids_a_node_where_another_suspect_runs():
     c.orch.isolation.started(first, "bystander")  # decoding there, its first step done
     node, _, _ = await c.orch._decide_suspect(j, progress(), NO_JOB)
     assert node != first
+
+
+async def test_a_stream_on_the_only_node_waits_for_its_engine_and_continues():
+    """One node; its engine dies mid-stream and is restarted in place: the
+    request waits for it, then continues there (a new incarnation) with no
+    lost or duplicated token."""
+    c = await Cluster([Phase.DECODE], delay=0.001).start()
+
+    async def restart_soon() -> None:
+        await asyncio.sleep(0.4)
+        c.w("w0").restart_engine()
+        await c.registry.poll_once()
+
+    restarts: list[asyncio.Task[None]] = []
+
+    async def kill_at(n: int) -> None:
+        if n == 5 and not restarts:
+            c.w("w0").kill_engine()
+            restarts.append(asyncio.ensure_future(restart_soon()))
+
+    tokens, done = await collect(c.orch, job(PROMPT, 20), kill_at)
+    assert tokens == expected(PROMPT, 20)
+    assert done.nodes == ["w0", "w0"] and done.resumes == 1
+    assert c.registry.get("w0").engine_restarts == 1
+
+
+async def test_the_wait_for_a_node_to_continue_on_is_bounded():
+    c = await Cluster([Phase.DECODE], delay=0.001, resume_wait_s=0.3).start()
+
+    async def kill_at(n: int) -> None:
+        if n == 5:
+            c.w("w0").kill_engine()  # never restarted
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(Unavailable) as err:
+        await collect(c.orch, job(PROMPT, 20), kill_at)
+    assert err.value.code == "no_worker_available" and 0.3 <= loop.time() - t0 < 2.0
+
+
+async def test_a_first_segment_with_no_node_fails_at_once():
+    c = await Cluster([Phase.DECODE], resume_wait_s=30.0).start()
+    c.w("w0").kill_engine()
+    await c.registry.poll_once()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(Unavailable):
+        await collect(c.orch, job(PROMPT, 5))
+    assert loop.time() - t0 < 1.0  # nothing of it was sent: the client retries, no wait
+
+
+def test_a_readmitted_node_is_no_longer_skipped():
+    progress = RequestProgress("r", [1, 2, 3], 10, max_node_failures=4, max_migrations=4)
+    progress.excluded.add("w0")
+    assert progress.skip({"w0", "w1"}) == {"w0"}
+    progress.readmit("w0")
+    assert progress.skip({"w0", "w1"}) == set()
+
+
+def test_the_resume_wait_is_a_setting():
+    assert GatewaySettings.from_env({"EVOLVING_RESUME_WAIT_S": "7.5"}).resume_wait_s == 7.5
+    assert GatewaySettings.from_env({}).resume_wait_s == OrchestratorConfig().resume_wait_s
+    with pytest.raises(ValueError, match="resume_wait_s"):
+        GatewaySettings(resume_wait_s=-1)
