@@ -8,6 +8,7 @@ A traced call gets a SERVER span, child of the gateway's segment span:
                                  engine queue and first-token times (vLLM's own stats)
       kv_pull                    one per peer the connector read blocks from, as
                                  reported when the pull ended: peer, blocks, bytes, outcome
+                                 (news that comes after its call ended still finds the call)
 
 The span's context also goes to vLLM (`trace_headers`), whose own request
 span joins the trace when its tracing is on (`EngineConfig.otlp_traces_endpoint`).
@@ -21,6 +22,7 @@ one, which vLLM's tracing sets for itself.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +34,7 @@ from workers.protocol import GenerateRequest
 MAX_QUEUE = 8192
 EXPORT_BATCH = 1024
 SCHEDULE_DELAY_MS = 1000
+ENDED_KEPT = 1024  # ended call spans a late pull event can still find
 
 
 class WorkerTracing:
@@ -41,6 +44,9 @@ class WorkerTracing:
         self.node_id = node_id
         self.block_bytes = block_bytes  # bytes of one KV block in the host store (0: not known yet)
         self._spans: dict[str, Any] = {}  # request id -> its open span (for the pulls made for it)
+        # Request id -> its span once ended, the newest ENDED_KEPT: the engine core reports a pull over
+        # a socket, and its news can reach this process after the call it was made for has ended.
+        self._ended: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
     @classmethod
     def off(cls) -> WorkerTracing:
@@ -142,10 +148,13 @@ class WorkerTracing:
                 attrs["evolving.engine.ttft_s"] = round(float(ttft), 6)
         span.set_attributes(attrs)
         span.end()
+        self._ended[request_id] = span
+        if len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
 
     def pulled(self, event: PullDone) -> None:
         """A KV pull ended: a span under the request it was made for, if that request is traced."""
-        span = self._spans.get(event.rid) if event.rid else None
+        span = (self._spans.get(event.rid) or self._ended.get(event.rid)) if event.rid else None
         if span is None or self.tracer is None:
             return
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context

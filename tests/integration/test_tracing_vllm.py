@@ -49,7 +49,12 @@ def _ids() -> tuple[str, str]:
 def _chat(url: str, traceparent: str, *, max_tokens: int, user: str) -> httpx.Response:
     body = {
         "model": MODEL,
-        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+        # The trace id first: no block of this prompt is in a worker's cache from another module's requests
+        # (test_gateway_vllm's system prompt starts as this one does), so the decode node must pull them.
+        "messages": [
+            {"role": "system", "content": f"Task {traceparent[3:11]}. {SYSTEM}"},
+            {"role": "user", "content": user},
+        ],
         "max_tokens": max_tokens,
         "temperature": 0,
         "ignore_eos": True,
@@ -71,7 +76,8 @@ def test_disaggregated_request_is_one_trace_gateway_prefill_decode(traced_gatewa
     r = _chat(url, f"00-{trace_id}-{client_span}-01", max_tokens=12, user="list the files " + trace_id[:8])
     assert r.status_code == 200 and "data: [DONE]" in r.text
     app.state.tracing.flush()
-    wanted = {"chat demo-model", "prefill", "decode", "prefill (worker)", "decode (worker)", "relay"}
+    # kv_pull too: the engine core's news of a pull can reach the worker, and leave it, after the call's own span
+    wanted = {"chat demo-model", "prefill", "decode", "prefill (worker)", "decode (worker)", "relay", "kv_pull"}
     spans = otlp_receiver.wait_for(lambda ss: wanted <= {s.name for s in ss if s.trace_id == trace_id}, 20)
     trace = [s for s in spans if s.trace_id == trace_id]
     root = _one(trace, "chat demo-model")

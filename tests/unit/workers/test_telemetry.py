@@ -78,3 +78,15 @@ def test_a_failed_pull_is_an_error_span() -> None:
     pull, call = exporter.get_finished_spans()
     assert call.attributes is not None
     assert not pull.status.is_ok and call.attributes["evolving.ended_early"] is True
+
+
+def test_a_pull_reported_after_its_call_ended_is_still_under_it() -> None:
+    """The engine core's pull news comes over a socket and may reach the
+    worker after the call it was made for has ended."""
+    t, exporter = tracing()
+    span = t.start(request(f"00-{TRACE}-{PARENT}-01"))
+    t.end(span, "seg-1", out=None, generated=5, finish="stop")
+    t.pulled(PullDone("wA", "ok", 3, 0.02, rid="seg-1", ended_at=1_700_000_000.5))
+    call, pull = exporter.get_finished_spans()
+    assert call.context is not None and pull.parent is not None
+    assert pull.name == "kv_pull" and pull.parent.span_id == call.context.span_id
