@@ -93,6 +93,11 @@ class WorkerNode:
         return self.draining_to is not None
 
     @property
+    def incarnation(self) -> tuple[int, int]:
+        """(process restarts, engine restarts in place): changes whenever the node comes back as a new one."""
+        return self.restarts, self.engine_restarts
+
+    @property
     def running(self) -> int:
         """Requests running on the node. Between heartbeats the worker's own
         count lags; the gateway's in-flight count keeps a burst from piling

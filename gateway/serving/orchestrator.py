@@ -259,7 +259,8 @@ class Orchestrator:
             # apply
             self._count_death(job, fingerprint, node_id, end, aborted)
             if end.outcome is SegmentOutcome.NODE_FAILED:
-                failed_on[node_id] = self._incarnation(node_id)
+                failed = self._registry.find(node_id)
+                failed_on[node_id] = failed.incarnation if failed is not None else (-1, -1)
             if (
                 progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
                 is Next.DONE
@@ -305,7 +306,8 @@ class Orchestrator:
         a first segment fails at once (nothing of it was sent)."""
         deadline: float | None = None
         while True:
-            self._readmit(progress, failed_on)
+            if failed_on:
+                self._readmit(progress, failed_on)
             try:
                 if suspect:
                     return await self._decide_suspect(job, progress, trace)
@@ -323,16 +325,11 @@ class Orchestrator:
                     raise
             await asyncio.sleep(RESUME_POLL_S)
 
-    def _incarnation(self, node_id: str) -> tuple[int, int]:
-        """(process restarts, engine restarts in place) of a node as the registry last saw them."""
-        node = self._registry.find(node_id)
-        return (-1, -1) if node is None else (node.restarts, node.engine_restarts)
-
     def _readmit(self, progress: RequestProgress, failed_on: dict[str, tuple[int, int]]) -> None:
         """Nodes this request failed on that came back healthy as a new incarnation: routable again for it."""
         for node_id, seen in list(failed_on.items()):
             node = self._registry.find(node_id)
-            if node is not None and node.healthy and (node.restarts, node.engine_restarts) != seen:
+            if node is not None and node.healthy and node.incarnation != seen:
                 progress.readmit(node_id)
                 del failed_on[node_id]
 

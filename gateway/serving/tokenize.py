@@ -26,6 +26,8 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
+from tokenizers.decoders import DecodeStream
+
 from gateway.http.errors import InvalidRequest
 from gateway.serving.chat_render import ChatRenderer
 from gateway.serving.token_pieces import PieceEncoder
@@ -219,8 +221,6 @@ class IncrementalDetokenizer:
     """
 
     def __init__(self, tokenizer: Any, *, skip_special_tokens: bool, skip: frozenset[int] = frozenset()) -> None:
-        from tokenizers.decoders import DecodeStream
-
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
         self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
@@ -245,9 +245,10 @@ class IncrementalDetokenizer:
         if not self._held:
             return ""
         decode, skip = self._tokenizer.decode, self._skip_special
+        window, self._held = self._window + self._held, []
         before = decode(self._window, skip_special_tokens=skip)
-        after = decode(self._window + self._held, skip_special_tokens=skip)
-        self._window, self._held = self._window + self._held, []
+        after = decode(window, skip_special_tokens=skip)
+        self._window = window
         return after[len(before) :] if len(after) > len(before) else ""
 
 
