@@ -26,16 +26,22 @@ request asks for it (`stream_options.include_usage`). Bodies over
 head and tail), so a 3.5 MB prompt never stalls the upstream in the stall
 case. Keep-alive and pipelining are supported.
 
-Run: `python -m bench.gateway_upstream --port P [--vocab 800] [--token-interval-ms 0 [--pace-from-tokens N]]`.
+Generated token ids are drawn from `--vocab`'s range or, given
+`--token-ids-file`, from that list (`bench gateway` passes the ids whose text
+is whole on its own: see `gateway_bench.whole_token_ids`).
+
+Run: `python -m bench.gateway_upstream --port P [--vocab 800 | --token-ids-file F] [--token-interval-ms 0
+[--pace-from-tokens N]]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import pathlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,19 +56,21 @@ _OK = b"200 OK"
 class UpstreamConfig:
     model: str = "bench"
     vocab: tuple[int, int] = (10, 800)  # token ids drawn from [lo, hi)
+    token_ids: tuple[int, ...] = ()  # ... or from these, when given (`--token-ids-file`)
     block_size: int = 32
     token_interval_s: float = 0.0
     pace_from_tokens: int = 0  # with token_interval_s > 0: pace streams of at least this many tokens
     counters: dict[str, int] = field(default_factory=lambda: {"requests": 0, "connections": 0})
 
 
-def tokens_for(seed: int, n: int, vocab: tuple[int, int]) -> list[int]:
-    """`n` deterministic token ids in the vocabulary (same for every path)."""
-    lo, hi = vocab
+def tokens_for(seed: int, n: int, vocab: tuple[int, int], ids: Sequence[int] = ()) -> list[int]:
+    """`n` deterministic token ids (same for every path): drawn from `ids`
+    when given, else from the vocabulary range [lo, hi)."""
+    pool = ids or range(*vocab)
     out, last = [], seed
     for i in range(n):
-        last = lo + (last * 31 + i * 17) % (hi - lo)
-        out.append(last)
+        last = (last * 31 + i * 17) % len(pool)
+        out.append(pool[last])
     return out
 
 
@@ -242,7 +250,7 @@ class _Conn(asyncio.Protocol):
             rid, n = req["request_id"], int(req.get("sampling", {}).get("max_tokens", 16))
             stream, prefill = req.get("stream", True), req.get("role") == "prefill"
             prompt_len = len(req["prompt_token_ids"])
-        toks = tokens_for(prompt_len, 1 if prefill else n, self.cfg.vocab)
+        toks = tokens_for(prompt_len, 1 if prefill else n, self.cfg.vocab, self.cfg.token_ids)
         if not stream:
             chunk = {"request_id": rid, "token_ids": toks, "finish_reason": "length", "prompt_tokens": prompt_len}
             return self._send(_OK, b"application/json", orjson.dumps(chunk), keep_alive=keep_alive)
@@ -315,14 +323,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--model", default="bench")
     p.add_argument("--vocab", type=int, default=800, help="token ids are drawn from [10, vocab)")
+    p.add_argument("--token-ids-file", help="a JSON list of the token ids to draw from (instead of --vocab's range)")
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--token-interval-ms", type=float, default=0.0)
     p.add_argument("--pace-from-tokens", type=int, default=0, help="pace only streams of at least this many tokens")
     args = p.parse_args(argv)
     import uvloop
 
+    ids = tuple(orjson.loads(pathlib.Path(args.token_ids_file).read_bytes())) if args.token_ids_file else ()
     cfg = UpstreamConfig(
-        args.model, (10, args.vocab), args.block_size, args.token_interval_ms / 1000, args.pace_from_tokens
+        args.model,
+        (10, args.vocab),
+        ids,
+        args.block_size,
+        args.token_interval_ms / 1000,
+        args.pace_from_tokens,
     )
     uvloop.run(serve(cfg, args.host, args.port))
     return 0

@@ -18,7 +18,7 @@ import pytest
 from bench import gateway_upstream
 from bench._stall import stall_case
 from bench._wrk import POST_LUA, run_wrk
-from bench.gateway_bench import chat_body, headline, summarize
+from bench.gateway_bench import chat_body, headline, summarize, whole_token_ids
 from gateway.serving.openai.schemas import ChatCompletion, ChatCompletionChunk
 from gateway.upstream.raw_client import RawWorkerClient
 from workers.protocol import GenerateRequest, SamplingOptions, WorkerStats
@@ -66,6 +66,36 @@ async def test_the_upstream_speaks_the_worker_protocol() -> None:
             WorkerStats.model_validate_json((await h.get(f"{url}/internal/stats")).content)
     await client.aclose()
     assert gateway_upstream.tokens_for(3, 5, (10, 20)) == gateway_upstream.tokens_for(3, 5, (10, 20))
+
+
+async def test_the_upstream_draws_from_the_ids_it_is_given() -> None:
+    client = RawWorkerClient()
+    async with upstream(token_ids=(40, 41, 97)) as url:
+        chunks = [c async for c in client.generate_stream(url, generate("a", 32))]
+    await client.aclose()
+    tokens = [t for c in chunks for t in c.token_ids]
+    assert len(tokens) == 32 and set(tokens) <= {40, 41, 97} and len(set(tokens)) > 1
+
+
+def test_whole_token_ids_give_one_text_delta_per_token(tmp_path) -> None:
+    """The ids `bench gateway` streams decode to a delta at every token; the
+    whole range does not (byte pieces of multi-byte characters)."""
+    from tokenizers import Tokenizer
+    from tokenizers.decoders import DecodeStream
+
+    from testing.tiny_tokenizer import write_tiny_tokenizer
+
+    path = write_tiny_tokenizer(tmp_path / "tok") / "tokenizer.json"
+    tok = Tokenizer.from_file(str(path))
+    ids = whole_token_ids(path)
+
+    def silent(seq: list[int]) -> int:
+        stream = DecodeStream(skip_special_tokens=True)
+        return sum(1 for i in seq if not stream.step(tok, i))
+
+    assert 100 < len(ids) < tok.get_vocab_size() - 10
+    assert silent(gateway_upstream.tokens_for(7, 2048, (10, 0), ids)) == 0
+    assert silent(gateway_upstream.tokens_for(7, 2048, (10, tok.get_vocab_size()))) > 100
 
 
 async def test_the_upstream_speaks_openai_sse_and_json() -> None:
