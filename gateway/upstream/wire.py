@@ -53,6 +53,9 @@ def parse_chunk(line: bytes) -> GenerateChunk:
 
 def decode_chunks(lines: Sequence[bytes]) -> list[GenerateChunk]:
     """The chunks of complete NDJSON lines (blank lines skipped), merged by `coalesce`."""
+    if len(lines) == 1:  # one token a read: a long stream's usual case
+        line = lines[0]
+        return [parse_chunk(line)] if line.strip() else []
     lines = [line for line in lines if line.strip()]
     if len(lines) <= 1:
         return [parse_chunk(line) for line in lines]
@@ -67,35 +70,51 @@ def decode_chunks(lines: Sequence[bytes]) -> list[GenerateChunk]:
 
 _FIELDS = frozenset(GenerateChunk.model_fields)
 _ENDS = ("finish_reason", "saved_blocks", "error", "error_type")
+_CLOSERS = frozenset(("finish_reason", "saved_blocks", "error"))  # a run ends at a document with one of these set
+
+
+def _closes(doc: dict[str, Any]) -> bool:
+    """`doc` ends the run it is in (finish reason, saved blocks or error set);
+    called where `_CLOSERS` is not disjoint from its keys (the usual token
+    line has none of them: one set test, no call)."""
+    return doc.get("finish_reason") is not None or bool(doc.get("saved_blocks")) or bool(doc.get("error"))
 
 
 def coalesce(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Merge runs of chunk documents (decoded JSON lines) of one request that
     arrived in one read (fewer, larger deltas downstream under load): a
     document joins the run before it unless that run already ended (finish
-    reason, saved blocks or error). Merged documents are new dicts; a field
+    reason, saved blocks or error). A merged run carries the ends
+    (`_ENDS`) of its last document. Merged documents are new dicts; a field
     of the wrong JSON type either raises here (TypeError, AttributeError) or
     reaches pydantic, which refuses it; a field a chunk does not have ends
-    the run, so it reaches pydantic too."""
+    the run, so it reaches pydantic too.
+
+    Written for the loop it runs on (a 16-token read is 16 documents): one
+    set test per document for the run's end, the ends copied once per run."""
     out: list[dict[str, Any]] = []
     run: dict[str, Any] | None = None  # out[-1] when it is a merge of ours
+    last: dict[str, Any] = {}  # the run's last document (its ends are the run's)
+    joinable = False  # the next document of the same request may join out[-1]
+    rid: Any = None
     for doc in docs:
-        prev = out[-1] if out else None
-        if (
-            prev is not None
-            and prev.get("finish_reason") is None
-            and not prev.get("saved_blocks")
-            and not prev.get("error")
-            and doc.get("request_id") == prev.get("request_id")
-            and doc.keys() <= _FIELDS
-            and prev.keys() <= _FIELDS
-        ):
+        if joinable and doc.get("request_id") == rid and doc.keys() <= _FIELDS:
             if run is None:
-                run = out[-1] = _started(prev)
+                run = out[-1] = _started(out[-1])
             _extend(run, doc)
+            last = doc
         else:
+            if run is not None:
+                _set_ends(run, last)
             out.append(doc)
             run = None
+            rid = doc.get("request_id")
+            if not doc.keys() <= _FIELDS:
+                joinable = False
+                continue
+        joinable = _CLOSERS.isdisjoint(doc) or not _closes(doc)
+    if run is not None:
+        _set_ends(run, last)
     return out
 
 
@@ -112,11 +131,15 @@ def _extend(run: dict[str, Any], doc: dict[str, Any]) -> None:
     run["token_ids"].extend(doc.get("token_ids", ()))
     if "text" in doc:
         run["text"] += doc["text"]
-    for key in ("cached_tokens", "external_cached_tokens"):
-        if key in doc:
-            run[key] = max(run.get(key, 0), doc[key])
+    if "cached_tokens" in doc:
+        run["cached_tokens"] = max(run.get("cached_tokens", 0), doc["cached_tokens"])
+    if "external_cached_tokens" in doc:
+        run["external_cached_tokens"] = max(run.get("external_cached_tokens", 0), doc["external_cached_tokens"])
     lps = doc.get("logprobs")
     if lps is not None:  # one entry per token, in order, when the request asked for them
         run["logprobs"] = [*(run["logprobs"] or ()), *lps]
+
+
+def _set_ends(run: dict[str, Any], last: dict[str, Any]) -> None:
     for key in _ENDS:
-        run[key] = doc.get(key)
+        run[key] = last.get(key)

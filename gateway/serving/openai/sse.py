@@ -41,13 +41,23 @@ def error_event(body: dict[str, Any]) -> bytes:
 
 class _ChunkEncoder:
     object_name = ""
+    # A text chunk's choice around its quoted text (the one event of a long stream).
+    content_open = ""
+    content_close = ',"logprobs":null,"finish_reason":null'
 
     def __init__(self, chunk_id: str, created: int, model: str) -> None:
         head = _dumps({"id": chunk_id, "object": self.object_name, "created": created, "model": model})
         self._head = head[:-1] + ',"choices":['
+        # `content` as two byte strings around the text: one call and two joins a token.
+        self._content_before = b"data: " + (self._head + '{"index":0,' + self.content_open).encode()
+        self._content_after = (self.content_close + "}]}").encode() + b"\n\n"
 
     def _choice(self, body: str) -> bytes:
         return event(self._head + '{"index":0,' + body + "}]}")
+
+    def content(self, text: str) -> bytes:
+        """One text delta's chunk (what `_choice` would give for it, pre-rendered around the text)."""
+        return self._content_before + _text(text).encode() + self._content_after
 
     def usage(self, usage: dict[str, Any]) -> bytes:
         """The final chunk of `stream_options.include_usage`: no choices, usage set."""
@@ -56,12 +66,11 @@ class _ChunkEncoder:
 
 class ChatChunkEncoder(_ChunkEncoder):
     object_name = "chat.completion.chunk"
+    content_open = '"delta":{"content":'
+    content_close = '},"logprobs":null,"finish_reason":null'
 
     def role(self) -> bytes:
         return self._choice('"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null')
-
-    def content(self, text: str) -> bytes:
-        return self._choice('"delta":{"content":' + _text(text) + '},"logprobs":null,"finish_reason":null')
 
     def finish(self, reason: str) -> bytes:
         return self._choice('"delta":{},"logprobs":null,"finish_reason":' + _dumps(reason))
@@ -69,9 +78,7 @@ class ChatChunkEncoder(_ChunkEncoder):
 
 class CompletionChunkEncoder(_ChunkEncoder):
     object_name = "text_completion"
-
-    def content(self, text: str) -> bytes:
-        return self._choice('"text":' + _text(text) + ',"logprobs":null,"finish_reason":null')
+    content_open = '"text":'
 
     def finish(self, reason: str) -> bytes:
         return self._choice('"text":"","logprobs":null,"finish_reason":' + _dumps(reason))
