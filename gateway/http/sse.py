@@ -6,7 +6,9 @@ Here the body stops at the next event after the client left (the body's
 `finally` then aborts the worker). The gateway's server says whether the
 client is gone through a scope extension (`CLIENT_GONE`, a callable: no
 task at all); under any other ASGI server one `receive()` task watches.
-`on_close` runs exactly once, even when the body never started.
+`on_close` runs exactly once, even when the body never started. After
+the last event the response yields to the loop once, so the body's own
+cleanup runs after the server has sent the answer's end.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ class EventStreamResponse(Response):
                     break
                 ended = chunk.endswith(DONE)
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+                if ended:
+                    # Let the loop turn end before the body's cleanup (accounting, releasing the
+                    # slot): a server that writes at the turn's end sends the answer's last bytes
+                    # first, and the writes of every response that ended this turn still go together.
+                    await asyncio.sleep(0)
             else:
                 if not ended:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})

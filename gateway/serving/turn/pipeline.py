@@ -258,12 +258,16 @@ class Turn:
                     if lean.stopped:
                         break
                 else:
-                    self._account(ev)
-                    yield encoder.end(lean.tail(), ev)
+                    try:
+                        yield encoder.end(lean.tail(), ev)
+                    finally:  # after the answer's last bytes (they go out with the response's end)
+                        self._account(ev)
                     return
             done = lean.stopped_early()  # a stop string ended the text before the worker finished
-            self._account(done)
-            yield encoder.end("", done)
+            try:
+                yield encoder.end("", done)
+            finally:
+                self._account(done)
         except Exception as exc:  # noqa: BLE001  # reported to the client and logged (`_failure`), never swallowed
             failure = self._failure(exc)
             status = failure.status

@@ -92,3 +92,30 @@ async def test_the_servers_client_gone_flag_stops_the_body_without_a_watch_task(
     head = dict(sent[0]["headers"])
     assert head[b"x-request-id"] == b"r1" and head[b"content-type"] == b"text/event-stream; charset=utf-8"
     assert head[b"cache-control"] == b"no-cache" and b"content-length" not in head
+
+
+async def test_the_answers_end_goes_out_before_the_bodys_cleanup() -> None:
+    """A server that writes at the end of the loop's turn (gateway.http.coalesce)
+    sends the last event before the body accounts and releases what it holds."""
+    loop = asyncio.get_running_loop()
+    trail: list[str] = []
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        try:
+            yield b"data: {}\n\n" + sse.DONE
+        finally:
+            trail.append("body cleanup")
+
+    async def on_close() -> None:
+        trail.append("on_close")
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body" and not message["more_body"]:
+            loop.call_soon(trail.append, "written")  # as the coalescing transport's flush is scheduled
+
+    await EventStreamResponse(body(), headers={}, on_close=on_close)({"type": "http"}, receive, send)
+    assert trail == ["written", "body cleanup", "on_close"]
