@@ -60,9 +60,9 @@ class EventStreamResponse(Response):
                 ended = chunk.endswith(DONE)
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
                 if ended:
-                    # Let the loop turn end before the body's cleanup (accounting, releasing the
-                    # slot): a server that writes at the turn's end sends the answer's last bytes
-                    # first, and the writes of every response that ended this turn still go together.
+                    # Let the loop's turn end before the body's cleanup (accounting, releasing the
+                    # slot): a server that writes at the turn's end (gateway.http.coalesce) then
+                    # sends the answer's last bytes first.
                     await asyncio.sleep(0)
             else:
                 if not ended:
