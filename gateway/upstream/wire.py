@@ -131,10 +131,9 @@ def _extend(run: dict[str, Any], doc: dict[str, Any]) -> None:
     run["token_ids"].extend(doc.get("token_ids", ()))
     if "text" in doc:
         run["text"] += doc["text"]
-    if "cached_tokens" in doc:
-        run["cached_tokens"] = max(run.get("cached_tokens", 0), doc["cached_tokens"])
-    if "external_cached_tokens" in doc:
-        run["external_cached_tokens"] = max(run.get("external_cached_tokens", 0), doc["external_cached_tokens"])
+    for key in ("cached_tokens", "external_cached_tokens"):
+        if key in doc:
+            run[key] = max(run.get(key, 0), doc[key])
     lps = doc.get("logprobs")
     if lps is not None:  # one entry per token, in order, when the request asked for them
         run["logprobs"] = [*(run["logprobs"] or ()), *lps]

@@ -250,6 +250,7 @@ class Turn:
             head = encoder.start()
             if head:
                 yield head
+            tail, done = "", None
             async for ev in events:
                 if isinstance(ev, TokenDelta):
                     delta = lean.delta(ev)
@@ -258,15 +259,13 @@ class Turn:
                     if lean.stopped:
                         break
                 else:
-                    try:
-                        yield encoder.end(lean.tail(), ev)
-                    finally:  # after the answer's last bytes (they go out with the response's end)
-                        self._account(ev)
-                    return
-            done = lean.stopped_early()  # a stop string ended the text before the worker finished
+                    tail, done = lean.tail(), ev
+                    break
+            if done is None:
+                done = lean.stopped_early()  # a stop string ended the text before the worker finished
             try:
-                yield encoder.end("", done)
-            finally:
+                yield encoder.end(tail, done)
+            finally:  # after the answer's last bytes (they go out with the response's end)
                 self._account(done)
         except Exception as exc:  # noqa: BLE001  # reported to the client and logged (`_failure`), never swallowed
             failure = self._failure(exc)
