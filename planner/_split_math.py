@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 UNSTABLE_S = 1e6  # reported TTFT/TPOT of a queue that never drains
 _EPS = 1e-12
 _BISECT = 16  # fixed-point steps: the closed loop's rate to 1.5e-5 of capacity
+_LOCAL_STEPS = 3  # fixed-point steps: local prompts per decode iteration and the iteration's length
 
 _W_COLS = ("u", "c", "o", "f", "rate", "cs2", "ul", "cl", "u95", "pi", "op", "o2", "cf", "z", "r")
 (_U, _C, _O, _F, _RATE, _CS2, _UL, _CL, _U95, _PI, _OP, _O2, _CF, _Z, _R) = range(len(_W_COLS))
@@ -144,6 +145,9 @@ def _fixed(
     # there, long prompts chunk by chunk (`local_split`).
     none = P == 0
     loc_work = np.where(none, f * s_loc + (1.0 - f) * np.maximum(own_ms, 0.0) / 1000.0, f * s_loc)
+    # Its intercepts: local prompts that join the same decode iteration share one (`shared_intercept`).
+    loc_int = np.where(none, f + (1.0 - f) * np.maximum(1.0, np.ceil(u / budget)), np.where(f > 0, f, 0.0))
+    loc_int = np.minimum(np.maximum(ap, 0.0) * loc_int / 1000.0, loc_work)
     f = np.where(none, 1.0, f)
     rf = 1.0 - f
     # Decode: a request holds its KV for o iterations, so the running batch is length-biased.
@@ -156,9 +160,11 @@ def _fixed(
     # negative (collinear batch and context) must not predict free steps.
     step_floor = np.maximum(ad, _EPS)
     td_max = np.maximum(ad + bd * b_max + cd * b_max * ctx, step_floor) / 1000.0
+    # At saturation a decode node iterates back to back and B_max/o requests join each iteration.
+    loc_sat = loc_work - loc_int * (1.0 - shared_intercept(f * b_max / o))
     with np.errstate(divide="ignore", invalid="ignore"):
         pre_cap = np.where(rf > 1e-9, P / np.maximum(rf * s_req, _EPS), np.inf)
-        dec_cap = D * b_max / (o * td_max + b_max * loc_work)
+        dec_cap = D * b_max / (o * td_max + b_max * loc_sat)
     own95 = ap * np.maximum(1.0, np.ceil(u95 / budget)) + bp * u95 + cp * c
     own95 += dp * attention_pairs_alone(u95, c, cfg.prefill_token_budget) / 1e4
     kv_ok = (kv_tokens <= 0) | (kv_tokens * cfg.kv_usable_fraction >= (op + o2) / o)
@@ -174,6 +180,8 @@ def _fixed(
         "s_req": s_req,
         "s_loc": s_loc,
         "loc_work": loc_work,
+        "loc_int": loc_int,
+        "f_loc": f,
         "none": none,
         "step_floor": step_floor,
         "ctx": ctx,
@@ -196,13 +204,19 @@ def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]
     ad, bd, cd, ctx, b_max, dec_cap = x["ad"], x["bd"], x["cd"], x["ctx"], x["b_max"], x["dec_cap"]
     with np.errstate(divide="ignore", invalid="ignore"):
         served = np.minimum(lam, x["cap"])
-        rho_loc = np.where(D > 0, served * x["loc_work"] / np.maximum(D, 1.0), 1.0)
         lam_d = served / np.maximum(D, 1.0)
-        denom = (1.0 - rho_loc) - lam_d * o * (bd + cd * ctx) / 1000.0
-        batch = np.where(denom > 0, lam_d * o * ad / 1000.0 / np.maximum(denom, _EPS), b_max)
-        batch = np.minimum(batch, b_max)
-        step_ms = np.maximum(ad + bd * batch + cd * batch * ctx, x["step_floor"])
-        tpot = step_ms / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
+        # Local prompts per iteration (m) need the iteration's length (TPOT), which needs their
+        # work: a few fixed-point steps from a full-batch iteration.
+        tpot = x["td_max"]
+        for _ in range(_LOCAL_STEPS):
+            m = np.minimum(x["f_loc"] * lam_d * np.minimum(tpot, 1e3), x["f_loc"] * b_max / o)
+            loc_work = x["loc_work"] - x["loc_int"] * (1.0 - shared_intercept(m))
+            rho_loc = np.where(D > 0, lam_d * loc_work, 1.0)
+            denom = (1.0 - rho_loc) - lam_d * o * (bd + cd * ctx) / 1000.0
+            batch = np.where(denom > 0, lam_d * o * ad / 1000.0 / np.maximum(denom, _EPS), b_max)
+            batch = np.minimum(batch, b_max)
+            step_ms = np.maximum(ad + bd * batch + cd * batch * ctx, x["step_floor"])
+            tpot = step_ms / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
         tpot = np.where((D > 0) & (rho_loc < 1.0), tpot, UNSTABLE_S)
         # A decode slot frees after o iterations at full batch: D·B_max slots near saturation.
         rho_d = np.where(dec_cap > 0, served / np.maximum(dec_cap, _EPS), np.inf)
@@ -218,7 +232,7 @@ def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]
         own = (x["own_ms"] + mates) / 1000.0
         ttft_remote = np.where(rho < 1.0, wq95 + own95, UNSTABLE_S)
         # No prefill node: prompts queue for the decode nodes' prefill work (M/G/1 at ρ_loc).
-        solo, solo_mean = local_split(rho_loc, x["loc_work"], x["cs2"], tpot)
+        solo, solo_mean = local_split(rho_loc, loc_work, x["cs2"], tpot)
         ttft_local = np.minimum(np.where(x["none"], solo, s_loc + tpot) + wait_d, UNSTABLE_S)
         ttft = np.where(rf >= 0.05, ttft_remote, ttft_local)
         # Mean response time: mean wait (not P95) + own iterations, a decode slot, o tokens at TPOT.
@@ -305,6 +319,16 @@ def local_split(
     p95 = np.where(stable, np.minimum(wq95 + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
     mean = np.where(stable, np.minimum(wq + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
     return p95, mean
+
+
+def shared_intercept(m: np.ndarray) -> np.ndarray:
+    """The share of its own intercept a local prompt costs when ``m`` local
+    prompts join a decode iteration on average (Poisson): their prefills run
+    in that iteration, which pays one intercept if any joined, so per prompt
+    E[iterations with one] / E[prompts] = (1 − e^(−m)) / m (1 as m → 0)."""
+    m = np.maximum(m, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m > 1e-6, -np.expm1(-m) / np.maximum(m, 1e-6), 1.0 - m / 2.0)
 
 
 def sd(x: np.ndarray) -> np.ndarray:

@@ -76,11 +76,21 @@ def test_hand_computed_local_prefill_and_kv_cap() -> None:
     b_max = 90_000 / ctx  # 54.5 requests fit in 90 % of the KV
     td_max = (5 + b_max + 0.001 * b_max * ctx) / 1000
     assert est.prefill_capacity_rps[0] == pytest.approx(1 / (0.5 * s_req))
-    assert est.decode_capacity_rps[0] == pytest.approx(3 * b_max / (200 * td_max + b_max * 0.5 * s_loc))
+
+    def local_work(m: float) -> float:  # m local prompts join an iteration: they share its 10 ms intercept
+        return 0.5 * (s_loc - 0.010 * (1 - -math.expm1(-m) / m))
+
+    # Saturated, B_max / 200 requests join each iteration, half of them local.
+    loc_sat = local_work(0.5 * b_max / 200)
+    assert loc_sat < 0.5 * s_loc
+    assert est.decode_capacity_rps[0] == pytest.approx(3 * b_max / (200 * td_max + b_max * loc_sat))
     assert est.capacity_rps[0] == pytest.approx(est.decode_capacity_rps[0])
-    rho_loc = 2 * 0.5 * s_loc / 3
-    batch = (2 / 3) * 200 * 0.005 / ((1 - rho_loc) - (2 / 3) * 200 * (1 + 0.001 * ctx) / 1000)
-    assert est.tpot_s[0] == pytest.approx((5 + batch + 0.001 * batch * ctx) / 1000 / (1 - rho_loc))
+    tpot = td_max  # m = f·λ/D·TPOT and TPOT depends on m: the fixed point
+    for _ in range(20):
+        rho_loc = (2 / 3) * local_work(0.5 * (2 / 3) * tpot)
+        batch = (2 / 3) * 200 * 0.005 / ((1 - rho_loc) - (2 / 3) * 200 * (1 + 0.001 * ctx) / 1000)
+        tpot = (5 + batch + 0.001 * batch * ctx) / 1000 / (1 - rho_loc)
+    assert est.tpot_s[0] == pytest.approx(tpot, rel=1e-6)
     rho = 2 * 0.5 * s_req
     assert est.ttft_s[0] == pytest.approx(s_req * math.log(20 * rho) / (2 * (1 - rho)) + 0.120)
     # Moving a decode node to prefill only loses decode capacity here.
@@ -176,22 +186,31 @@ def test_no_prefill_node_runs_everything_locally_as_the_router_does() -> None:
     cfg = EstimatorConfig(prefill_token_budget=2000, max_decode_batch=10)
     w = _workload(2.0, 1000, 0, 100, f=0.5, ul=100, cl=0)
     est = estimate_splits(profile, w, 2, [0, 1], reference_prefill=1, config=cfg)
-    # Per request, decode-node prefill work: half local (10 + 10 ms), half long (10 + 100 ms) = 65 ms.
+
+    # Per request, decode-node prefill work: half local (10 + 10 ms), half long (10 + 100 ms) = 65 ms,
+    # of which the 10 ms intercept is shared by the m prompts that join one iteration.
+    def shared(m: float) -> float:
+        return -math.expm1(-m) / m
+
     work = 0.5 * 0.020 + 0.5 * 0.110
     assert est.prefill_capacity_rps[0] == math.inf
-    assert est.decode_capacity_rps[0] == pytest.approx(2 * 10 / (100 * 0.015 + 10 * work))
+    # Saturated: B_max / o = 0.1 prompts join each iteration.
+    work_sat = work - 0.010 * (1 - shared(0.1))
+    assert est.decode_capacity_rps[0] == pytest.approx(2 * 10 / (100 * 0.015 + 10 * work_sat))
     # 1P1D: local half on the decode node (20 ms each), the long half on the prefill node (k = 2: 105 ms each).
-    assert est.decode_capacity_rps[1] == pytest.approx(10 / (100 * 0.015 + 10 * 0.5 * 0.020))
+    loc_sat = 0.5 * 0.020 - 0.5 * 0.010 * (1 - shared(0.05))
+    assert est.decode_capacity_rps[1] == pytest.approx(10 / (100 * 0.015 + 10 * loc_sat))
     assert est.prefill_capacity_rps[1] == pytest.approx(1 / (0.5 * 0.105))
     # TTFT at P = 0: an M/G/1 wait for that work (ρ = λ·work/D, cs² = 0), the prompt, one decode step,
     # and the wait for one of the D·B_max = 20 decode slots (each held 100 steps of 15 ms; M/M/20).
-    rho = 2.0 * work / 2
     tpot = float(est.tpot_s[0])
+    work = work - 0.010 * (1 - shared(1.0 * tpot))  # 1 prompt a second per node, one iteration each TPOT
+    rho = 2.0 * work / 2
     wq = rho * work / (2 * (1 - rho))
     rho_d = 2.0 / float(est.decode_capacity_rps[0])
     slot = rho_d ** (math.sqrt(42) - 1) * 100 * 0.015 * 2 / (2 * 20 * (1 - rho_d))
-    assert est.ttft_s[0] == pytest.approx(wq * math.log(20 * rho) / rho + work + tpot + slot)
-    assert est.e2e_s[0] == pytest.approx(wq + work + tpot + slot + 100 * tpot)
+    assert est.ttft_s[0] == pytest.approx(wq * math.log(20 * rho) / rho + work + tpot + slot, rel=1e-5)
+    assert est.e2e_s[0] == pytest.approx(wq + work + tpot + slot + 100 * tpot, rel=1e-5)
     assert bool(est.feasible[0]) and np.isfinite(est.ttft_s).all()
 
 
