@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from routing import NodeLoad, RouterConfig, RouteRequest, route
-from routing.picker import NoNodeAvailable, within_load_slack
+from routing.picker import NoNodeAvailable, within_load_slack, within_queue_slack
 from routing.scorers import free_kv, prefix_locality, queue_load
 
 
@@ -64,6 +64,32 @@ def test_load_slack_filter_keeps_nodes_within_the_bound():
     assert within_load_slack(nodes, None) == nodes
     with pytest.raises(ValueError, match="prefill_load_slack must be >= 0"):
         RouterConfig(prefill_load_slack=-1)
+
+
+def test_a_session_leaves_its_decode_node_once_requests_wait_there_beyond_the_slack():
+    """d1 holds the session's whole context; at full batches the load score
+    barely tells 256 running from 256 running with 40 waiting, so locality
+    wins on score. Waiting 3 above the least waiting node, d1 is filtered
+    out at slack 2, kept at slack 3 or without a bound."""
+    nodes = [
+        NodeLoad("d1", "decode", queue=3, running=256, kv_usage=0.5),
+        NodeLoad("d2", "decode", running=256, kv_usage=0.5),
+    ]
+    req = RouteRequest(prompt_tokens=8000, cached_by_node={"d1": 7900}, pool_cached_tokens=7900)
+    assert route(req, nodes).decode_node == "d2"
+    for slack in (3, None):
+        assert route(req, nodes, RouterConfig(decode_queue_slack=slack)).decode_node == "d1"
+    busy = [NodeLoad("d1", "decode", queue=40, running=256), NodeLoad("d2", "decode", queue=38, running=256)]
+    assert route(req, busy).decode_node == "d1"  # both wait: within the slack, locality decides
+
+
+def test_queue_slack_filter_counts_waiting_requests_only():
+    nodes = [NodeLoad("a", "decode", queue=3), NodeLoad("b", "decode", running=200), NodeLoad("c", "decode", queue=2)]
+    assert [n.node_id for n in within_queue_slack(nodes, 2)] == ["b", "c"]
+    assert [n.node_id for n in within_queue_slack(nodes, 0)] == ["b"]
+    assert within_queue_slack(nodes, None) == nodes
+    with pytest.raises(ValueError, match="decode_queue_slack must be >= 0"):
+        RouterConfig(decode_queue_slack=-1)
 
 
 def test_decode_prefers_free_kv_and_low_load():
