@@ -27,10 +27,12 @@ Every model-based move (5 and 6) is refused when it goes back to the split
 the last one left, within ``flap_window_s`` of it. Every model-based move
 is then checked once it has settled (``planner.verification``): until its
 verdict no other model move is made; one that did not deliver is reverted
-(before any rule above but the pins; never an SLO repair, nor a latency
-move that raised the finish rate), and its miss is counted against
-later gains of its kind, so staying put wins unless a move clears its
-bound net of the switch cost and the verified error. The split stood on
+(before any rule above but the pins; an SLO repair only when it lost
+more throughput than the tie band it was allowed, never a latency move
+that raised the finish rate), and its miss is counted against later
+gains of its kind, so staying put wins unless a move clears its bound
+net of the switch cost and the verified error; an SLO repair, too, must
+cost no more than the tie band net of the verified throughput error. The split stood on
 is checked as well: where the model's mean response there misses the
 measured one, the miss counts against later latency gains the same way
 (``MoveVerifier.standing``). The offered load is
@@ -322,9 +324,12 @@ class EvolvingPlanner:
             tick, (), f"hold: early, {target}P not clear yet ({frac:.3f}, queues {q_gain:.1f}/{q_donor:.1f})", 0.0
         )
 
-    def _slo_repair(self, tick: Tick, in_range: np.ndarray, floor: int, ceiling: int) -> Decision | None:
+    def _slo_repair(
+        self, tick: Tick, in_range: np.ndarray, floor: int, ceiling: int, err_thr: float
+    ) -> Decision | None:
         """The move back inside the SLO bounds when the breach held over the
-        persist window and costs no throughput; None: the objective decides."""
+        persist window and costs no throughput (net of the verified error
+        ``err_thr``); None: the objective decides."""
         cfg, est, p_cur = self.config, tick.est, tick.current[0]
         assert est is not None
         p, i_cur = est.prefill_nodes, est.index(p_cur)
@@ -341,9 +346,10 @@ class EvolvingPlanner:
         target = objective.throughput_target(est, repair, p_cur)
         if target is None:  # bounds outside what can move now: go as far as allowed
             target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
-        if est.served_rps[est.index(target)] >= (1.0 - cfg.tie_frac) * est.served_rps[i_cur]:
+        cost = 1.0 - est.served_rps[est.index(target)] / max(float(est.served_rps[i_cur]), 1e-9) + err_thr
+        if cost <= cfg.tie_frac:
             why = f"SLO repair ({'TTFT' if p_cur < p_floor else 'TPOT'}): bounds [{floor}, {ceiling}]"
-            return self._model_move(tick, target, why, 1.0, "throughput", revertible=False)
+            return self._model_move(tick, target, why, 1.0, "throughput", repair_tolerance=cfg.tie_frac)
         tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides
         return None
 
@@ -375,7 +381,7 @@ class EvolvingPlanner:
             capacity_current_rps=float(est.capacity_rps[i_cur]),
         )
         if p_cur < floor or p_cur > ceiling:
-            repaired = self._slo_repair(tick, in_range, floor, ceiling)
+            repaired = self._slo_repair(tick, in_range, floor, ceiling, err_thr)
             if repaired is not None:
                 return repaired
         candidates = in_range | (p == p_cur)
@@ -466,12 +472,12 @@ class EvolvingPlanner:
         confidence: float,
         kind: Kind | None = None,
         *,
-        revertible: bool = True,
+        repair_tolerance: float | None = None,
     ) -> Decision:
         """A move the model asks for; refused when it undoes the last one too
         soon. A move of ``kind`` is checked once it has settled
         (``planner.verification``); early moves (None) are not; an SLO
-        repair is checked but not reverted (``revertible``)."""
+        repair is reverted only when it cost more than ``repair_tolerance``."""
         p_cur, now = tick.current[0], tick.view.now
         last = self._last_move
         if last is not None and target == last[1] and now - last[0] < self.config.flap_window_s:
@@ -487,7 +493,8 @@ class EvolvingPlanner:
         if decision.acted:
             self._last_move = (now, p_cur, decision.chosen_split[0])
             if self.verifier is not None and predicted is not None and kind is not None:
-                self.verifier.start(now, p_cur, decision.chosen_split[0], kind, *predicted, revertible=revertible)
+                to_p = decision.chosen_split[0]
+                self.verifier.start(now, p_cur, to_p, kind, *predicted, repair_tolerance=repair_tolerance)
         return decision
 
     def _move(self, tick: Tick, target: int, why: str, confidence: float) -> Decision:

@@ -40,14 +40,24 @@ mean response of the finished ones climbs with time whatever the split
 (DeepSeek-R1 near, 3P -> 1P at 190 s, a latency move: responses measured
 48 % longer, the finish rate 33 % higher; reverting it cost 900 s at the
 old split before a throughput move made the same switch).
-An SLO repair is checked and its miss counted, but never reverted: it
-was made because the split it left broke the TTFT (or TPOT) bound, and it
-was allowed only at no cost in predicted throughput, so its purpose is
-the bound, not a gain in the finish rate; a revert would put the split
-back outside the bound and the planner would repair it again once the
-flap window passed (OpenCode near from 1P: 1P -> 2P for TTFT at 250 s,
-reverted at 320 s on a finish rate 3 % lower with 4 % fewer arrivals,
-repaired again at 970 s).
+An SLO repair is checked and its miss counted, but reverted only when
+it broke its own promise: it was made because the split it left broke the
+TTFT (or TPOT) bound, and it was allowed only at a predicted throughput
+cost of at most ``repair_tolerance`` (the planner's tie band), so its
+purpose is the bound, not a gain in the finish rate; a revert on a mere
+miss would put the split back outside the bound and the planner would
+repair it again once the flap window passed (OpenCode near from 1P: 1P ->
+2P for TTFT at 250 s, reverted at 320 s on a finish rate 3 % lower with
+4 % fewer arrivals, repaired again at 970 s). But a repair whose finish
+rate fell by more than its tolerance beyond the measurement noise
+(``realized + z · measured_sd < −repair_tolerance``) cost what it was
+allowed not to, and is reverted like any move that did not deliver:
+under overload no split meets the TTFT bound, and the model's capacity
+of the split it has not measured is the one that errs (OpenCode near at
+3x its load, 3P -> 4P for TTFT with 1 % more predicted; 4P served 18 %
+less, and the repair stood for 600 s until the objective undid it). Its
+miss, counted against later throughput gains, keeps the planner from
+repairing again while it lasts.
 
 Either way a miss (predicted − realized, when the move did not deliver)
 is the model's **verified error** on this workload: later gains of the
@@ -169,7 +179,7 @@ class PendingMove:
     predicted: float  # gain fraction on means (throughput: X(T)/X(C) − 1; latency: 1 − R(T)/R(C))
     predicted_sd: float  # its standard deviation, same units
     before: Span
-    revertible: bool = True  # False: an SLO repair (module doc)
+    repair_tolerance: float | None = None  # an SLO repair: the throughput cost it was allowed (module doc)
 
 
 @dataclass(frozen=True)
@@ -264,15 +274,17 @@ class MoveVerifier:
         predicted: float,
         predicted_sd: float,
         *,
-        revertible: bool = True,
+        repair_tolerance: float | None = None,
     ) -> bool:
         """Await the check of a move made at ``now``; False (nothing awaited)
-        when the span before it holds too few requests to compare with."""
+        when the span before it holds too few requests to compare with.
+        ``repair_tolerance``: the move is an SLO repair allowed that much
+        throughput cost (module doc); None: an ordinary move."""
         before = self.span(now - self.settle_s, now)
         self.pending, self._settled_t, self._drained = None, None, False
         if before.finished < self.config.min_requests or not math.isfinite(predicted):
             return False
-        self.pending = PendingMove(now, from_p, to_p, kind, predicted, max(predicted_sd, 0.0), before, revertible)
+        self.pending = PendingMove(now, from_p, to_p, kind, predicted, max(predicted_sd, 0.0), before, repair_tolerance)
         return True
 
     def check(self, now: float, draining: bool, prefill_now: int) -> Verdict | None:
@@ -300,13 +312,15 @@ class MoveVerifier:
         realized, sd = _realized(m, after)
         bound = m.predicted - self.z * math.hypot(m.predicted_sd, sd)
         delivered = realized >= bound
-        revert = self.config.revert and m.revertible and not delivered and realized - self.z * sd <= 0.0
+        revert = self.config.revert and not delivered and realized - self.z * sd <= 0.0
+        if m.repair_tolerance is not None:  # an SLO repair: only a loss beyond what it was allowed
+            revert = self.config.revert and not delivered and realized + self.z * sd < -m.repair_tolerance
         miss = m.predicted - realized
         if m.kind == "latency":
             served, served_sd = _realized(replace(m, kind="throughput"), after)
             if served + self.z * served_sd < 0.0:  # fewer finish: the shorter responses are the survivors'
                 delivered, miss = False, m.predicted
-                revert = self.config.revert and m.revertible
+                revert = self.config.revert
             elif revert:
                 revert = served - self.z * served_sd <= 0.0  # more served is a gain, whatever the responses say
         if not delivered:

@@ -163,10 +163,22 @@ def test_a_latency_move_that_raised_the_finish_rate_is_kept() -> None:
 
 def test_an_slo_repair_is_checked_and_counted_but_not_reverted() -> None:
     v = _verifier([(100.0, 100, 1.0)])
-    assert v.start(100.0, 3, 5, "throughput", predicted=0.03, predicted_sd=0.01, revertible=False)
+    assert v.start(100.0, 3, 5, "throughput", predicted=0.03, predicted_sd=0.01, repair_tolerance=0.02)
     verdict, t = _after(v, 110.0, 400.0, 90)  # 10 % fewer finished (fewer arrived, open loop)
     assert verdict is not None and not verdict.delivered and not verdict.revert and v.reverts == 0
     assert v.error(t, "throughput") == pytest.approx(0.13)
+
+
+def test_an_slo_repair_that_cost_more_than_it_was_allowed_is_reverted() -> None:
+    # Allowed 2 % of throughput; 18 % fewer finished, beyond the noise (upper bound -9.8 %):
+    # overload, where the model's capacity of the split it had not measured was wrong.
+    v = _verifier([(100.0, 100, 1.0)])
+    assert v.start(100.0, 3, 5, "throughput", predicted=0.012, predicted_sd=0.024, repair_tolerance=0.02)
+    verdict, t = _after(v, 110.0, 400.0, 82)
+    assert verdict is not None and verdict.realized == pytest.approx(-0.18)
+    assert verdict.realized + Z * verdict.measured_sd < -0.02
+    assert not verdict.delivered and verdict.revert and v.reverts == 1
+    assert v.error(t, "throughput") == pytest.approx(0.192)
 
 
 def test_a_latency_move_that_lowered_the_finish_rate_did_not_deliver() -> None:
