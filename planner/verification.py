@@ -4,9 +4,15 @@ A move is made on a prediction: the target split serves ``predicted``
 more (a fraction of the current split's throughput, or of its mean
 response time for a latency move), give or take ``predicted_sd``. Once
 the switch has settled (no node draining), the requests that were running
-then have had one mean response time to finish (measured before the move:
-until then the finish rate is the old split's; a reasoning decode of two
-minutes on the new split shows in it only after two minutes), and
+then have had one mean response time to finish (the larger of the mean
+measured before the move and that of the requests finished since the
+switch settled: until then the finish rate is the old split's; a
+reasoning decode of two minutes on the new split shows in it only after
+two minutes; and early in a run the mean before counts only the requests
+short enough to have finished: DeepSeek-R1 with doubled outputs, 3P -> 1P
+at 160 s on a measured 54 s, was judged at 280 s on a finish rate still
+climbing, +8.7 % of a predicted +33 %, and reverted; judged once the
+longer responses after it had had their time, +18.9 %, kept), and
 ``settle_s`` more of traffic has finished, the same quantity is measured:
 the finish rate (or the mean response time) over that last span against
 the span of the same length before the move. The move **delivered** when
@@ -302,7 +308,8 @@ class MoveVerifier:
         if self._settled_t is None:
             # The first tick with no node draining; a switch done before the tick after the move counts from the move.
             self._settled_t = now if self._drained else m.t
-        lag = min(m.before.e2e_mean_s, self.config.max_wait_s - self.settle_s)
+        since = self.span(self._settled_t, now)
+        lag = min(max(m.before.e2e_mean_s, since.e2e_mean_s), self.config.max_wait_s - self.settle_s)
         if now - self._settled_t < self.settle_s + lag:
             return None
         after = self.span(now - self.settle_s, now)

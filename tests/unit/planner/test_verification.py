@@ -72,6 +72,15 @@ def test_long_responses_are_waited_for_before_the_span_is_measured() -> None:
     assert verdict is not None and t == 100.0 + 120.0 + 60.0 and verdict.delivered
 
 
+def test_responses_longer_after_the_move_than_before_are_waited_for_too() -> None:
+    # Early in a run only short requests have finished (1 s before the move); the requests
+    # finishing after it take 200 s: the check waits for them, not for the 1 s measured before.
+    v = _verifier([(100.0, 100, 1.0)])
+    v.start(100.0, 3, 5, "throughput", predicted=0.2, predicted_sd=0.02)
+    verdict, t = _after(v, 110.0, 600.0, 120, e2e=200.0)
+    assert verdict is not None and t == 100.0 + 200.0 + 60.0 and verdict.delivered
+
+
 def test_a_draining_switch_delays_the_check_and_a_thin_span_is_not_judged() -> None:
     v = _verifier([(100.0, 100, 1.0)])
     v.start(100.0, 3, 5, "throughput", predicted=0.2, predicted_sd=0.02)
