@@ -32,10 +32,10 @@ more throughput than the tie band it was allowed, never a latency move
 that raised the finish rate), and its miss is counted against later
 gains of its kind, so staying put wins unless a move clears its bound
 net of the switch cost and the verified error; an SLO repair, too, must
-cost no more than the tie band net of the verified throughput error. The split stood on
-is checked as well: where the model's mean response there misses the
-measured one, the miss counts against later latency gains the same way
-(``MoveVerifier.standing``). The offered load is
+cost no more than the tie band net of the verified throughput error. The
+split stood on is checked as well: where the model's mean response there
+misses the measured one, the miss counts against later latency gains the
+same way (``MoveVerifier.standing``). The offered load is
 counted at arrival when the view carries the counts (``planner.arrivals``).
 While one phase's queues show it saturated, its modelled capacity at the
 current split is corrected to the rate requests actually finish at
