@@ -332,7 +332,7 @@ class EvolvingPlanner:
         ``err_thr``); None: the objective decides."""
         cfg, est, p_cur = self.config, tick.est, tick.current[0]
         assert est is not None
-        p, i_cur = est.prefill_nodes, est.index(p_cur)
+        p = est.prefill_nodes
         p_floor, p_ceiling = self.persistence.bounds(tick)
         if p_floor <= p_cur <= p_ceiling:
             tick.inputs["slo_breach_not_persisted"] = 1.0  # fall through: the objective may still move
@@ -346,8 +346,8 @@ class EvolvingPlanner:
         target = objective.throughput_target(est, repair, p_cur)
         if target is None:  # bounds outside what can move now: go as far as allowed
             target = int(np.clip(p_floor if p_cur < p_floor else p_ceiling, tick.lo, tick.hi))
-        cost = 1.0 - est.served_rps[est.index(target)] / max(float(est.served_rps[i_cur]), 1e-9) + err_thr
-        if cost <= cfg.tie_frac:
+        gain = objective.predicted_gain(est, target, p_cur, "throughput")  # None: no base to lose from
+        if gain is None or gain[0] - err_thr >= -cfg.tie_frac:
             why = f"SLO repair ({'TTFT' if p_cur < p_floor else 'TPOT'}): bounds [{floor}, {ceiling}]"
             return self._model_move(tick, target, why, 1.0, "throughput", repair_tolerance=cfg.tie_frac)
         tick.inputs["slo_breach_costs_throughput"] = 1.0  # overload: the objective decides

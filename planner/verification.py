@@ -319,9 +319,11 @@ class MoveVerifier:
         realized, sd = _realized(m, after)
         bound = m.predicted - self.z * math.hypot(m.predicted_sd, sd)
         delivered = realized >= bound
-        revert = self.config.revert and not delivered and realized - self.z * sd <= 0.0
-        if m.repair_tolerance is not None:  # an SLO repair: only a loss beyond what it was allowed
-            revert = self.config.revert and not delivered and realized + self.z * sd < -m.repair_tolerance
+        if m.repair_tolerance is None:
+            nothing_gained = realized - self.z * sd <= 0.0  # no gain beyond the noise
+        else:  # an SLO repair: a loss beyond the noise and what it was allowed
+            nothing_gained = realized + self.z * sd < -m.repair_tolerance
+        revert = self.config.revert and not delivered and nothing_gained
         miss = m.predicted - realized
         if m.kind == "latency":
             served, served_sd = _realized(replace(m, kind="throughput"), after)
