@@ -5,6 +5,7 @@ OpenTelemetry proto package (`testing.fake_span_post`)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from gateway.telemetry._export import SpanQueue
@@ -74,3 +75,34 @@ def test_shutdown_posts_what_is_left_closes_the_transport_and_refuses_more() -> 
     assert posts.names() == ["last"] and closed == [True]
     q.put(ended("late"))
     assert q.dropped == 1 and len(q) == 0
+
+
+def test_spans_that_come_while_a_slow_post_runs_wait_for_the_next_wake() -> None:
+    """A slow collector does not turn the thread into a stream of small posts."""
+    posts = Posts()
+    release = threading.Event()
+    calls: list[float] = []
+
+    def slow(body: bytes) -> bool:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            release.wait(5)  # the first post is slow: spans keep coming meanwhile
+        return posts(body)
+
+    q = SpanQueue(slow, resource={"service.name": "gw"}, scope="s", batch=4, max_queue=64, delay_s=0.5)
+    for i in range(4):
+        q.put(ended(f"a{i}"))  # a full batch: the thread wakes and posts it
+    deadline = time.monotonic() + 5
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for i in range(2):
+        q.put(ended(f"b{i}"))  # under a batch, while the post runs
+    release.set()
+    time.sleep(0.2)
+    assert len(calls) == 1 and len(q) == 2  # not posted at once after the slow one
+    deadline = time.monotonic() + 5
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert posts.names() == ["a0", "a1", "a2", "a3", "b0", "b1"]
+    assert calls[1] - calls[0] >= 0.4  # at the next wake (delay_s after the first)
+    q.shutdown()
