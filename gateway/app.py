@@ -73,7 +73,7 @@ from gateway.serving.turn.parsing import OutputParsing
 from gateway.serving.turn.requestlog import RequestLog
 from gateway.serving.turn.service import TurnService
 from gateway.settings import GatewaySettings
-from gateway.telemetry import Tracing, TracingMiddleware
+from gateway.telemetry import Tracing, TracingMiddleware, TurnOpener
 from gateway.upstream.port import WorkerAPI
 from gateway.upstream.raw_client import RawWorkerClient
 from routing import RouterConfig
@@ -247,6 +247,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
     app.state.runtime = runtime
     app.state.tracing = tracing
     if tracing.enabled:
+        app.tracer = TurnOpener(tracing)  # the hot routes: traced inline
         app.wrap_outer(lambda inner: TracingMiddleware(inner, tracing))
 
     def observe_error(request: Request, status: int) -> None:

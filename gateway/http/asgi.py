@@ -8,6 +8,10 @@ its `Response` (or the app's own exception handlers' answer) sent as is.
 That saved 100-180 µs of CPU per request here (docs/benchmarks.md). Only
 endpoints that take nothing but the `Request` qualify (`hot_endpoint`);
 everything else, the lifespan included, goes through FastAPI unchanged.
+With tracing on, the app opens a hot request's trace itself (`tracer`),
+tells it the answer's status and hands it to an event stream, which reports
+each body message to it; the routes FastAPI serves get the tracing
+middleware (`wrap_outer`).
 
 `BodySizeLimit` answers 413 (OpenAI-shaped) for a request under `prefix`
 whose body is larger than `limit` bytes, declared or streamed, before the
@@ -19,7 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
@@ -28,10 +32,26 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http import errors
 from gateway.http.error_responses import error_response
+from gateway.http.sse import EventStreamResponse
 
 log = logging.getLogger(__name__)
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class TracedCall(Protocol):
+    """A traced request as the app serves it (gateway.telemetry's `Turn`)."""
+
+    def responded(self, status: int) -> None: ...
+    def sending(self, nbytes: int, last: bool) -> None: ...
+    def failed(self, exc: BaseException) -> None: ...
+    def finish(self) -> None: ...
+
+
+class CallTracer(Protocol):
+    """Opens a request's trace (gateway.telemetry's `TurnOpener`); None: not traced."""
+
+    def open(self, scope: Scope) -> TracedCall | None: ...
 
 
 def hot_endpoint(route: object) -> Endpoint | None:
@@ -50,12 +70,14 @@ class GatewayApp(FastAPI):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.hot: dict[str, tuple[APIRoute, Endpoint]] = {}
-        # An ASGI middleware around everything, hot routes included (tracing); None: none.
+        # An ASGI middleware around the routes FastAPI serves (tracing); None: none.
         self.outer: ASGIApp | None = None
+        # Traces the hot routes inline (no middleware frame or send wrapper); None: off.
+        self.tracer: CallTracer | None = None
 
     def wrap_outer(self, middleware: Callable[[ASGIApp], ASGIApp]) -> None:
-        """Put `middleware(app)` in front of every request, the hot routes' too."""
-        self.outer = middleware(self._dispatch)
+        """Put `middleware(app)` in front of every request FastAPI serves (not the hot routes)."""
+        self.outer = middleware(self._fastapi)
 
     def add_hot_route(self, route: APIRoute) -> bool:
         """Serve `route` (POST) without FastAPI's routing layers; False if it does not qualify."""
@@ -66,29 +88,51 @@ class GatewayApp(FastAPI):
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.outer is not None:
-            await self.outer(scope, receive, send)
-            return
-        await self._dispatch(scope, receive, send)
-
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             hot = self.hot.get(scope["path"])
             if hot is not None:
-                await self._serve_hot(hot, scope, receive, send)
+                call = self.tracer.open(scope) if self.tracer is not None else None
+                if call is None:
+                    await self._serve_hot(hot, scope, receive, send)
+                else:
+                    await self._serve_traced(call, hot, scope, receive, send)
                 return
+        if self.outer is not None:
+            await self.outer(scope, receive, send)
+            return
         await super().__call__(scope, receive, send)
 
-    async def _serve_hot(self, hot: tuple[APIRoute, Endpoint], scope: Scope, receive: Receive, send: Send) -> None:
+    async def _fastapi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+    async def _answer(self, hot: tuple[APIRoute, Endpoint], scope: Scope, receive: Receive, send: Send) -> Response:
         route, endpoint = hot
         scope["app"] = self
         scope["route"] = route  # what the error observer labels the request with
         request = Request(scope, receive, send)
         try:
-            response = await endpoint(request)
+            return await endpoint(request)
         except Exception as exc:  # noqa: BLE001  # the app's handlers log and answer it, as FastAPI's would
-            response = await self._handle(request, exc)
+            return await self._handle(request, exc)
+
+    async def _serve_hot(self, hot: tuple[APIRoute, Endpoint], scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self._answer(hot, scope, receive, send)
         await response(scope, receive, send)
+
+    async def _serve_traced(
+        self, call: TracedCall, hot: tuple[APIRoute, Endpoint], scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        try:
+            response = await self._answer(hot, scope, receive, send)
+            call.responded(response.status_code)
+            if isinstance(response, EventStreamResponse):  # others send one body message: no relay
+                response.relay = call
+            await response(scope, receive, send)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        finally:
+            call.finish()
 
     async def _handle(self, request: Request, exc: Exception) -> Response:
         """The app's own exception handler for `exc` (the nearest class in its MRO)."""

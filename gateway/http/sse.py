@@ -6,7 +6,8 @@ Here the body stops at the next event after the client left (the body's
 `finally` then aborts the worker). The gateway's server says whether the
 client is gone through a scope extension (`CLIENT_GONE`, a callable: no
 task at all); under any other ASGI server one `receive()` task watches.
-`on_close` runs exactly once, even when the body never started. After
+`on_close` runs exactly once, even when the body never started. A traced
+request's `relay` hears of its first body message and its last. After
 the last event the response yields to the loop once, so the body's own
 cleanup runs after the server has sent the answer's end.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -23,6 +25,14 @@ DONE = b"data: [DONE]\n\n"  # OpenAI's last event: the response ends in the same
 # scope["extensions"][CLIENT_GONE](): True once the client closed the connection (gateway.http.server).
 CLIENT_GONE = "gateway.client_gone"
 _HEAD = [(b"cache-control", b"no-cache"), (b"content-type", b"text/event-stream; charset=utf-8")]
+
+
+class Relay(Protocol):
+    """A traced request's turn (gateway.telemetry), told before the first body
+    message and the last are sent."""
+
+    def sending(self, total: int, last: bool) -> None:
+        """`total`: the body's bytes up to this message's end; `last`: its last message."""
 
 
 class EventStreamResponse(Response):
@@ -42,9 +52,11 @@ class EventStreamResponse(Response):
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()] + _HEAD
         self._body = body
         self._on_close = on_close
+        self.relay: Relay | None = None  # set by the app when the request is traced
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone: Callable[[], bool] | None = scope.get("extensions", {}).get(CLIENT_GONE)
+        relay, relayed = self.relay, 0
         watch = None
         if gone is None:  # another server: wait for its http.disconnect
             watch = asyncio.ensure_future(receive())
@@ -58,6 +70,10 @@ class EventStreamResponse(Response):
                 if gone():  # nobody is reading any more
                     break
                 ended = chunk.endswith(DONE)
+                if relay is not None:
+                    relayed += len(chunk)
+                    if ended or relayed == len(chunk):  # the last message, or the first (not empty)
+                        relay.sending(relayed, ended)
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
                 if ended:
                     # Let the loop's turn end before the body's cleanup (accounting, releasing the
@@ -66,6 +82,8 @@ class EventStreamResponse(Response):
                     await asyncio.sleep(0)
             else:
                 if not ended:
+                    if relay is not None:
+                        relay.sending(relayed, True)
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             if watch is not None:

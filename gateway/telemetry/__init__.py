@@ -1,12 +1,13 @@
 """OpenTelemetry traces of the gateway (off unless an OTLP endpoint is set).
 
 `Tracing` (tracing.py) owns the process's provider and the control plane's
-spans; `TracingMiddleware` opens each API request's span; the serving code's
-span sites are the functions of `_turn` re-exported here. See
+spans; `TurnOpener` (the hot routes) and `TracingMiddleware` (the others)
+open each API request's span; the serving code's span sites are the
+functions of `_turn` re-exported here. See
 docs/operations.md ("Traces") for the spans and their attributes.
 """
 
-from gateway.telemetry._middleware import TracingMiddleware
+from gateway.telemetry._middleware import TracingMiddleware, TurnOpener
 from gateway.telemetry._turn import (
     NO_JOB,
     JobTrace,
@@ -26,6 +27,7 @@ __all__ = [
     "SwitchTrace",
     "Tracing",
     "TracingMiddleware",
+    "TurnOpener",
     "end_span",
     "job_trace",
     "start_span",

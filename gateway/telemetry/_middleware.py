@@ -6,6 +6,18 @@ starts a new trace, as the spec says). While the app serves it, the
 request's `Turn` is current, so the serving code's span sites find it; a
 streamed answer gets a `relay` span from its first body bytes to its last.
 Other paths (health, metrics, admin) are not traced.
+
+Two ways in, the same spans:
+
+- `TurnOpener.open(scope)`: for the gateway's hot routes (`GatewayApp`
+  serves them itself, `gateway.http.asgi`): the app opens the turn, gives
+  it the answer (`Turn.answered`: its status; an event stream reports each
+  body message to it), and finishes it. No middleware frame that every
+  resumption of the request's task passes through, and no wrapper called
+  for every message sent: at 16 streamed tokens those were ~15 % of a traced
+  request's tracing CPU (docs/benchmarks-history.md, tracing).
+- `TracingMiddleware`: any other /v1/ POST, around the app, watching what
+  it sends.
 """
 
 from __future__ import annotations
@@ -13,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.telemetry._ids import parse_traceparent
-from gateway.telemetry._turn import _TURN, OPERATIONS, Span, Turn
+from gateway.telemetry._turn import OPERATIONS, Turn
 
 if TYPE_CHECKING:
     from gateway.telemetry.tracing import Tracing
@@ -34,18 +46,19 @@ def _trace_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, 
     return traceparent, tracestate
 
 
-class TracingMiddleware:
-    def __init__(self, app: ASGIApp, tracing: Tracing) -> None:
-        assert tracing.sink is not None, "TracingMiddleware needs tracing on"
-        self.app = app
+class TurnOpener:
+    """Opens the turn of a traced API request (None: not an API POST, or sampled out)."""
+
+    def __init__(self, tracing: Tracing) -> None:
+        assert tracing.sink is not None, "TurnOpener needs tracing on"
         self.sink = tracing.sink
         self.inflight = tracing.inflight
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def open(self, scope: Scope) -> Turn | None:
+        """The request's turn, current from now until its `finish()`."""
         path = scope.get("path", "")
         if scope["type"] != "http" or scope["method"] != "POST" or not path.startswith("/v1/"):
-            await self.app(scope, receive, send)
-            return
+            return None
         remote = parse_traceparent(*_trace_headers(scope["headers"]))
         operation = OPERATIONS.get(path, "chat")
         span = self.sink.root(
@@ -55,40 +68,40 @@ class TracingMiddleware:
             {"http.request.method": "POST", "url.path": path, "gen_ai.operation.name": operation},
         )
         if span is None:  # sampled out: no turn, no child span, nothing sent to the workers
+            return None
+        turn = Turn(self.sink, span, self.inflight, operation)
+        turn.enter()
+        return turn
+
+
+class TracingMiddleware:
+    def __init__(self, app: ASGIApp, tracing: Tracing) -> None:
+        self.app = app
+        self.opener = TurnOpener(tracing)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        turn = self.opener.open(scope)
+        if turn is None:
             await self.app(scope, receive, send)
             return
-        turn = Turn(self.sink, span, self.inflight, operation)
-        relay: Span | None = None
-        sent = 0
+
+        total = 0
 
         def traced_send(message: Message) -> Awaitable[None]:
-            # A plain function returning `send`'s awaitable: no coroutine of its own per
-            # message. Only the start and the first and last body messages do more than count.
-            nonlocal relay, sent
-            if relay is not None:
-                sent += len(message.get("body", b""))
-                if not message.get("more_body", False):
-                    turn.end(relay, {"evolving.relay.bytes": sent})
-                    relay = None
-            elif message["type"] == "http.response.body":
-                sent += len(message.get("body", b""))
-                if message.get("more_body", False):
-                    relay = turn.child("relay")
-            elif message["type"] == "http.response.start":
-                status = message["status"]
-                span.set_attribute("http.response.status_code", status)
-                if status >= 500:
-                    span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+            # A plain function returning `send`'s awaitable: no coroutine of its own per message.
+            nonlocal total
+            kind = message["type"]
+            if kind == "http.response.body":
+                total += len(message.get("body", b""))
+                turn.sending(total, not message.get("more_body", False))
+            elif kind == "http.response.start":
+                turn.responded(message["status"])
             return send(message)
 
-        token = _TURN.set(turn)
         try:
             await self.app(scope, receive, traced_send)
         except BaseException as exc:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            turn.failed(exc)
             raise
         finally:
-            _TURN.reset(token)
-            turn.close()
-            span.end()
+            turn.finish()

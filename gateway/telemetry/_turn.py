@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,9 @@ class Turn:
         "finish_reasons",
         "model",
         "operation",
+        "relay",
+        "body_started",
+        "token",
     )
 
     def __init__(self, sink: LeanSink, span: Span, inflight: InflightSegments, operation: str) -> None:
@@ -68,6 +71,9 @@ class Turn:
         self.output_tokens = 0
         self.finish_reasons: list[str] = []
         self.model = ""
+        self.relay: Span | None = None  # open from the answer's first body bytes to its last
+        self.body_started = False  # the answer's first body message is sent
+        self.token: Token[Turn | None] | None = None  # while the turn is current (`enter`)
 
     def child(
         self,
@@ -104,6 +110,44 @@ class Turn:
     def close(self, reason: str = "the request ended first") -> None:
         for span in list(self.open):
             self.end(span, error=reason)
+
+    # -- the answer, as the server sends it ------------------------------------------
+    def responded(self, status: int) -> None:
+        """The answer's status (`http.response.start`)."""
+        self.span.attributes["http.response.status_code"] = status
+        if status >= 500:
+            self.span.status = Status(StatusCode.ERROR, f"HTTP {status}")
+
+    def sending(self, total: int, last: bool) -> None:
+        """A body message is about to be sent: `total` bytes with it, `last`
+        the answer's end. A streamed answer (more than one body message) gets
+        a `relay` span from its first body bytes to its last, with the bytes
+        relayed. Callers may skip the messages between the first and the last."""
+        relay = self.relay
+        if relay is None:
+            if not last and not self.body_started:  # the first body message
+                self.body_started = True
+                self.relay = self.child("relay")
+        elif last:
+            self.relay = None
+            self.end(relay, {"evolving.relay.bytes": total})
+
+    # -- the request's whole call --------------------------------------------------------
+    def enter(self) -> None:
+        """Makes this turn current (the span sites below find it)."""
+        self.token = _TURN.set(self)
+
+    def failed(self, exc: BaseException) -> None:
+        self.span.record_exception(exc)
+        self.span.status = Status(StatusCode.ERROR, type(exc).__name__)
+
+    def finish(self) -> None:
+        """The call is over: no longer current; what it left open, and its own span, end."""
+        if self.token is not None:
+            _TURN.reset(self.token)
+            self.token = None
+        self.close()
+        self.span.end()
 
 
 _TURN: ContextVar[Turn | None] = ContextVar("evolving_turn", default=None)

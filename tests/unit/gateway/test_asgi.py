@@ -4,7 +4,7 @@ the body-size limit for the routes FastAPI parses (the admin API)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from gateway.app import create_app
 from gateway.http.asgi import BodySizeLimit, GatewayApp, hot_endpoint
 from gateway.http.error_responses import install_error_handlers
 from gateway.http.errors import InvalidRequest
+from gateway.http.sse import EventStreamResponse
 from gateway.settings import GatewaySettings
 from testing.fake_worker import InProcessWorkerClient
 
@@ -44,6 +45,17 @@ def small_app() -> tuple[GatewayApp, list[int]]:
             raise RuntimeError("boom")
         return JSONResponse({"path": "hot", "body": body.decode(), "route": request.scope["route"].path})
 
+    @router.post("/stream")
+    async def stream(request: Request) -> Response:
+        async def body() -> AsyncGenerator[bytes, None]:
+            for chunk in (b"data: 1\n\n", b"data: 22\n\n", b"data: [DONE]\n\n"):
+                yield chunk
+
+        async def closed() -> None:
+            return None
+
+        return EventStreamResponse(body(), headers={}, on_close=closed)
+
     @router.post("/with-dependency")
     async def with_dependency(request: Request, limit: int = 3) -> Response:
         return JSONResponse({"limit": limit})
@@ -62,7 +74,7 @@ def small_app() -> tuple[GatewayApp, list[int]]:
 
 def test_only_plain_request_endpoints_are_hot() -> None:
     app, _ = small_app()
-    assert set(app.hot) == {"/hot"}
+    assert set(app.hot) == {"/hot", "/stream"}
     assert hot_endpoint(object()) is None
 
 
@@ -105,3 +117,67 @@ async def test_admin_bodies_over_the_limit_get_413_declared_or_streamed() -> Non
 def test_the_gateway_serves_its_completion_routes_hot(tokenizer, path: str) -> None:
     app = create_app(GatewaySettings(model_name="demo"), tokenizer=tokenizer, worker_client=InProcessWorkerClient({}))
     assert isinstance(app, GatewayApp) and path in app.hot
+
+
+class RecordingCall:
+    """What the app told a traced call, in order."""
+
+    def __init__(self, log: list[tuple[object, ...]]) -> None:
+        self.log = log
+
+    def responded(self, status: int) -> None:
+        self.log.append(("status", status))
+
+    def sending(self, total: int, last: bool) -> None:
+        self.log.append(("body", total, last))
+
+    def failed(self, exc: BaseException) -> None:
+        self.log.append(("failed", type(exc).__name__))
+
+    def finish(self) -> None:
+        self.log.append(("finish",))
+
+
+class RecordingTracer:
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[object, ...]]] = []
+
+    def open(self, scope) -> RecordingCall | None:
+        if scope["path"] == "/hot" and scope["headers"] and dict(scope["headers"]).get(b"x-untraced"):
+            return None  # sampled out
+        self.calls.append([("open", scope["path"])])
+        return RecordingCall(self.calls[-1])
+
+
+async def test_a_traced_hot_route_reports_its_status_and_a_streams_first_and_last_body() -> None:
+    app, _ = small_app()
+    app.tracer = tracer = RecordingTracer()
+    async with client_of(app) as client:
+        streamed = await client.post("/stream")
+        assert streamed.text == "data: 1\n\ndata: 22\n\ndata: [DONE]\n\n"
+        assert (await client.post("/hot", content=b"bad")).status_code == 400
+        assert (await client.post("/hot", content=b"x", headers={"x-untraced": "1"})).status_code == 200
+    assert tracer.calls == [
+        # the first body message and the last, with the bytes so far
+        [("open", "/stream"), ("status", 200), ("body", 9, False), ("body", 33, True), ("finish",)],
+        [("open", "/hot"), ("status", 400), ("finish",)],  # one body message: no relay
+    ]
+
+
+async def test_a_traced_hot_call_that_raises_is_failed_and_finished() -> None:
+    app = GatewayApp()  # no error handlers: the endpoint's exception leaves the app
+    router = APIRouter()
+
+    @router.post("/hot")
+    async def hot(request: Request) -> Response:
+        raise RuntimeError("boom")
+
+    app.include_router(router)
+    for route in router.routes:
+        assert isinstance(route, APIRoute)
+        app.add_hot_route(route)
+    app.tracer = tracer = RecordingTracer()
+    async with client_of(app) as client:
+        with pytest.raises(RuntimeError):
+            await client.post("/hot")
+    assert tracer.calls == [[("open", "/hot"), ("failed", "RuntimeError"), ("finish",)]]
