@@ -1,10 +1,12 @@
 """CPU the gateway's request-path spans cost, in one process, without the
 rest of the gateway: `evolving-infra bench tracing --json`.
 
-Each request runs the real tracing middleware around a stand-in app that
-calls every span site a streamed, routed, single-segment request calls
-(tokenize, admission, turn_started, route, decode segment with its
-`traceparent`, 16 token chunks relayed, turn_finished), the same names and
+Each request runs through the gateway's own dispatch of a hot route
+(`gateway.http.asgi.GatewayApp`, which opens a traced request's turn
+itself) to a stand-in endpoint that calls every span site a streamed,
+routed, single-segment request calls (tokenize, admission, turn_started,
+route, decode segment with its `traceparent`, 16 token chunks relayed in
+the gateway's event-stream response, turn_finished), the same names and
 attributes the serving code gives. Requests run 32 at a time on one event
 loop, as a loaded gateway runs them. Spans are exported by the gateway's own
 exporter to a receiver process (`testing.otlp_receiver`, niced, decoding
@@ -29,15 +31,22 @@ import socket
 import statistics
 import subprocess
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
 
 from bench._tracing import receiver_argv
 from core.tracing import TraceSettings
+from gateway.http.asgi import GatewayApp
+from gateway.http.sse import CLIENT_GONE, EventStreamResponse
 from gateway.telemetry import (
+    NO_JOB,
     Tracing,
-    TracingMiddleware,
+    TurnOpener,
     end_span,
     job_trace,
     start_span,
@@ -53,19 +62,13 @@ _IDS = itertools.count(1)  # each request its own id, as a gateway's are (no val
 LOAD = [BlockLocation(block_hash=f"{i:064x}", node_id="w1", slot=i) for i in range(16)]  # 16 local cached blocks
 
 
-async def _app(scope: Any, receive: Any, send: Any) -> None:
-    """What the serving code does at its span sites for one streamed request."""
+async def _stream(sited: bool) -> AsyncGenerator[bytes, None]:
+    """One streamed request's answer; `sited`: with the serving code's span sites
+    as the orchestrator runs them (the route and the segment as the stream starts)."""
     rid = f"chatcmpl-{next(_IDS):032x}"
-    span = start_span("tokenize", **{"evolving.prompt_chars": 1200})
-    sizes: dict[str, Any] = {"gen_ai.usage.input_tokens": 300, "evolving.prompt_blocks": 18}
-    end_span(span, **sizes)
-    span = start_span("admission", **{"evolving.tenant": "t1"})
-    end_span(span)
-    turn_started(model="demo", request_id=rid, tenant="t1", branch="b1", session=None, max_tokens=16, choices=1)
-    trace = job_trace(rid)
-    started = trace.clock()
+    trace = job_trace(rid) if sited else NO_JOB
     trace.routed(
-        started,
+        trace.clock(),
         node_id="w1",
         role="decode",
         candidates=["w1", "w2"],
@@ -75,33 +78,64 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
     )
     kv = KVTransferSpec.model_construct(load=LOAD, peers={}, save=True)
     trace.segment_started(f"{rid}.1", node_id="w1", role="decode", kv=kv, context_tokens=300, max_tokens=16)
-    await send({"type": "http.response.start", "status": 200, "headers": []})
     for _ in range(CHUNKS):
-        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
+        yield b"data: {}\n\n"
     trace.segment_ended(outcome="finished", reason="length", error="", tokens=CHUNKS, cached_tokens=256)
-    turn_finished(
-        prompt_tokens=300,
-        cached_tokens=256,
-        completion_tokens=CHUNKS,
-        finish_reason="length",
-        first_phase="decode",
-        nodes=["w1"],
-        resumes=0,
-        ttft_s=0.01,
-    )
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+    if sited:
+        turn_finished(
+            prompt_tokens=300,
+            cached_tokens=256,
+            completion_tokens=CHUNKS,
+            finish_reason="length",
+            first_phase="decode",
+            nodes=["w1"],
+            resumes=0,
+            ttft_s=0.01,
+        )
+    yield b"data: [DONE]\n\n"
 
 
-async def _bare_app(scope: Any, receive: Any, send: Any) -> None:
-    """`_app` without its span sites: what a build without tracing would run."""
-    await send({"type": "http.response.start", "status": 200, "headers": []})
-    for _ in range(CHUNKS):
-        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+async def _closed() -> None:
+    return None
+
+
+async def _endpoint(request: Request) -> Response:
+    """What the serving code does at its span sites for one streamed request."""
+    rid = f"chatcmpl-{next(_IDS):032x}"
+    span = start_span("tokenize", **{"evolving.prompt_chars": 1200})
+    sizes: dict[str, Any] = {"gen_ai.usage.input_tokens": 300, "evolving.prompt_blocks": 18}
+    end_span(span, **sizes)
+    span = start_span("admission", **{"evolving.tenant": "t1"})
+    end_span(span)
+    turn_started(model="demo", request_id=rid, tenant="t1", branch="b1", session=None, max_tokens=16, choices=1)
+    return EventStreamResponse(_stream(True), headers={}, on_close=_closed)
+
+
+async def _bare_endpoint(request: Request) -> Response:
+    """`_endpoint` without its span sites: what a build without tracing would run."""
+    return EventStreamResponse(_stream(False), headers={}, on_close=_closed)
+
+
+def _gateway(endpoint: Any, tracing: Tracing | None) -> GatewayApp:
+    """The gateway's own dispatch of a hot route (`gateway.http.asgi`), traced when `tracing`."""
+    app = GatewayApp()
+    router = APIRouter()
+    router.post("/v1/chat/completions")(endpoint)
+    for route in router.routes:
+        assert isinstance(route, APIRoute) and app.add_hot_route(route)
+    if tracing is not None:
+        app.tracer = TurnOpener(tracing)
+    return app
 
 
 async def _serve(app: Any, requests: int, concurrency: int, flush: Any) -> None:
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [],
+        "extensions": {CLIENT_GONE: lambda: False},  # as the gateway's server says it
+    }
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
@@ -147,13 +181,17 @@ def main(argv: list[str] | None = None) -> None:
             except httpx.TransportError:
                 time.sleep(0.1)
         tracing = Tracing.build(TraceSettings(endpoint=url + "/v1/traces"), replica="bench")
-        traced = TracingMiddleware(_app, tracing)
+        traced, untraced, bare_app = (
+            _gateway(_endpoint, tracing),
+            _gateway(_endpoint, None),
+            _gateway(_bare_endpoint, None),
+        )
         bare, off, on = [], [], []
         _cpu_us_per_request(traced, args.concurrency * 8, args.concurrency, tracing.flush)  # warm up
         before = httpx.get(url + "/stats", timeout=10).json().get("spans", 0)
         for _ in range(args.rounds):
-            bare.append(_cpu_us_per_request(_bare_app, args.requests, args.concurrency, lambda: None))
-            off.append(_cpu_us_per_request(_app, args.requests, args.concurrency, lambda: None))
+            bare.append(_cpu_us_per_request(bare_app, args.requests, args.concurrency, lambda: None))
+            off.append(_cpu_us_per_request(untraced, args.requests, args.concurrency, lambda: None))
             on.append(_cpu_us_per_request(traced, args.requests, args.concurrency, tracing.flush))
         time.sleep(0.5)
         spans = httpx.get(url + "/stats", timeout=300).json().get("spans", 0) - before  # decodes them all now
