@@ -8,7 +8,8 @@ routed, single-segment request calls (tokenize, admission, turn_started,
 route, decode segment with its `traceparent`, 16 token chunks relayed in
 the gateway's event-stream response, turn_finished), the same names and
 attributes the serving code gives. Requests run 32 at a time on one event
-loop, as a loaded gateway runs them. Spans are exported by the gateway's own
+loop, as a loaded gateway runs them, with the garbage collector set as the
+gateway's server sets it (`gateway.http.server.tune_gc`). Spans are exported by the gateway's own
 exporter to a receiver process (`testing.otlp_receiver`, niced, decoding
 the bodies only when its counts are read), so the process's CPU includes
 recording, batching, encoding and posting.
@@ -42,6 +43,7 @@ from fastapi.routing import APIRoute
 from bench._tracing import receiver_argv
 from core.tracing import TraceSettings
 from gateway.http.asgi import GatewayApp
+from gateway.http.server import tune_gc
 from gateway.http.sse import CLIENT_GONE, EventStreamResponse
 from gateway.telemetry import (
     NO_JOB,
@@ -186,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
             _gateway(_endpoint, None),
             _gateway(_bare_endpoint, None),
         )
+        tune_gc()  # the collector as the gateway's server sets it
         bare, off, on = [], [], []
         _cpu_us_per_request(traced, args.concurrency * 8, args.concurrency, tracing.flush)  # warm up
         before = httpx.get(url + "/stats", timeout=10).json().get("spans", 0)
