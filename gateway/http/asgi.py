@@ -9,9 +9,9 @@ That saved 100-180 µs of CPU per request here (docs/benchmarks.md). Only
 endpoints that take nothing but the `Request` qualify (`hot_endpoint`);
 everything else, the lifespan included, goes through FastAPI unchanged.
 With tracing on, the app opens a hot request's trace itself (`tracer`),
-tells it the answer's status and hands it to an event stream, which reports
-each body message to it; the routes FastAPI serves get the tracing
-middleware (`wrap_outer`).
+tells it the answer's status and hands it to an event stream, which tells
+it of its first and last body message; the routes FastAPI serves get the
+tracing middleware (`wrap_outer`).
 
 `BodySizeLimit` answers 413 (OpenAI-shaped) for a request under `prefix`
 whose body is larger than `limit` bytes, declared or streamed, before the
@@ -43,7 +43,7 @@ class TracedCall(Protocol):
     """A traced request as the app serves it (gateway.telemetry's `Turn`)."""
 
     def responded(self, status: int) -> None: ...
-    def sending(self, nbytes: int, last: bool) -> None: ...
+    def sending(self, total: int, last: bool) -> None: ...
     def failed(self, exc: BaseException) -> None: ...
     def finish(self) -> None: ...
 

@@ -10,12 +10,13 @@ Other paths (health, metrics, admin) are not traced.
 Two ways in, the same spans:
 
 - `TurnOpener.open(scope)`: for the gateway's hot routes (`GatewayApp`
-  serves them itself, `gateway.http.asgi`): the app opens the turn, gives
-  it the answer (`Turn.answered`: its status; an event stream reports each
-  body message to it), and finishes it. No middleware frame that every
+  serves them itself, `gateway.http.asgi`): the app opens the turn, tells
+  it the answer's status (`Turn.responded`), hands it to the event stream,
+  which tells it of its first and last body message (`Turn.sending`), and
+  finishes it (`Turn.finish`). No middleware frame that every
   resumption of the request's task passes through, and no wrapper called
-  for every message sent: at 16 streamed tokens those were ~15 % of a traced
-  request's tracing CPU (docs/benchmarks-history.md, tracing).
+  for every message sent: at 16 streamed tokens those were ~15 % of the
+  span code's samples in py-spy under load.
 - `TracingMiddleware`: any other /v1/ POST, around the app, watching what
   it sends.
 """
