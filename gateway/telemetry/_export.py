@@ -125,7 +125,7 @@ class SpanQueue:
         with self._export_lock:
             spans = self._spans
             while spans and (count is None or count > 0):
-                take = min(len(spans), self._batch, len(spans) if count is None else count)
+                take = min(len(spans), self._batch) if count is None else min(len(spans), self._batch, count)
                 if count is not None:
                     count -= take
                 body = wrap_spans(self._resource, self._scope, [spans.popleft() for _ in range(take)])

@@ -19,6 +19,7 @@ from gateway.http.error_responses import install_error_handlers
 from gateway.http.errors import InvalidRequest
 from gateway.http.sse import EventStreamResponse
 from gateway.settings import GatewaySettings
+from testing.fake_call_tracer import FakeCallTracer
 from testing.fake_worker import InProcessWorkerClient
 
 
@@ -119,39 +120,9 @@ def test_the_gateway_serves_its_completion_routes_hot(tokenizer, path: str) -> N
     assert isinstance(app, GatewayApp) and path in app.hot
 
 
-class RecordingCall:
-    """What the app told a traced call, in order."""
-
-    def __init__(self, log: list[tuple[object, ...]]) -> None:
-        self.log = log
-
-    def responded(self, status: int) -> None:
-        self.log.append(("status", status))
-
-    def sending(self, total: int, last: bool) -> None:
-        self.log.append(("body", total, last))
-
-    def failed(self, exc: BaseException) -> None:
-        self.log.append(("failed", type(exc).__name__))
-
-    def finish(self) -> None:
-        self.log.append(("finish",))
-
-
-class RecordingTracer:
-    def __init__(self) -> None:
-        self.calls: list[list[tuple[object, ...]]] = []
-
-    def open(self, scope) -> RecordingCall | None:
-        if scope["path"] == "/hot" and scope["headers"] and dict(scope["headers"]).get(b"x-untraced"):
-            return None  # sampled out
-        self.calls.append([("open", scope["path"])])
-        return RecordingCall(self.calls[-1])
-
-
 async def test_a_traced_hot_route_reports_its_status_and_a_streams_first_and_last_body() -> None:
     app, _ = small_app()
-    app.tracer = tracer = RecordingTracer()
+    app.tracer = tracer = FakeCallTracer()
     async with client_of(app) as client:
         streamed = await client.post("/stream")
         assert streamed.text == "data: 1\n\ndata: 22\n\ndata: [DONE]\n\n"
@@ -176,7 +147,7 @@ async def test_a_traced_hot_call_that_raises_is_failed_and_finished() -> None:
     for route in router.routes:
         assert isinstance(route, APIRoute)
         app.add_hot_route(route)
-    app.tracer = tracer = RecordingTracer()
+    app.tracer = tracer = FakeCallTracer()
     async with client_of(app) as client:
         with pytest.raises(RuntimeError):
             await client.post("/hot")
