@@ -9,7 +9,9 @@ tuned for the request path. What `evolving-infra gateway` / `up` and
   reads the client's address).
 - The SSE response learns that its client left from a flag the protocol
   sets (`gateway.http.sse.CLIENT_GONE`), not from a task per response
-  waiting on `receive()`.
+  waiting on `receive()`, and writes the events between its first and its
+  last straight to the connection (`gateway.http.sse.BODY_WRITE`): one
+  call a token, not an ASGI message, a coroutine and uvicorn's checks.
 - Writes gathered per event-loop turn (`gateway.http.coalesce`): one
   `writev` for a response's head and the body messages ready with it, not
   one `send` per message.
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from gateway.http.sse import CLIENT_GONE
+from gateway.http.sse import BODY_WRITE, CLIENT_GONE
 
 # (gen0 allocations, gen1 and gen2 collections) between collections; CPython's default is (700, 10, 10).
 GC_THRESHOLDS = (20_000, 20, 50)
@@ -47,9 +49,39 @@ def tune_gc() -> int:
     return gc.get_freeze_count()
 
 
+def body_writer(cycle: Any) -> Callable[[Any], Callable[[bytes], bool] | None]:
+    """`BODY_WRITE` for one uvicorn request cycle: given the `send` a response
+    was called with, a writer of its body messages that are not the last
+    one, when that `send` is the cycle's own (None when a middleware wraps
+    it: every message must then pass through it). The writer writes a
+    message chunk-framed when the cycle is where uvicorn's `send` would
+    write it at once (response started and not complete, chunked, client
+    there, writing not paused), and returns False when it is not: the
+    caller then sends the message the ASGI way."""
+
+    def write(body: bytes) -> bool:
+        if (
+            cycle.disconnected
+            or cycle.flow.write_paused
+            or not cycle.chunked_encoding
+            or cycle.response_complete
+            or not cycle.response_started
+        ):
+            return False
+        if body:  # an empty chunk would end the body
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+    def writer_for(send: Any) -> Callable[[bytes], bool] | None:
+        return write if send == cycle.send else None
+
+    return writer_for
+
+
 def gateway_protocol() -> type:
     """uvicorn's httptools protocol over a `CoalescingTransport`, telling the
-    app whether the client is gone (`CLIENT_GONE`, read by the SSE response)."""
+    app whether the client is gone (`CLIENT_GONE`) and how to write a body
+    message without `send` (`BODY_WRITE`), both read by the SSE response."""
     import asyncio
 
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -64,7 +96,12 @@ def gateway_protocol() -> type:
             super().on_headers_complete()
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:  # not an upgrade: a request the app will see
-                self.scope["extensions"] = {CLIENT_GONE: lambda: cycle.disconnected}  # type: ignore[dict-item]  # ASGI types extension values as dicts; ours is a callable
+                # ASGI types extension values as dicts; ours are callables
+                extensions: dict[str, Any] = {
+                    CLIENT_GONE: lambda: cycle.disconnected,
+                    BODY_WRITE: body_writer(cycle),
+                }
+                self.scope["extensions"] = extensions
 
     return GatewayHttpToolsProtocol
 

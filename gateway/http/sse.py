@@ -6,6 +6,9 @@ Here the body stops at the next event after the client left (the body's
 `finally` then aborts the worker). The gateway's server says whether the
 client is gone through a scope extension (`CLIENT_GONE`, a callable: no
 task at all); under any other ASGI server one `receive()` task watches.
+The events between the first and the last go out through the server's
+`BODY_WRITE` when it has one (a long stream's every token), else as ASGI
+messages.
 `on_close` runs exactly once, even when the body never started. A traced
 request's `relay` hears of its first body message and its last. After
 the last event the response yields to the loop once, so the body's own
@@ -24,6 +27,10 @@ from starlette.types import Receive, Scope, Send
 DONE = b"data: [DONE]\n\n"  # OpenAI's last event: the response ends in the same write
 # scope["extensions"][CLIENT_GONE](): True once the client closed the connection (gateway.http.server).
 CLIENT_GONE = "gateway.client_gone"
+# scope["extensions"][BODY_WRITE](send): for the server's own `send`, a callable that writes
+# a body message that is not the last (True), or returns False when it cannot now (the
+# caller sends the message); None for any other `send` (a middleware's).
+BODY_WRITE = "gateway.write_body"
 _HEAD = [(b"cache-control", b"no-cache"), (b"content-type", b"text/event-stream; charset=utf-8")]
 
 
@@ -55,7 +62,10 @@ class EventStreamResponse(Response):
         self.relay: Relay | None = None  # set by the app when the request is traced
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        gone: Callable[[], bool] | None = scope.get("extensions", {}).get(CLIENT_GONE)
+        extensions = scope.get("extensions", {})
+        gone: Callable[[], bool] | None = extensions.get(CLIENT_GONE)
+        writer_for = extensions.get(BODY_WRITE)
+        write: Callable[[bytes], bool] | None = writer_for(send) if writer_for is not None else None
         relay, relayed = self.relay, 0
         watch = None
         if gone is None:  # another server: wait for its http.disconnect
@@ -74,6 +84,8 @@ class EventStreamResponse(Response):
                     relayed += len(chunk)
                     if ended or relayed == len(chunk):  # the last message, or the first (not empty)
                         relay.sending(relayed, ended)
+                if not ended and write is not None and write(chunk):
+                    continue
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
                 if ended:
                     # Let the loop's turn end before the body's cleanup (accounting, releasing the

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncGenerator, MutableMapping
 from typing import Any
 
-from gateway.http.sse import CLIENT_GONE, EventStreamResponse
+from gateway.http.sse import BODY_WRITE, CLIENT_GONE, EventStreamResponse
 from gateway.serving.openai import sse
 
 
@@ -119,3 +119,55 @@ async def test_the_answers_end_goes_out_before_the_bodys_cleanup() -> None:
 
     await EventStreamResponse(body(), headers={}, on_close=on_close)({"type": "http"}, receive, send)
     assert trail == ["written", "body cleanup", "on_close"]
+
+
+async def test_the_servers_body_writer_takes_the_events_between_the_first_and_the_last() -> None:
+    """`BODY_WRITE`: the middle events go to the server's writer for the `send`
+    the response was given; the last goes as a message (it ends the response);
+    an event the writer cannot take now (False) goes as a message too."""
+    written: list[bytes] = []
+    refuse = {b"data: 2\n\n"}
+
+    def write(body: bytes) -> bool:
+        if body in refuse:
+            return False
+        written.append(body)
+        return True
+
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        for e in (b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n", sse.DONE):
+            yield e
+
+    async def on_close() -> None:
+        return None
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("the flag stands in for receive()")
+
+    def writer_for(s: Any) -> Any:
+        return write if s is send else None
+
+    scope = {"type": "http", "extensions": {CLIENT_GONE: lambda: False, BODY_WRITE: writer_for}}
+    await EventStreamResponse(body(), headers={}, on_close=on_close)(scope, receive, send)
+    assert written == [b"data: 1\n\n", b"data: 3\n\n"]
+    assert [(m["body"], m["more_body"]) for m in sent[1:]] == [(b"data: 2\n\n", True), (sse.DONE, False)]
+
+    # A middleware's `send` (not the server's): every event goes through it.
+    written.clear()
+    wrapped: list[MutableMapping[str, Any]] = []
+
+    async def middleware_send(message: MutableMapping[str, Any]) -> None:
+        wrapped.append(message)
+
+    await EventStreamResponse(body(), headers={}, on_close=on_close)(scope, receive, middleware_send)
+    assert written == [] and [m.get("body") for m in wrapped[1:]] == [
+        b"data: 1\n\n",
+        b"data: 2\n\n",
+        b"data: 3\n\n",
+        sse.DONE,
+    ]

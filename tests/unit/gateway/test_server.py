@@ -61,12 +61,13 @@ def test_serve_app_exits_3_when_the_app_never_starts(restore_gc, monkeypatch) ->
 
 async def test_the_real_server_streams_whole_answers_and_flags_a_client_that_left() -> None:
     """The gateway's protocol on a socket: a streamed answer arrives whole and
-    in order (its writes gathered), and the app sees the client leave."""
+    in order (its writes gathered, the body writer's among them), and the
+    app sees the client leave."""
     import asyncio
     import contextlib
     import socket
 
-    from gateway.http.sse import CLIENT_GONE
+    from gateway.http.sse import BODY_WRITE, CLIENT_GONE
 
     seen: dict[str, bool] = {}
     left = asyncio.Event()
@@ -84,6 +85,13 @@ async def test_the_real_server_streams_whole_answers_and_flags_a_client_that_lef
                     seen["after"] = True
                     left.set()
                     return
+            return
+        if scope["path"] == "/direct":  # the body writer, for the server's own send only
+            assert scope["extensions"][BODY_WRITE](lambda message: send(message)) is None
+            write = scope["extensions"][BODY_WRITE](send)
+            assert write(b"a") and write(b"") and write(b"bc")  # an empty message writes nothing
+            await send({"type": "http.response.body", "body": b"d", "more_body": False})
+            seen["after end"] = write(b"e")  # the response is complete: not written
             return
         for part in (b"a", b"b", b"c"):
             await send({"type": "http.response.body", "body": part, "more_body": True})
@@ -104,6 +112,12 @@ async def test_the_real_server_streams_whole_answers_and_flags_a_client_that_lef
             data += await asyncio.wait_for(reader.read(65536), 5)
         assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"server:" not in data.lower()
         assert data.endswith(b"\r\n\r\n1\r\na\r\n1\r\nb\r\n1\r\nc\r\n0\r\n\r\n")
+        writer.write(b"GET /direct HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while not data.endswith(b"0\r\n\r\n"):
+            data += await asyncio.wait_for(reader.read(65536), 5)
+        assert data.endswith(b"\r\n\r\n1\r\na\r\n2\r\nbc\r\n1\r\nd\r\n0\r\n\r\n")
+        assert seen.pop("after end") is False
         writer.write(b"GET /wait HTTP/1.1\r\nhost: x\r\n\r\n")
         await writer.drain()
         await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
