@@ -41,7 +41,8 @@ class _Flusher:
     def _run(self) -> None:
         due, self._due = self._due, []
         for transport in due:
-            transport._flush_due()
+            transport._scheduled = False
+            transport.flush()
 
 
 _FLUSHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = weakref.WeakKeyDictionary()
@@ -83,10 +84,6 @@ class CoalescingTransport(asyncio.Transport):
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
             self.write(data)
-
-    def _flush_due(self) -> None:
-        self._scheduled = False
-        self.flush()
 
     def flush(self) -> None:
         """Hand every gathered write to the real transport now (a closed one drops them, as its `write` would)."""
