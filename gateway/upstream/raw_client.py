@@ -149,10 +149,12 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return data
 
-    async def wait(self, timeout_s: float) -> None:
-        """Until more bytes, the end of the response, or the connection's loss; TimeoutError after `timeout_s`.
+    def wait(self, timeout_s: float) -> asyncio.Future[None]:
+        """A future done at more bytes, the end of the response, or the connection's
+        loss; failed with TimeoutError after `timeout_s`. Await it at once.
 
-        The timeout is a deadline checked by one timer per connection, armed
+        A plain method returning the future: no coroutine frame a read. The
+        timeout is a deadline checked by one timer per connection, armed
         when none is due by then and re-armed when it fires early: a stream
         waits once per read, and a timer made and cancelled per read was ~5 %
         of the gateway's CPU relaying long streams (bench gateway, py-spy)."""
@@ -164,10 +166,7 @@ class _Connection(asyncio.Protocol):
                 self._timer.cancel()
             self._timer_at = deadline
             self._timer = loop.call_at(deadline, self._check_deadline)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
+        return waiter
 
     def _check_deadline(self) -> None:
         self._timer = None
@@ -175,6 +174,7 @@ class _Connection(asyncio.Protocol):
         if waiter is None or waiter.done():
             return  # no read waits now: the next wait arms the timer again
         if self._loop.time() >= self._deadline:
+            self._waiter = None
             waiter.set_exception(TimeoutError())
         else:
             self._timer_at = self._deadline
@@ -182,8 +182,10 @@ class _Connection(asyncio.Protocol):
 
     def _wake(self) -> None:
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():  # not cancelled with its reader
+                waiter.set_result(None)
 
     def close(self) -> None:
         if self.transport is not None:
