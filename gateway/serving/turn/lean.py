@@ -62,28 +62,37 @@ class JobClock:
 
 class LeanText:
     """One plain job's text, event by event (the lean strategy's state):
-    text deltas cut at the first stop string, then the job's `Finished`."""
+    text deltas cut at the first stop string, then the job's `Finished`.
 
-    __slots__ = ("_clock", "_prompt_tokens", "_text")
+    What `TextAssembler` does, with the detokenizer and the stop filter held
+    here and no filter at all without stop strings: a relayed token is one
+    call from the turn's loop, one into the detokenizer."""
+
+    __slots__ = ("_clock", "_detok", "_prompt_tokens", "_stops", "stopped")
 
     def __init__(self, tokenizer: PromptTokenizer, p: Prepared) -> None:
-        self._text = TextAssembler(tokenizer, p.stops)
+        self._detok = tokenizer.detokenizer(skip_special_tokens=True)
+        self._stops = StopStringFilter(p.stops) if any(p.stops) else None
         self._clock = JobClock()
         self._prompt_tokens = len(p.job.prompt_token_ids)
-
-    @property
-    def stopped(self) -> bool:
-        """A stop string ended the text: read no more tokens."""
-        return self._text.stopped
+        self.stopped = False  # a stop string ended the text: read no more tokens
 
     def delta(self, ev: TokenDelta) -> str:
         """The text `ev` adds ("" while held back)."""
         self._clock.seen(ev)
-        return self._text.push(ev.token_ids)
+        text = self._detok.push(ev.token_ids)
+        stops = self._stops
+        if stops is None:
+            return text
+        text = stops.push(text)
+        self.stopped = stops.stopped
+        return text
 
     def tail(self) -> str:
         """The text still held back when the worker finished the job."""
-        return self._text.flush()
+        text = self._detok.flush()
+        stops = self._stops
+        return text if stops is None else stops.push(text) + stops.flush()
 
     def stopped_early(self) -> Finished:
         """The job's `Finished` when the text ended before the worker finished it."""

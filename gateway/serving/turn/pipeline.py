@@ -251,11 +251,12 @@ class Turn:
             if head:
                 yield head
             tail, done = "", None
+            text_of, encode = lean.delta, encoder.text  # a token's two calls
             async for ev in events:
                 if isinstance(ev, TokenDelta):
-                    delta = lean.delta(ev)
+                    delta = text_of(ev)
                     if delta:
-                        yield encoder.text(delta)
+                        yield encode(delta)
                     if lean.stopped:
                         break
                 else:
