@@ -131,7 +131,7 @@ class OrchestratorConfig:
 
 @dataclass(frozen=True)
 class _SegmentEnd:
-    """Internal: how one worker call ended (the last item `_run_segment` yields)."""
+    """Internal: how one worker call ended (`Orchestrator._apply_chunk` and the errors of the call)."""
 
     outcome: SegmentOutcome
     reason: FinishReason | None = None
@@ -167,6 +167,20 @@ class _Fingerprint:
         return self._value
 
 
+@dataclass(slots=True)
+class _JobRun:
+    """Internal: one `Orchestrator.stream` call's state across its worker calls."""
+
+    job: Job
+    progress: RequestProgress
+    fingerprint: _Fingerprint
+    trace: JobTrace | NoJobTrace
+    # (node, when) of segments a node aborted: see `_late_deaths`
+    aborted: list[tuple[str, float]] = field(default_factory=list)
+    # node -> its incarnation when this request failed there
+    failed_on: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -185,6 +199,10 @@ class Orchestrator:
         self._background: set[asyncio.Task[object]] = set()
 
     async def stream(self, job: Job) -> AsyncGenerator[TokenDelta | Finished, None]:
+        """The job's `TokenDelta`s, then its `Finished`. Each worker call's
+        chunks are read in this frame (`_apply_chunk` per chunk): a relayed
+        token passes through one generator between the worker client and
+        the caller, not two."""
         t0 = time.monotonic()
         progress = RequestProgress(
             job.request_id,
@@ -196,75 +214,46 @@ class Orchestrator:
         )
         fingerprint = _Fingerprint(job)
         self._refuse_poison(job, fingerprint)
-        trace = job_trace(job.request_id)  # spans of routing, each segment, a migration (no-op untraced)
-        aborted: list[tuple[str, float]] = []  # (node, when) of segments a node aborted: see _late_deaths
-        failed_on: dict[str, tuple[int, int]] = {}  # node -> its incarnation when this request failed there
+        run = _JobRun(job, progress, fingerprint, job_trace(job.request_id))
         while not progress.budget_spent():
-            # decide
-            if aborted:
-                self._late_deaths(job, fingerprint, aborted)
-            suspect = self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value) > 0
-            node_id, role, kv = await self._routed(job, progress, trace, suspect=suspect, failed_on=failed_on)
-            if suspect:
-                self.isolation.hold(node_id, job.request_id)
-            segment_id, max_tokens = progress.next_call(role)
-            progress.started(node_id)
-            # min_tokens counts from the request's start: what the prompt already carries counts
-            min_tokens = min(max(0, job.sampling.min_tokens - progress.carried), max_tokens)
-            sampling = job.sampling
-            if (max_tokens, min_tokens) != (sampling.max_tokens, sampling.min_tokens):  # no copy for a first decode
-                sampling = sampling.model_copy(update={"max_tokens": max_tokens, "min_tokens": min_tokens})
-            # Built from validated parts (see Job): no validation pass over the prompt
-            # on the loop (24 ms for a 661k-token prompt).
-            req = GenerateRequest.model_construct(
-                request_id=segment_id,
-                prompt_token_ids=progress.context(),
-                sampling=sampling,
-                role=role,
-                tenant_salt=job.tenant_salt,
-                branch_id=job.branch_id,
-                kv=kv,
-            )
-            req.traceparent = trace.segment_started(
-                segment_id,
-                node_id=node_id,
-                role=role.value,
-                kv=kv,
-                context_tokens=len(req.prompt_token_ids),
-                max_tokens=max_tokens,
-            )
+            node_id, req, suspect = await self._next_call(run)
             # one worker call, its chunks applied as they come
+            url = self._registry.get(node_id).url
+            # PREFILL: one non-streaming call; DECODE: the worker's stream
+            chunks = (
+                _one(self._client.generate(url, req))
+                if req.role is Role.PREFILL
+                else self._client.generate_stream(url, req)
+            )
             end: _SegmentEnd | None = None
             first_step = suspect
+            ended = False  # the worker sent its final chunk
+            role = req.role
+            phase = role.value  # once a call, not an enum lookup a token
             try:
-                async for item in self._run_segment(node_id, req, progress, t0):
-                    if isinstance(item, _SegmentEnd):
-                        end = item
-                    else:
-                        if first_step:  # through its first step here (still keeping other suspects off)
-                            first_step = False
-                            self.isolation.started(node_id, job.request_id)
-                        yield item
+                with self._registry.track(node_id):
+                    async for chunk in chunks:
+                        ended = chunk.finish_reason is not None
+                        if chunk.saved_blocks:
+                            await self._directory.publish(node_id, chunk.saved_blocks)
+                        delta, end = self._apply_chunk(node_id, role, phase, progress, t0, chunk)
+                        if delta is not None:
+                            if first_step:  # through its first step here (still keeping other suspects off)
+                                first_step = False
+                                self.isolation.started(node_id, job.request_id)
+                            yield delta
+                        if end is not None:
+                            break
+                if end is None:  # the stream ended without a finish reason: the node cut it
+                    end = _SegmentEnd(SegmentOutcome.NODE_FAILED, error="stream ended without a finish reason")
+            except WorkerUnreachable as exc:
+                end = self._unreachable(node_id, req, progress, exc)
+            except WorkerRejected as exc:
+                end = self._refused(node_id, req, exc)
             finally:
-                if suspect:
-                    self.isolation.release(node_id, job.request_id)
-            assert end is not None
-            trace.segment_ended(
-                outcome=end.outcome.value,
-                reason=end.reason.value if end.reason is not None else None,
-                error=end.error,
-                tokens=len(progress.generated),
-                cached_tokens=progress.cached or 0,
-            )
-            # apply
-            self._count_death(job, fingerprint, node_id, end, aborted)
-            if end.outcome is SegmentOutcome.NODE_FAILED:
-                failed = self._registry.find(node_id)
-                failed_on[node_id] = failed.incarnation if failed is not None else (-1, -1)
-            if (
-                progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
-                is Next.DONE
-            ):
+                held = job.request_id if suspect else None
+                await self._call_closed(chunks, node_id, url, req, ended=ended, suspect_job=held)
+            if self._segment_ended(run, node_id, role, end) is Next.DONE:
                 break
         if self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value):
             self.quarantine.acquit(fingerprint.value)  # it finished on an engine: a bystander, not the poison
@@ -280,6 +269,60 @@ class Orchestrator:
             resumes=progress.resumes,
             nodes=progress.nodes,
         )
+
+    async def _next_call(self, run: _JobRun) -> tuple[str, GenerateRequest, bool]:
+        """Decide the job's next worker call: (node, its request, whether the
+        job is a suspect held apart from other suspects on that node)."""
+        job, progress, fingerprint, trace = run.job, run.progress, run.fingerprint, run.trace
+        if run.aborted:
+            self._late_deaths(job, fingerprint, run.aborted)
+        suspect = self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value) > 0
+        node_id, role, kv = await self._routed(job, progress, trace, suspect=suspect, failed_on=run.failed_on)
+        if suspect:
+            self.isolation.hold(node_id, job.request_id)
+        segment_id, max_tokens = progress.next_call(role)
+        progress.started(node_id)
+        # min_tokens counts from the request's start: what the prompt already carries counts
+        min_tokens = min(max(0, job.sampling.min_tokens - progress.carried), max_tokens)
+        sampling = job.sampling
+        if (max_tokens, min_tokens) != (sampling.max_tokens, sampling.min_tokens):  # no copy for a first decode
+            sampling = sampling.model_copy(update={"max_tokens": max_tokens, "min_tokens": min_tokens})
+        # Built from validated parts (see Job): no validation pass over the prompt
+        # on the loop (24 ms for a 661k-token prompt).
+        req = GenerateRequest.model_construct(
+            request_id=segment_id,
+            prompt_token_ids=progress.context(),
+            sampling=sampling,
+            role=role,
+            tenant_salt=job.tenant_salt,
+            branch_id=job.branch_id,
+            kv=kv,
+        )
+        req.traceparent = trace.segment_started(
+            segment_id,
+            node_id=node_id,
+            role=role.value,
+            kv=kv,
+            context_tokens=len(req.prompt_token_ids),
+            max_tokens=max_tokens,
+        )
+        return node_id, req, suspect
+
+    def _segment_ended(self, run: _JobRun, node_id: str, role: Role, end: _SegmentEnd) -> Next:
+        """Apply how a worker call ended; what the job does next."""
+        progress = run.progress
+        run.trace.segment_ended(
+            outcome=end.outcome.value,
+            reason=end.reason.value if end.reason is not None else None,
+            error=end.error,
+            tokens=len(progress.generated),
+            cached_tokens=progress.cached or 0,
+        )
+        self._count_death(run.job, run.fingerprint, node_id, end, run.aborted)
+        if end.outcome is SegmentOutcome.NODE_FAILED:
+            failed = self._registry.find(node_id)
+            run.failed_on[node_id] = failed.incarnation if failed is not None else (-1, -1)
+        return progress.end_segment(end.outcome, role, reason=end.reason, node_id=node_id, error=end.error)
 
     def _refuse_poison(self, job: Job, fingerprint: _Fingerprint) -> None:
         if not self.quarantine.quarantined:
@@ -411,66 +454,70 @@ class Orchestrator:
         return node_id, role, kv
 
     # -- call -------------------------------------------------------------------
-    async def _run_segment(
-        self, node_id: str, req: GenerateRequest, progress: RequestProgress, t0: float
-    ) -> AsyncIterator[TokenDelta | _SegmentEnd]:
-        """One worker call: the client's token deltas, then exactly one `_SegmentEnd`."""
-        url = self._registry.get(node_id).url
-        # PREFILL: one non-streaming call; DECODE: the worker's stream, read here (no relay generator between)
-        chunks = (
-            _one(self._client.generate(url, req))
-            if req.role is Role.PREFILL
-            else self._client.generate_stream(url, req)
+    def _apply_chunk(
+        self, node_id: str, role: Role, phase: str, progress: RequestProgress, t0: float, chunk: GenerateChunk
+    ) -> tuple[TokenDelta | None, _SegmentEnd | None]:
+        """One chunk of a worker call to `node_id` as `role` (`phase`: its value,
+        read once a call): the client's token delta (None: none new) and how
+        the call ended (None: it goes on). Raises `UpstreamFailed` when the
+        worker failed the request."""
+        finish = chunk.finish_reason
+        if finish is FinishReason.ERROR:
+            if chunk.error_type in (ENGINE_DEAD, ENGINE_DIED):
+                self._registry.report_engine_dead(node_id, chunk.error or "engine dead")
+                died = _SegmentEnd(
+                    SegmentOutcome.NODE_FAILED,
+                    error=f"engine of {node_id} died: {chunk.error}",
+                    engine_died=chunk.error_type == ENGINE_DIED,
+                )
+                return None, died
+            raise UpstreamFailed(f"worker {node_id} failed the request: {chunk.error or 'error'}", code="worker_error")
+        start, tokens = progress.absorb(
+            chunk.token_ids,
+            cached_tokens=max(chunk.cached_tokens, chunk.external_cached_tokens),
+            finish=finish,
+            role=role,
+            elapsed_s=time.monotonic() - t0,
         )
-        ended = False  # the worker sent its final chunk
-        phase = req.role.value  # of the node producing these tokens, once per call (not an enum lookup a token)
+        delta = None
+        if tokens:
+            lps = chunk.logprobs[start : start + len(tokens)] if chunk.logprobs is not None else None
+            delta = TokenDelta(tokens, progress.cached or 0, phase, lps)
+        if finish is None:
+            return delta, None
+        outcome = segment_outcome(finish)
+        return delta, (None if outcome is None else _SegmentEnd(outcome, finish))
+
+    def _unreachable(
+        self, node_id: str, req: GenerateRequest, progress: RequestProgress, exc: WorkerUnreachable
+    ) -> _SegmentEnd:
+        self._registry.report_failure(node_id, str(exc), certain=exc.refused)
+        log.warning(
+            "request %s: node %s failed after %d tokens: %s", req.request_id, node_id, len(progress.generated), exc
+        )
+        return _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
+
+    async def _call_closed(
+        self,
+        chunks: AsyncIterator[GenerateChunk],
+        node_id: str,
+        url: str,
+        req: GenerateRequest,
+        *,
+        ended: bool,
+        suspect_job: str | None,
+    ) -> None:
+        """A worker call is over, however it ended: its stream closed, the
+        node told to drop a decode it did not finish (the client left, a stop
+        string hit, the node failed), a suspect's hold on the node released
+        (`suspect_job`: its request id)."""
         try:
-            with self._registry.track(node_id):
-                async for chunk in chunks:
-                    ended = chunk.finish_reason is not None
-                    if chunk.saved_blocks:
-                        await self._directory.publish(node_id, chunk.saved_blocks)
-                    if chunk.finish_reason is FinishReason.ERROR and chunk.error_type in (ENGINE_DEAD, ENGINE_DIED):
-                        self._registry.report_engine_dead(node_id, chunk.error or "engine dead")
-                        yield _SegmentEnd(
-                            SegmentOutcome.NODE_FAILED,
-                            error=f"engine of {node_id} died: {chunk.error}",
-                            engine_died=chunk.error_type == ENGINE_DIED,
-                        )
-                        return
-                    if chunk.finish_reason is FinishReason.ERROR:
-                        raise UpstreamFailed(
-                            f"worker {node_id} failed the request: {chunk.error or 'error'}", code="worker_error"
-                        )
-                    start, tokens = progress.absorb(
-                        chunk.token_ids,
-                        cached_tokens=max(chunk.cached_tokens, chunk.external_cached_tokens),
-                        finish=chunk.finish_reason,
-                        role=req.role,
-                        elapsed_s=time.monotonic() - t0,
-                    )
-                    if tokens:
-                        lps = chunk.logprobs[start : start + len(tokens)] if chunk.logprobs is not None else None
-                        yield TokenDelta(tokens, progress.cached or 0, phase, lps)
-                    outcome = segment_outcome(chunk.finish_reason)
-                    if outcome is not None:
-                        yield _SegmentEnd(outcome, chunk.finish_reason)
-                        return
-            # The stream ended without a finish reason: the node cut it.
-            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error="stream ended without a finish reason")
-        except WorkerUnreachable as exc:
-            self._registry.report_failure(node_id, str(exc), certain=exc.refused)
-            log.warning(
-                "request %s: node %s failed after %d tokens: %s", req.request_id, node_id, len(progress.generated), exc
-            )
-            yield _SegmentEnd(SegmentOutcome.NODE_FAILED, error=str(exc))
-        except WorkerRejected as exc:
-            yield self._refused(node_id, req, exc)
-        finally:
             await chunks.aclose()  # type: ignore[attr-defined]  # the port's streams are async generators
+        finally:
             if req.role is Role.DECODE and not ended:
-                # Closed early (client left, a stop string hit, the node failed): free the slot now.
                 self._spawn(self._abort_quietly(url, req.request_id))
+            if suspect_job is not None:
+                self.isolation.release(node_id, suspect_job)
 
     def _died_under(self, node_id: str, end: _SegmentEnd) -> bool:
         """A segment that ended unfinished without its worker saying
