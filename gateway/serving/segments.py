@@ -164,7 +164,7 @@ class RequestProgress:
                     )
                 start += 1
                 self.replayed += 1
-        tokens = token_ids[start : start + self.remaining]
+        tokens = token_ids[start : start + self.max_tokens - len(self.generated)]  # `remaining`, no call a token
         if tokens:
             if not self.generated:
                 self.ttft_s, self.first_phase = elapsed_s, role.value

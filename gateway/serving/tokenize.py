@@ -229,6 +229,16 @@ class IncrementalDetokenizer:
         self._window: list[int] = []  # the ids of the last text emitted
 
     def push(self, token_ids: Sequence[int]) -> str:
+        if len(token_ids) == 1:  # a relayed token's usual read: no list, no join
+            token_id = token_ids[0]
+            if token_id in self._skip:
+                return ""
+            self._held.append(token_id)
+            text = self._stream.step(self._tokenizer, token_id)
+            if text is None:
+                return ""
+            self._window, self._held = self._held, []
+            return text
         step, tokenizer, parts = self._stream.step, self._tokenizer, []
         for token_id in token_ids:
             if token_id in self._skip:
