@@ -42,6 +42,14 @@ class Relay(Protocol):
         """`total`: the body's bytes up to this message's end; `last`: its last message."""
 
 
+def _tell(relay: Relay, relayed: int, chunk: bytes, last: bool) -> int:
+    """Tells `relay` of the body's first message (not empty) and its last; the bytes relayed with `chunk`."""
+    relayed += len(chunk)
+    if last or relayed == len(chunk):
+        relay.sending(relayed, last)
+    return relayed
+
+
 class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
@@ -77,15 +85,15 @@ class EventStreamResponse(Response):
             async for chunk in self._body:
                 if ended:
                     continue  # nothing follows [DONE]; the body runs to its end (its cleanup)
+                ended = chunk.endswith(DONE)
+                if not ended and relay is None and write is not None and write(chunk):
+                    continue  # an untraced event between the first and the last, written (client there)
                 if gone():  # nobody is reading any more
                     break
-                ended = chunk.endswith(DONE)
                 if relay is not None:
-                    relayed += len(chunk)
-                    if ended or relayed == len(chunk):  # the last message, or the first (not empty)
-                        relay.sending(relayed, ended)
-                if not ended and write is not None and write(chunk):
-                    continue
+                    relayed = _tell(relay, relayed, chunk, ended)
+                    if not ended and write is not None and write(chunk):
+                        continue
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
                 if ended:
                     # Let the loop's turn end before the body's cleanup (accounting, releasing the
