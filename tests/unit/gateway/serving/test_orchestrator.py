@@ -254,6 +254,8 @@ async def test_closing_stream_early_aborts_worker_request():
     async for _ev in stream:
         break
     await stream.aclose()
+    # The worker call is closed with the stream, not later by the loop's async-generator finalizer.
+    assert c.registry.get("w0").inflight == 0
     await asyncio.sleep(0.02)
     assert not c.w("w0")._running
     assert c.registry.get("w0").inflight == 0
