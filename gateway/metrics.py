@@ -52,7 +52,7 @@ from core import Phase
 if TYPE_CHECKING:  # types only: every layer reports here, this module imports none of them
     from gateway.control.registry import WorkerRegistry
     from gateway.kv.views import DirectoryStatus
-    from gateway.serving.orchestrator import Finished
+    from gateway.serving.jobs import Finished
     from gateway.store.records import SwitchOutcome
     from planner.types import Decision
 

@@ -47,7 +47,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,7 @@ from gateway.control.health import NodeHealth, Quarantine, SuspectIsolation, req
 from gateway.control.registry import WorkerRegistry
 from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
 from gateway.kv.directory import Directory
+from gateway.serving.jobs import Finished, Job, TokenDelta
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
 from gateway.telemetry import NO_JOB, JobTrace, NoJobTrace, job_trace
 from gateway.upstream.port import WorkerAPI, WorkerRejected, WorkerUnreachable
@@ -68,8 +69,6 @@ from workers.protocol import (
     GenerateChunk,
     GenerateRequest,
     KVTransferSpec,
-    SamplingOptions,
-    TokenLogprobs,
 )
 
 log = logging.getLogger(__name__)
@@ -78,46 +77,6 @@ log = logging.getLogger(__name__)
 ABORT_DEATH_WINDOW_S = 3.0
 REFUSAL_PAUSE_S = 0.1  # the wait before asking nodes that all refused again, times the rounds so far
 RESUME_POLL_S = 0.25  # how often a request under way with no node to continue on looks again
-
-
-@dataclass(frozen=True)
-class Job:
-    """One request, validated: `prompt_token_ids` come from the tokenizer (or were
-    range-checked), `sampling` is a validated model, so the worker requests built
-    from them skip pydantic validation (the worker validates what it receives)."""
-
-    request_id: str
-    prompt_token_ids: list[int]
-    sampling: SamplingOptions
-    tenant_salt: str
-    branch_id: str | None = None
-    # Block hashes of the prompt when already computed (`Directory.block_hashes`
-    # of prompt_token_ids with tenant_salt): lookups and references reuse them.
-    prompt_hashes: Sequence[str] = ()
-    # False when the branch ends with this request: referencing its blocks at
-    # the end would be undone right after (the branch is finished next).
-    reference_blocks: bool = True
-
-
-@dataclass(slots=True)  # one per relayed read: not frozen (a frozen init is 3x the cost), never mutated
-class TokenDelta:
-    token_ids: list[int]
-    cached_tokens: int = 0  # prompt tokens served from cache (known from the first delta on)
-    phase: str = "decode"  # phase of the node that produced these tokens
-    logprobs: list[TokenLogprobs] | None = None  # one per token, when the job asked for them
-
-
-@dataclass(frozen=True)
-class Finished:
-    finish_reason: FinishReason  # STOP or LENGTH
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    ttft_s: float
-    e2e_s: float
-    first_phase: str  # node phase that produced the first token: "prefill" | "decode"
-    resumes: int = 0  # segments after the first decode (migrations, failovers)
-    nodes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

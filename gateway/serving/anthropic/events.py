@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.http.errors import GatewayError
 from gateway.serving.anthropic.convert import error_event
-from gateway.serving.orchestrator import Finished
+from gateway.serving.jobs import Finished
 from gateway.serving.turn.choices import ChoiceDelta
 from gateway.serving.turn.prepare import Prepared
 

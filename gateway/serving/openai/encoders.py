@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.http.errors import GatewayError
+from gateway.serving.jobs import Finished
 from gateway.serving.openai import sse
 from gateway.serving.openai.answers import ChunkWriter
-from gateway.serving.orchestrator import Finished
 from gateway.serving.turn.accounting import usage_dict
 from gateway.serving.turn.prepare import Prepared
 

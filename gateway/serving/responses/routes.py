@@ -31,7 +31,7 @@ from gateway.http.body import json_object, read_body
 from gateway.http.docs import BEARER, body_of
 from gateway.http.errors import GatewayError, NotFound
 from gateway.http.headers import header_dict
-from gateway.serving.orchestrator import Finished
+from gateway.serving.jobs import Finished
 from gateway.serving.responses import convert
 from gateway.serving.responses.events import EventWriter, ResponseBuilder, response_logprobs
 from gateway.serving.responses.store import ResponseStore, StoredTurn, conversation

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.control.workload_feed import WorkloadFeed
 from gateway.metrics import GatewayMetrics
-from gateway.serving.orchestrator import Finished
+from gateway.serving.jobs import Finished
 from gateway.serving.policy.tenancy import TenantGate
 from gateway.serving.turn.branch import BranchContext
 from gateway.serving.turn.requestlog import RequestLog, RequestRecord

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.http.errors import InvalidRequest
-from gateway.serving.orchestrator import Finished, Job, Orchestrator, TokenDelta
+from gateway.serving.jobs import Finished, Job, TokenDelta
+from gateway.serving.orchestrator import Orchestrator
 from gateway.serving.tokenize import PromptTokenizer
 from gateway.serving.turn.lean import JobClock, TextAssembler
 from gateway.serving.turn.prepare import Prepared

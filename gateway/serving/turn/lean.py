@@ -11,7 +11,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from core import FinishReason
-from gateway.serving.orchestrator import Finished, Orchestrator, TokenDelta
+from gateway.serving.jobs import Finished, TokenDelta
+from gateway.serving.orchestrator import Orchestrator
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
 from gateway.serving.turn.prepare import Prepared
 

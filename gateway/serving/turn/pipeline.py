@@ -28,7 +28,8 @@ from starlette.responses import Response
 
 from gateway.http.errors import GatewayError, StreamCut
 from gateway.http.sse import EventStreamResponse
-from gateway.serving.orchestrator import Finished, Orchestrator, TokenDelta
+from gateway.serving.jobs import Finished, TokenDelta
+from gateway.serving.orchestrator import Orchestrator
 from gateway.serving.policy.tenancy import TenantContext
 from gateway.serving.turn.accounting import Accounting
 from gateway.serving.turn.admission import Admission

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from gateway.http.errors import InvalidRequest
-from gateway.serving.orchestrator import Job
+from gateway.serving.jobs import Job
 from gateway.serving.policy.tenancy import TenantContext
 from gateway.serving.turn.branch import BranchContext
 from gateway.serving.turn.model import ServedModel

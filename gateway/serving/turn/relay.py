@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from gateway.serving.orchestrator import Finished
+from gateway.serving.jobs import Finished
 from gateway.serving.turn.choices import ChoiceDelta, ChoiceOutput
 
 Item = tuple[ChoiceOutput, ChoiceDelta | Finished]

@@ -11,7 +11,7 @@ import httpx
 from core import FinishReason
 from gateway.app import create_app, endpoint_label
 from gateway.metrics import OTHER, GatewayMetrics
-from gateway.serving.orchestrator import Finished
+from gateway.serving.jobs import Finished
 from gateway.settings import GatewaySettings
 from testing.fake_worker import InProcessWorkerClient
 

@@ -77,7 +77,8 @@ async def test_split_history_samples():
 async def test_registry_publishes_saved_blocks_and_buffers_iterations():
     rt, workers, _ = await runtime([Phase.DECODE])
     w = workers["http://w0"]
-    from gateway.serving.orchestrator import Job, Orchestrator
+    from gateway.serving.jobs import Job
+    from gateway.serving.orchestrator import Orchestrator
     from workers.protocol import SamplingOptions
 
     orch = Orchestrator(rt.registry, InProcessWorkerClient(workers), rt.directory)

@@ -12,7 +12,8 @@ from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.registry import WorkerRegistry
 from gateway.http.errors import GatewayError, UpstreamFailed
 from gateway.kv.directory import GatewayDirectory
-from gateway.serving.orchestrator import Finished, Job, Orchestrator, OrchestratorConfig, TokenDelta
+from gateway.serving.jobs import Finished, Job, TokenDelta
+from gateway.serving.orchestrator import Orchestrator, OrchestratorConfig
 from kvpool.directory import MemoryDirectory
 from routing import RouterConfig
 from testing.fake_worker import FakeWorker, InProcessWorkerClient, next_token

@@ -12,7 +12,7 @@ import pytest
 
 from core import FinishReason
 from gateway.serving.anthropic.events import MessageEvents
-from gateway.serving.orchestrator import Finished, Job
+from gateway.serving.jobs import Finished, Job
 from gateway.serving.policy.tenancy import TenantContext
 from gateway.serving.turn.branch import parse_branch_headers
 from gateway.serving.turn.choices import ChoiceDelta

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.control.workload_feed import LocalWorkloadFeed
 from gateway.http.errors import PermissionDenied, RateLimited
-from gateway.serving.orchestrator import Job
+from gateway.serving.jobs import Job
 from gateway.serving.policy.tenancy import TenantContext
 from gateway.serving.turn.branch import parse_branch_headers
 from gateway.serving.turn.prepare import Prepared

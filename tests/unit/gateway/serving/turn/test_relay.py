@@ -9,7 +9,7 @@ import pytest
 
 from core import FinishReason
 from gateway.http.errors import UpstreamFailed
-from gateway.serving.orchestrator import Finished
+from gateway.serving.jobs import Finished
 from gateway.serving.turn.choices import ChoiceDelta
 from gateway.serving.turn.relay import deltas
 
