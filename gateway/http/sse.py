@@ -86,14 +86,14 @@ class EventStreamResponse(Response):
                 if ended:
                     continue  # nothing follows [DONE]; the body runs to its end (its cleanup)
                 ended = chunk.endswith(DONE)
-                if not ended and relay is None and write is not None and write(chunk):
-                    continue  # an untraced event between the first and the last, written (client there)
+                if relay is not None:
+                    if gone():
+                        break
+                    relayed = _tell(relay, relayed, chunk, ended)
+                if not ended and write is not None and write(chunk):
+                    continue  # written (the writer writes only while the client is there)
                 if gone():  # nobody is reading any more
                     break
-                if relay is not None:
-                    relayed = _tell(relay, relayed, chunk, ended)
-                    if not ended and write is not None and write(chunk):
-                        continue
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
                 if ended:
                     # Let the loop's turn end before the body's cleanup (accounting, releasing the

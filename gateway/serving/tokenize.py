@@ -229,26 +229,16 @@ class IncrementalDetokenizer:
         self._window: list[int] = []  # the ids of the last text emitted
 
     def push(self, token_ids: Sequence[int]) -> str:
-        if len(token_ids) == 1:  # a relayed token's usual read: no list, no join
-            token_id = token_ids[0]
-            if token_id in self._skip:
-                return ""
-            self._held.append(token_id)
-            text = self._stream.step(self._tokenizer, token_id)
-            if text is None:
-                return ""
-            self._window, self._held = self._held, []
-            return text
-        step, tokenizer, parts = self._stream.step, self._tokenizer, []
+        step, tokenizer, out = self._stream.step, self._tokenizer, ""
         for token_id in token_ids:
             if token_id in self._skip:
                 continue
             self._held.append(token_id)
             text = step(tokenizer, token_id)
             if text is not None:
-                parts.append(text)
+                out += text  # a read's one token (the usual case): its text as is, no list or join
                 self._window, self._held = self._held, []
-        return parts[0] if len(parts) == 1 else "".join(parts)
+        return out
 
     def flush(self) -> str:
         """What is still held back (may contain U+FFFD for a truncated character)."""

@@ -98,11 +98,7 @@ class _Connection(asyncio.Protocol):
         if self._buffered > _PAUSE_BYTES and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        waiter = self._waiter  # `_wake`, inline: once a relayed token
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._wake()
 
     def eof_received(self) -> bool:
         return False  # close our side too

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from workers.protocol import GenerateChunk, GenerateRequest
 
-# `GenerateChunk.model_validate_json` without its wrapper's argument checks (a relayed token's call)
+# `GenerateChunk.model_validate_json` without its wrapper's argument checks (called once a relayed token)
 _validate_json = GenerateChunk.__pydantic_validator__.validate_json
 
 
@@ -49,25 +49,17 @@ def encode_generate(req: GenerateRequest, *, stream: bool) -> bytes:
 
 def parse_chunk(line: bytes) -> GenerateChunk:
     try:
-        return GenerateChunk.model_validate_json(line)
+        chunk: GenerateChunk = _validate_json(line)
     except ValidationError as exc:
-        raise _bad(exc) from exc
-
-
-def _bad(exc: ValidationError) -> BadChunk:
-    return BadChunk(f"bad chunk from worker: {exc.errors()[:1]}")
+        raise BadChunk(f"bad chunk from worker: {exc.errors()[:1]}") from exc
+    return chunk
 
 
 def decode_chunks(lines: Sequence[bytes]) -> list[GenerateChunk]:
     """The chunks of complete NDJSON lines (blank lines skipped), merged by `coalesce`."""
-    if len(lines) == 1:  # one token a read: a long stream's usual case, parsed here (one call less)
+    if len(lines) == 1:  # one token a read: a long stream's usual case
         line = lines[0]
-        if not line.strip():
-            return []
-        try:
-            return [_validate_json(line)]
-        except ValidationError as exc:
-            raise _bad(exc) from exc
+        return [parse_chunk(line)] if line.strip() else []
     lines = [line for line in lines if line.strip()]
     if len(lines) <= 1:
         return [parse_chunk(line) for line in lines]

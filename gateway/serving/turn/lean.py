@@ -18,25 +18,34 @@ from gateway.serving.turn.prepare import Prepared
 
 
 class TextAssembler:
-    """Token ids -> text deltas, cut at the first stop string."""
+    """Token ids -> text deltas, cut at the first stop string (no filter at
+    all for a request without one: a relayed token is one detokenizer call)."""
+
+    __slots__ = ("_detok", "_stops", "stopped")
 
     def __init__(self, tokenizer: PromptTokenizer, stops: list[str], *, skip_special_tokens: bool = True) -> None:
         self._detok = tokenizer.detokenizer(skip_special_tokens=skip_special_tokens)
-        self._stops = StopStringFilter(stops)
-
-    @property
-    def stopped(self) -> bool:
-        return self._stops.stopped
+        self._stops = StopStringFilter(stops) if any(stops) else None
+        self.stopped = False  # a stop string ended the text
 
     @property
     def matched_stop(self) -> str | None:
-        return self._stops.matched
+        return None if self._stops is None else self._stops.matched
 
     def push(self, token_ids: list[int]) -> str:
-        return self._stops.push(self._detok.push(token_ids))
+        return self._cut(self._detok.push(token_ids))
 
     def flush(self) -> str:
-        return self._stops.push(self._detok.flush()) + self._stops.flush()
+        text = self._cut(self._detok.flush())
+        return text if self._stops is None else text + self._stops.flush()
+
+    def _cut(self, text: str) -> str:
+        stops = self._stops
+        if stops is None:
+            return text
+        text = stops.push(text)
+        self.stopped = stops.stopped
+        return text
 
 
 class JobClock:
@@ -63,37 +72,28 @@ class JobClock:
 
 class LeanText:
     """One plain job's text, event by event (the lean strategy's state):
-    text deltas cut at the first stop string, then the job's `Finished`.
+    text deltas cut at the first stop string, then the job's `Finished`."""
 
-    What `TextAssembler` does, with the detokenizer and the stop filter held
-    here and no filter at all without stop strings: a relayed token is one
-    call from the turn's loop, one into the detokenizer."""
-
-    __slots__ = ("_clock", "_detok", "_prompt_tokens", "_stops", "stopped")
+    __slots__ = ("_clock", "_prompt_tokens", "_text")
 
     def __init__(self, tokenizer: PromptTokenizer, p: Prepared) -> None:
-        self._detok = tokenizer.detokenizer(skip_special_tokens=True)
-        self._stops = StopStringFilter(p.stops) if any(p.stops) else None
+        self._text = TextAssembler(tokenizer, p.stops)
         self._clock = JobClock()
         self._prompt_tokens = len(p.job.prompt_token_ids)
-        self.stopped = False  # a stop string ended the text: read no more tokens
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string ended the text: read no more tokens."""
+        return self._text.stopped
 
     def delta(self, ev: TokenDelta) -> str:
         """The text `ev` adds ("" while held back)."""
         self._clock.seen(ev)
-        text = self._detok.push(ev.token_ids)
-        stops = self._stops
-        if stops is None:
-            return text
-        text = stops.push(text)
-        self.stopped = stops.stopped
-        return text
+        return self._text.push(ev.token_ids)
 
     def tail(self) -> str:
         """The text still held back when the worker finished the job."""
-        text = self._detok.flush()
-        stops = self._stops
-        return text if stops is None else stops.push(text) + stops.flush()
+        return self._text.flush()
 
     def stopped_early(self) -> Finished:
         """The job's `Finished` when the text ended before the worker finished it."""
