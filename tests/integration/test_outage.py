@@ -189,7 +189,10 @@ async def test_writer_writes_once_per_interval_under_steady_traffic(sqlite_db: D
         sent += 1
         await asyncio.sleep(0.001)
     await sink.stop()
-    assert 3 <= writes <= 9, writes  # ~6 intervals plus the final flush
+    # ~6 intervals plus the final flush; the bound that matters is the upper one (one write a
+    # request would be ~1,000). At least one interval's write besides the final flush, even
+    # when a loaded machine stalls the writer's fsync for a few intervals (seen once: 2).
+    assert 2 <= writes <= 9, writes
     with sqlite_db.session() as s:
         assert sum(r.requests for r in repository.list_usage(s, tenant_id="a")) == sent
         assert repository.list_decisions(s)[1] == sent
