@@ -116,6 +116,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: every socket is held until all are bound,
+    so the kernel cannot hand the same port out twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 async def _serve(app: Any) -> tuple[str, uvicorn.Server, asyncio.Task[None]]:
     port = free_port()
     server = uvicorn.Server(

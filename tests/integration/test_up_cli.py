@@ -10,7 +10,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from testing.stacks import free_ports
 from testing.tiny_tokenizer import write_tiny_tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -32,12 +32,6 @@ vocab = PromptTokenizer.from_dir(sys.argv[2]).vocab_size
 app = create_fake_worker_app(FakeWorker("w0", token_range=(10, vocab), block_size=32))
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path, timeout_s: float = 60.0) -> None:
@@ -99,7 +93,7 @@ def test_gateway_command_serves_with_keys_and_prints_only_the_first_token(
 ) -> None:
     tok = write_tiny_tokenizer(tmp_path / "tok")
     data = tmp_path / "data"
-    wport, gport = free_port(), free_port()
+    wport, gport = free_ports(2)
     worker, gateway = f"http://127.0.0.1:{wport}", f"http://127.0.0.1:{gport}"
     with process([sys.executable, "-c", WORKER, str(wport), str(tok)], tmp_path / "worker.log", env) as wproc:
         wait_ready(worker, wproc, tmp_path / "worker.log")

@@ -19,7 +19,7 @@ import pytest
 
 from cli.supervisor import port_free
 from testing.leftovers import Leftovers, left_after_stop, processes_naming
-from testing.stacks import free_port
+from testing.stacks import free_port, free_ports
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "tiny-model"))
@@ -50,7 +50,7 @@ def env() -> dict[str, str]:
 
 
 def test_a_taken_port_is_a_start_error_naming_it(tmp_path: pathlib.Path) -> None:
-    gateway, worker = free_port(), free_port()
+    gateway, worker = free_ports(2)
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -74,8 +74,8 @@ def test_a_taken_port_is_a_start_error_naming_it(tmp_path: pathlib.Path) -> None
 @pytest.mark.vllm
 def test_stopping_up_stops_every_process_and_frees_every_port(tmp_path: pathlib.Path) -> None:
     data = tmp_path / "data"
-    gateway, worker, console = free_port(), free_port(), free_port()
-    while worker + 1 in (gateway, console) or not port_free("127.0.0.1", worker + 1):
+    gateway, worker, console = free_ports(3)
+    while {worker, worker + 1} & {gateway, console} or not port_free("127.0.0.1", worker + 1):
         worker = free_port()
     ports = [gateway, worker, worker + 1, console]
     log = tmp_path / "up.log"
