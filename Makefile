@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP) $(DEMO_MODEL)/DEMO_MODEL.json $(TINY_MODEL)/TINY_MODEL.json
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py gateway/telemetry/_spanwire.c Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
