@@ -42,12 +42,13 @@ class Relay(Protocol):
         """`total`: the body's bytes up to this message's end; `last`: its last message."""
 
 
-def _tell(relay: Relay, relayed: int, chunk: bytes, last: bool) -> int:
-    """Tells `relay` of the body's first message (not empty) and its last; the bytes relayed with `chunk`."""
-    relayed += len(chunk)
-    if last or relayed == len(chunk):
-        relay.sending(relayed, last)
-    return relayed
+def _told(relay: Relay, gone: Callable[[], bool], relayed: int, last: bool) -> bool:
+    """Tells `relay` of the body's first message (not empty) or its last, with
+    the bytes relayed; False when the client is gone (nothing to tell)."""
+    if gone():
+        return False
+    relay.sending(relayed, last)
+    return True
 
 
 class EventStreamResponse(Response):
@@ -87,9 +88,9 @@ class EventStreamResponse(Response):
                     continue  # nothing follows [DONE]; the body runs to its end (its cleanup)
                 ended = chunk.endswith(DONE)
                 if relay is not None:
-                    if gone():
+                    relayed += len(chunk)
+                    if (ended or relayed == len(chunk)) and not _told(relay, gone, relayed, ended):
                         break
-                    relayed = _tell(relay, relayed, chunk, ended)
                 if not ended and write is not None and write(chunk):
                     continue  # written (the writer writes only while the client is there)
                 if gone():  # nobody is reading any more
