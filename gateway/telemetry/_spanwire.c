@@ -128,6 +128,21 @@ static void put_scalar(Buf *b, PyObject *v, const char *utf8, uint64_t bits) {
     }
 }
 
+/* A KeyValue field (tag 9) up to its AnyValue's bytes (`any_len` of them, which the
+   caller writes next), with the room for them reserved. */
+static int put_key_value_head(Buf *b, const char *k, Py_ssize_t klen, Py_ssize_t any_len) {
+    Py_ssize_t kv_len = 1 + varint_len((uint64_t)klen) + klen + 1 + varint_len((uint64_t)any_len) + any_len;
+    if (buf_reserve(b, 1 + varint_len((uint64_t)kv_len) + kv_len) < 0) return -1;
+    b->p[b->len++] = 0x4A;
+    put_varint(b, (uint64_t)kv_len);
+    b->p[b->len++] = 0x0A; /* KeyValue.key */
+    put_varint(b, (uint64_t)klen);
+    put_bytes(b, k, klen);
+    b->p[b->len++] = 0x12; /* KeyValue.value */
+    put_varint(b, (uint64_t)any_len);
+    return 0;
+}
+
 /* One attribute's KeyValue field (tag 9): 1 written, 0 not written (no error), -1 error. */
 static int put_attribute(Buf *b, PyObject *key, PyObject *value) {
     if (!PyUnicode_Check(key)) return 0;
@@ -152,15 +167,7 @@ static int put_attribute(Buf *b, PyObject *key, PyObject *value) {
         }
         /* AnyValue.array_value (field 5) holding ArrayValue.values (field 1) */
         any_len = 1 + varint_len((uint64_t)inner) + inner;
-        Py_ssize_t kv_len = 1 + varint_len((uint64_t)klen) + klen + 1 + varint_len((uint64_t)any_len) + any_len;
-        if (buf_reserve(b, 1 + varint_len((uint64_t)kv_len) + kv_len) < 0) return -1;
-        b->p[b->len++] = 0x4A;
-        put_varint(b, (uint64_t)kv_len);
-        b->p[b->len++] = 0x0A;
-        put_varint(b, (uint64_t)klen);
-        put_bytes(b, k, klen);
-        b->p[b->len++] = 0x12;
-        put_varint(b, (uint64_t)any_len);
+        if (put_key_value_head(b, k, klen, any_len) < 0) return -1;
         b->p[b->len++] = 0x2A;
         put_varint(b, (uint64_t)inner);
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -174,15 +181,7 @@ static int put_attribute(Buf *b, PyObject *key, PyObject *value) {
     }
     int r = scalar_size(value, &any_len, &utf8, &bits);
     if (r <= 0) return r;
-    Py_ssize_t kv_len = 1 + varint_len((uint64_t)klen) + klen + 1 + varint_len((uint64_t)any_len) + any_len;
-    if (buf_reserve(b, 1 + varint_len((uint64_t)kv_len) + kv_len) < 0) return -1;
-    b->p[b->len++] = 0x4A;
-    put_varint(b, (uint64_t)kv_len);
-    b->p[b->len++] = 0x0A;
-    put_varint(b, (uint64_t)klen);
-    put_bytes(b, k, klen);
-    b->p[b->len++] = 0x12;
-    put_varint(b, (uint64_t)any_len);
+    if (put_key_value_head(b, k, klen, any_len) < 0) return -1;
     put_scalar(b, value, utf8, bits);
     return 1;
 }

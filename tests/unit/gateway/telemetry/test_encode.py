@@ -3,13 +3,9 @@ both outputs decoded with the OpenTelemetry proto package compare equal
 (whole requests of SDK spans, and the request path's span-by-span bytes),
 with the C encoder of common spans (`_spanwire`) and with the Python one
 alone; the two write the same bytes, and the C one hands every span it does
-not write back to the Python one."""
+not write back to the Python one (test_spanwire.py)."""
 
 from __future__ import annotations
-
-import enum
-import shutil
-from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
@@ -173,88 +169,11 @@ def test_values_of_every_length_and_sign_are_written_alike_from_the_cache() -> N
     assert dict(first) == want
 
 
+@pytest.mark.parametrize("encoder", ["python"], indirect=True)  # the Python encoder's cache
 def test_a_key_whose_values_do_not_repeat_stops_being_cached(monkeypatch, encoder) -> None:
-    if encoder == "c":
-        pytest.skip("the Python encoder's cache")
     monkeypatch.setattr(_encode, "_MAX_VALUES", 8)
     for i in range(20):
         ((key, value),), _ = _attribute_values({"evolving.test.id": f"req-{i}"})
         assert value.string_value == f"req-{i}"
     assert _encode._SPAN_FIELDS["evolving.test.id"] is _encode._NO_CACHE
     assert _attribute_values({"evolving.test.id": "req-3"})[0][0][1].string_value == "req-3"
-
-
-class Phase(str, enum.Enum):
-    DECODE = "decode"
-
-
-class Count(enum.IntEnum):
-    TWO = 2
-
-
-def _span(attributes: dict, *, parent: int = 0, remote: bool = False, name: str = "decode") -> LeanSpan:
-    span = LeanSpan(None, name, (0xABC << 100) | 12345, parent, 2, attributes, 1_700_000_000_000_000_000)
-    span.span_id = 0x1234_5678_9ABC_DEF0
-    span.end_time = span.start_time + 987_654
-    span.parent_remote = remote
-    return span
-
-
-COMMON = [
-    {},
-    {"s": "text", "n": 7, "neg": -(2**40), "max": 2**63 - 1, "min": -(2**63), "f": 0.5, "yes": True, "no": False},
-    {"names": ("w1", "w2"), "ints": (1, -2), "mixed": ("a", 1, 2.5, True), "none": (), "list": ["x", "y"]},
-    {"phase": Phase.DECODE, "count": Count.TWO, "tuple_enum": (Phase.DECODE,)},
-    {"unicode": "é✓ \U0001f600", "long": "k" * 5000, "evolving." + "k" * 300: 1},  # past the C buffer's first 1 KiB
-    {f"key{i}": f"value-{i}" * 20 for i in range(60)},
-]
-
-
-@pytest.mark.parametrize("attributes", COMMON)
-@pytest.mark.parametrize(("parent", "remote"), [(0, False), (0xFEED, False), (0xFEED, True)])
-def test_the_c_encoder_writes_the_python_encoders_bytes(attributes, parent, remote, encoder, monkeypatch) -> None:
-    if encoder == "python":
-        pytest.skip("compares the two")
-    ours = C_ENCODER  # called through encode_span with the extension in place
-    written = encode_span(_span(dict(attributes), parent=parent, remote=remote))
-    monkeypatch.setattr(_encode, "_span_field", None)
-    assert written == encode_span(_span(dict(attributes), parent=parent, remote=remote))
-    assert ours is not None
-
-
-@pytest.mark.parametrize(
-    "value",
-    [{"w1": 2}, (("a",),), 2**63, -(2**63) - 1, None, "\ud800", object(), (None,), b"raw"],
-    ids=["mapping", "nested", "int-high", "int-low", "none", "surrogate", "object", "none-in-array", "bytes"],
-)
-def test_what_the_c_encoder_does_not_write_goes_to_the_python_one(value, encoder, monkeypatch) -> None:
-    if encoder == "python":
-        pytest.skip("the C encoder's hand-back")
-    assert C_ENCODER is not None
-    span = _span({"ok": "yes", "odd": value})
-    assert C_ENCODER(12, 34, 5, 0, b"", 1, 2, span.attributes, b"") is None
-    monkeypatch.setattr(_encode, "_span_field", None)
-    try:
-        want: bytes | type[Exception] = encode_span(_span({"ok": "yes", "odd": value}))
-    except (ValueError, TypeError, OverflowError) as exc:
-        want = type(exc)
-    monkeypatch.setattr(_encode, "_span_field", C_ENCODER)
-    if isinstance(want, bytes):
-        assert encode_span(span) == want
-    else:
-        with pytest.raises(want):
-            encode_span(span)
-
-
-def test_a_key_that_is_no_string_goes_to_the_python_encoder(encoder) -> None:
-    if encoder == "python":
-        pytest.skip("the C encoder's hand-back")
-    assert C_ENCODER is not None
-    not_str: Any = {7: "x"}
-    assert C_ENCODER(1, 2, 3, 0, b"", 1, 2, not_str, b"") is None
-
-
-def test_the_c_encoder_is_built_where_a_compiler_is() -> None:
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler: the Python encoder writes every span")
-    assert C_ENCODER is not None, "gateway/telemetry/_spanwire.c was not built (pip install -e . builds it)"

@@ -1,0 +1,104 @@
+"""The C encoder of request-path spans (gateway/telemetry/_spanwire.c) writes
+the Python encoder's bytes for every span it takes, hands back every span
+it does not (the Python encoder then writes it or raises), and is built
+wherever a C compiler is."""
+
+from __future__ import annotations
+
+import enum
+import shutil
+from typing import Any
+
+import pytest
+
+from gateway.telemetry import _encode
+from gateway.telemetry._encode import encode_span
+from gateway.telemetry._lean import LeanSpan
+
+C_ENCODER = _encode._span_field
+needs_c = pytest.mark.skipif(C_ENCODER is None, reason="the C span encoder is not built here")
+
+
+class Phase(str, enum.Enum):
+    DECODE = "decode"
+
+
+class Count(enum.IntEnum):
+    TWO = 2
+
+
+def _span(attributes: dict, *, parent: int = 0, remote: bool = False, name: str = "decode") -> LeanSpan:
+    span = LeanSpan(None, name, (0xABC << 100) | 12345, parent, 2, attributes, 1_700_000_000_000_000_000)
+    span.span_id = 0x1234_5678_9ABC_DEF0
+    span.end_time = span.start_time + 987_654
+    span.parent_remote = remote
+    return span
+
+
+COMMON = [
+    {},
+    {"s": "text", "n": 7, "neg": -(2**40), "max": 2**63 - 1, "min": -(2**63), "f": 0.5, "yes": True, "no": False},
+    {"names": ("w1", "w2"), "ints": (1, -2), "mixed": ("a", 1, 2.5, True), "none": (), "list": ["x", "y"]},
+    {"phase": Phase.DECODE, "count": Count.TWO, "tuple_enum": (Phase.DECODE,)},
+    {"unicode": "é✓ \U0001f600", "long": "k" * 5000, "evolving." + "k" * 300: 1},  # past the C buffer's first 1 KiB
+    {f"key{i}": f"value-{i}" * 20 for i in range(60)},
+]
+
+
+@needs_c
+@pytest.mark.parametrize("attributes", COMMON)
+@pytest.mark.parametrize(("parent", "remote"), [(0, False), (0xFEED, False), (0xFEED, True)])
+def test_the_c_encoder_writes_the_python_encoders_bytes(attributes, parent, remote, monkeypatch) -> None:
+    span = _span(dict(attributes), parent=parent, remote=remote)
+    assert C_ENCODER is not None
+    written = C_ENCODER(
+        span.trace_id >> 64,
+        span.trace_id & (2**64 - 1),
+        span.span_id,
+        span.parent_id,
+        _encode._head(span.name)[span.kind],
+        span.start_time,
+        span.end_time,
+        span.attributes,
+        _encode._TAIL_REMOTE if remote else _encode._TAIL_LOCAL,
+    )
+    assert written is not None
+    assert encode_span(span) == written  # through the Python dispatch: the same
+    monkeypatch.setattr(_encode, "_span_field", None)
+    assert encode_span(_span(dict(attributes), parent=parent, remote=remote)) == written
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "value",
+    [{"w1": 2}, (("a",),), 2**63, -(2**63) - 1, None, "\ud800", object(), (None,), b"raw"],
+    ids=["mapping", "nested", "int-high", "int-low", "none", "surrogate", "object", "none-in-array", "bytes"],
+)
+def test_what_the_c_encoder_does_not_write_goes_to_the_python_one(value, monkeypatch) -> None:
+    assert C_ENCODER is not None
+    span = _span({"ok": "yes", "odd": value})
+    assert C_ENCODER(12, 34, 5, 0, b"", 1, 2, span.attributes, b"") is None
+    monkeypatch.setattr(_encode, "_span_field", None)
+    try:
+        want: bytes | type[Exception] = encode_span(_span({"ok": "yes", "odd": value}))
+    except (ValueError, TypeError, OverflowError) as exc:
+        want = type(exc)
+    monkeypatch.setattr(_encode, "_span_field", C_ENCODER)
+    if isinstance(want, bytes):
+        assert encode_span(span) == want
+    else:
+        with pytest.raises(want):
+            encode_span(span)
+
+
+@needs_c
+def test_a_key_that_is_no_string_goes_to_the_python_encoder() -> None:
+    assert C_ENCODER is not None
+    not_str: Any = {7: "x"}
+    assert C_ENCODER(1, 2, 3, 0, b"", 1, 2, not_str, b"") is None
+
+
+def test_the_c_encoder_is_built_where_a_compiler_is() -> None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the Python encoder writes every span")
+    assert C_ENCODER is not None, "gateway/telemetry/_spanwire.c was not built (pip install -e . builds it)"
