@@ -23,14 +23,14 @@
 # python:3.11-slim, or the Debian 12 base `images/base.sh` builds.
 ARG BASE_IMAGE=python:3.11-slim
 
-# One stage builds the venv where both images run it: no second copy of its
-# ~4 GB into a runtime stage. Layers, cheapest to change last:
+# The venv is built where both images run it (`runtime` extends `deps`): no
+# second copy of its ~4 GB. Layers, cheapest to change last:
 #   libnuma | the venv's dependencies (from pyproject.toml only) | the product's
-#   own packages (--no-deps).
-# A source change then rebuilds only the last, small layer. The CPU torch
+#   own packages (--no-deps) | the C span encoder (built in `spanwire`).
+# A source change then rebuilds only the last, small layers. The CPU torch
 # wheel (images/wheels/) and pip's download cache are mounted into the RUN
 # steps, never stored in a layer.
-FROM ${BASE_IMAGE} AS runtime
+FROM ${BASE_IMAGE} AS deps
 # libnuma: vLLM's CPU kernels (vllm/_C*.so) link it; the base images lack it.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libnuma1 \
@@ -68,6 +68,21 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && rm -rf "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/nixl_ep_cu13" \
  && /opt/venv/bin/python -c "import sys, torch; sys.exit('CUDA torch ' + torch.__version__ + ': set TORCH_INDEX' if torch.version.cuda else 0)" \
  && /opt/venv/bin/python -c "import sys, nixl._api as n; sys.exit(0 if n.__name__ == 'nixl_cu13._api' else 'nixl loads ' + n.__name__)"
+
+# The C span encoder (setup.py: gateway/telemetry/_spanwire.c), built where a
+# compiler is; only the module leaves this stage, so the images hold no
+# compiler. The build fails here if the module does not compile.
+FROM deps AS spanwire
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /build
+COPY setup.py ./
+COPY gateway/telemetry/_spanwire.c gateway/telemetry/
+RUN /opt/venv/bin/python setup.py -q build_ext --inplace \
+ && mv gateway/telemetry/_spanwire.*.so /build/_spanwire.so
+
+FROM deps AS runtime
 WORKDIR /src
 COPY README.md setup.py ./
 COPY core ./core
@@ -81,12 +96,13 @@ COPY admin_ui ./admin_ui
 COPY cli ./cli
 COPY migrations ./migrations
 # The product's packages only (their dependencies are the layer above). Not
-# `pip check`: it would name the packages removed above on purpose. The
-# image has no C compiler, so setup.py's optional span encoder is not built
-# here: the gateway writes its spans with the Python encoder.
+# `pip check`: it would name the packages removed above on purpose. No
+# compiler here: setup.py's optional extension is skipped, and the span
+# encoder built above goes in beside the package's Python.
 RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/venv/bin/pip install --no-deps /src \
  && rm -rf /src/build
+COPY --from=spanwire /build/_spanwire.so /opt/venv/lib/python3.11/site-packages/gateway/telemetry/_spanwire.so
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

@@ -3,7 +3,8 @@
 - Every `EVOLVING_*` name the chart sets must be read by the product code in
   the image (a renamed or dropped setting would otherwise be ignored
   silently), and the chart's command must be an executable on the image's PATH.
-- The image holds product code only: neither `bench` nor `testing` imports.
+- The image holds product code only: neither `bench` nor `testing` imports;
+  its compiled modules (the C span encoder) import.
 - A container the chart marks readOnlyRootFilesystem cannot write its root
   filesystem, and can write every volume the chart mounts writable.
 """
@@ -17,23 +18,36 @@ from testing import podman
 from testing.chart_pods import ContainerRun
 
 PRODUCT_PACKAGES = ("core", "routing", "planner", "sim", "kvpool", "workers", "gateway", "admin_ui", "cli")
+# Compiled modules the images build in (Dockerfile, stage `spanwire`): imported, not just found.
+NATIVE_MODULES = ("gateway.telemetry._spanwire",)
 
 # Runs inside the image with its own Python: which names no product source
 # mentions, whether bench/testing import, and which commands are missing.
 _IN_IMAGE = """
-import importlib.util, json, pathlib, shutil, sys
-names, commands, packages = json.loads(sys.argv[1])
+import importlib, importlib.util, json, pathlib, shutil, sys
+names, commands, packages, native = json.loads(sys.argv[1])
 text = []
 for pkg in packages:
     spec = importlib.util.find_spec(pkg)
     for root in (spec.submodule_search_locations or []) if spec else []:
         text += [p.read_text(errors="replace") for p in pathlib.Path(root).rglob("*.py")]
 blob = "\\n".join(text)
+
+
+def _imports(module):
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
 print(json.dumps({
     "missing_packages": [p for p in packages if importlib.util.find_spec(p) is None],
     "missing_env": [n for n in names if n not in blob],
     "missing_commands": [c for c in commands if shutil.which(c) is None],
     "bench_or_testing": [p for p in ("bench", "testing") if importlib.util.find_spec(p) is not None],
+    "missing_native": [m for m in native if not _imports(m)],
 }))
 """
 
@@ -41,7 +55,7 @@ print(json.dumps({
 def check_image(image: str, runs: list[ContainerRun]) -> dict[str, Any]:
     names = sorted({n for r in runs for n in r.env_names if n.startswith("EVOLVING_")})
     commands = sorted({r.command[0] for r in runs if r.command})
-    arg = json.dumps([names, commands, list(PRODUCT_PACKAGES)])
+    arg = json.dumps([names, commands, list(PRODUCT_PACKAGES), list(NATIVE_MODULES)])
     proc = podman.podman("run", "--rm", "--network=none", "--entrypoint", "python3", image, "-c", _IN_IMAGE, arg)
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["env_checked"] = len(names)

@@ -6,9 +6,10 @@ gateway's `db upgrade` init container, two CPU workers serving the demo model
 volume), the gateway and the console, with the chart's commands, environment,
 user, read-only root filesystem and volumes. Fails when a chart command or an
 EVOLVING_* setting is missing from an image, when bench/ or testing/ are in
-one, when a read-only container needs to write outside its volumes, when a
-worker starts without its NIXL agent (UCX), when a request or the operator
-pin's in-place switch fails, or when a container must be killed to stop.
+one, when the C span encoder does not import in one, when a read-only
+container needs to write outside its volumes, when a worker starts without
+its NIXL agent (UCX), when a request or the operator pin's in-place switch
+fails, or when a container must be killed to stop.
 Needs root, podman and `make images` (`make test-containers` does both);
 skipped with the reason otherwise. Slow: two vLLM engines.
 """
@@ -64,6 +65,7 @@ def test_images_hold_every_chart_command_and_setting_and_no_bench_or_testing(rep
         assert result["missing_env"] == [], image
         assert result["missing_packages"] == [], image
         assert result["bench_or_testing"] == [], image
+        assert result["missing_native"] == [], image  # the C span encoder (Dockerfile, stage spanwire)
     assert checked[PRODUCT]["env_checked"] > 10  # the gateway's settings, not an empty list
 
 
