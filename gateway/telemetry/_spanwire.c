@@ -1,6 +1,6 @@
 /* The common request-path span as its OTLP `Span` field, in C.
 
-   `_encode._span` calls `span_field` for a span without trace state, events,
+   `_encode.encode_span` calls `span_field` for a span without trace state, events,
    links or status (every request-path span but an error's); it returns the
    same bytes as the Python encoder, or None where a value is of a kind it
    does not write (a mapping, a nested sequence, an int past 64 bits, a
