@@ -9,7 +9,7 @@ ended `LeanSpan` (`_lean.py`) becomes its finished `Span` field, and a batch
 of them one request body by a join: most attribute fields repeat (model,
 node, phase, tenant, operation) and are a dict hit on their finished bytes;
 the rest are written from a per-key prefix. A span with nothing rare (no
-trace state, events, links or status; flat attribute values) is written by
+events, links or status; flat attribute values) is written by
 `_spanwire.c` instead, the same bytes at a fraction of the CPU, where the
 optional extension was built. The output of both is checked against the
 SDK's encoder, decoded with the OpenTelemetry proto package
@@ -175,9 +175,9 @@ def encode_span(span: LeanSpan) -> bytes:
     """One span as a `Span` field of a ScopeSpans message (tag 2, length,
     body), for `wrap_spans`. The fields go in the order that costs least
     (protobuf readers take any order). The C encoder writes the same bytes
-    for a span with nothing rare."""
+    for a span with nothing rare (no events, links or status)."""
     tid = span.trace_id
-    if _span_field is not None and not (span.trace_state or span.events or span.links or span.status is not None):
+    if _span_field is not None and not (span.events or span.links or span.status is not None):
         field = _span_field(
             tid >> 64,
             tid & _LOW64,
@@ -186,6 +186,7 @@ def encode_span(span: LeanSpan) -> bytes:
             _head(span.name)[span.kind],
             span.start_time,
             span.end_time,
+            _str(T3, span.trace_state.to_header()) if span.trace_state else b"",
             span.attributes,
             _TAIL_REMOTE if span.parent_remote else _TAIL_LOCAL,
         )

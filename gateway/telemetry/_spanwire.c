@@ -1,7 +1,7 @@
 /* The common request-path span as its OTLP `Span` field, in C.
 
-   `_encode.encode_span` calls `span_field` for a span without trace state, events,
-   links or status (every request-path span but an error's); it returns the
+   `_encode.encode_span` calls `span_field` for a span without events, links
+   or status (every request-path span but an error's); it returns the
    same bytes as the Python encoder, or None where a value is of a kind it
    does not write (a mapping, a nested sequence, an int past 64 bits, a
    string that is not valid UTF-8, None, any other object): the Python
@@ -187,10 +187,12 @@ static int put_attribute(Buf *b, PyObject *key, PyObject *value) {
 }
 
 static PyObject *span_field(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* (trace_hi, trace_lo, span_id, parent_id, head: bytes, start, end, attributes: dict, tail: bytes) */
-    if (nargs != 9 || !PyBytes_Check(args[4]) || !PyDict_Check(args[7]) || !PyBytes_Check(args[8])) {
+    /* (trace_hi, trace_lo, span_id, parent_id, head: bytes, start, end, state: bytes,
+        attributes: dict, tail: bytes) */
+    if (nargs != 10 || !PyBytes_Check(args[4]) || !PyBytes_Check(args[7]) || !PyDict_Check(args[8]) ||
+        !PyBytes_Check(args[9])) {
         PyErr_SetString(PyExc_TypeError,
-                        "span_field(trace_hi, trace_lo, span_id, parent_id, head, start, end, attributes, tail)");
+                        "span_field(trace_hi, trace_lo, span_id, parent_id, head, start, end, state, attributes, tail)");
         return NULL;
     }
     uint64_t ids[4], times[2];
@@ -206,8 +208,9 @@ static PyObject *span_field(PyObject *self, PyObject *const *args, Py_ssize_t na
     b.p = b.small;
     b.len = 0;
     b.cap = (Py_ssize_t)sizeof(b.small);
-    Py_ssize_t head_len = PyBytes_GET_SIZE(args[4]), tail_len = PyBytes_GET_SIZE(args[8]);
-    if (buf_reserve(&b, 64 + head_len + tail_len) < 0) return NULL;
+    Py_ssize_t head_len = PyBytes_GET_SIZE(args[4]), state_len = PyBytes_GET_SIZE(args[7]);
+    Py_ssize_t tail_len = PyBytes_GET_SIZE(args[9]);
+    if (buf_reserve(&b, 64 + head_len + state_len) < 0) return NULL;
     b.p[b.len++] = 0x0A; /* trace_id: 16 bytes */
     b.p[b.len++] = 16;
     put_be64(&b, ids[0]);
@@ -225,9 +228,10 @@ static PyObject *span_field(PyObject *self, PyObject *const *args, Py_ssize_t na
     put_le64(&b, times[0]);
     b.p[b.len++] = 0x41; /* end_time_unix_nano */
     put_le64(&b, times[1]);
+    put_bytes(&b, PyBytes_AS_STRING(args[7]), state_len); /* trace_state: its whole field, or nothing */
     PyObject *key, *value;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(args[7], &pos, &key, &value)) {
+    while (PyDict_Next(args[8], &pos, &key, &value)) {
         int r = put_attribute(&b, key, value);
         if (r <= 0) {
             buf_free(&b);
@@ -239,7 +243,7 @@ static PyObject *span_field(PyObject *self, PyObject *const *args, Py_ssize_t na
         buf_free(&b);
         return NULL;
     }
-    put_bytes(&b, PyBytes_AS_STRING(args[8]), tail_len);
+    put_bytes(&b, PyBytes_AS_STRING(args[9]), tail_len);
     Py_ssize_t n = b.len;
     PyObject *out = PyBytes_FromStringAndSize(NULL, 1 + varint_len((uint64_t)n) + n);
     if (out != NULL) {

@@ -8,6 +8,7 @@ def span_field(
     head: bytes,
     start: int,
     end: int,
+    state: bytes,
     attributes: dict[str, Any],
     tail: bytes,
     /,

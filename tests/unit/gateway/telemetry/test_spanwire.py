@@ -10,6 +10,7 @@ import shutil
 from typing import Any
 
 import pytest
+from opentelemetry.trace import TraceState
 
 from gateway.telemetry import _encode
 from gateway.telemetry._encode import encode_span
@@ -27,11 +28,12 @@ class Count(enum.IntEnum):
     TWO = 2
 
 
-def _span(attributes: dict, *, parent: int = 0, remote: bool = False, name: str = "decode") -> LeanSpan:
-    span = LeanSpan(None, name, (0xABC << 100) | 12345, parent, 2, attributes, 1_700_000_000_000_000_000)
+def _span(attributes: dict, *, parent: int = 0, remote: bool = False, state: TraceState | None = None) -> LeanSpan:
+    span = LeanSpan(None, "decode", (0xABC << 100) | 12345, parent, 2, attributes, 1_700_000_000_000_000_000)
     span.span_id = 0x1234_5678_9ABC_DEF0
     span.end_time = span.start_time + 987_654
     span.parent_remote = remote
+    span.trace_state = state
     return span
 
 
@@ -47,9 +49,13 @@ COMMON = [
 
 @needs_c
 @pytest.mark.parametrize("attributes", COMMON)
-@pytest.mark.parametrize(("parent", "remote"), [(0, False), (0xFEED, False), (0xFEED, True)])
-def test_the_c_encoder_writes_the_python_encoders_bytes(attributes, parent, remote, monkeypatch) -> None:
-    span = _span(dict(attributes), parent=parent, remote=remote)
+@pytest.mark.parametrize(
+    ("parent", "remote", "state"),
+    [(0, False, None), (0xFEED, False, None), (0xFEED, True, None), (0xFEED, True, TraceState([("k", "v")]))],
+    ids=["root", "local-parent", "remote-parent", "remote-parent-tracestate"],
+)
+def test_the_c_encoder_writes_the_python_encoders_bytes(attributes, parent, remote, state, monkeypatch) -> None:
+    span = _span(dict(attributes), parent=parent, remote=remote, state=state)
     assert C_ENCODER is not None
     written = C_ENCODER(
         span.trace_id >> 64,
@@ -59,13 +65,14 @@ def test_the_c_encoder_writes_the_python_encoders_bytes(attributes, parent, remo
         _encode._head(span.name)[span.kind],
         span.start_time,
         span.end_time,
+        _encode._str(_encode.T3, state.to_header()) if state else b"",
         span.attributes,
         _encode._TAIL_REMOTE if remote else _encode._TAIL_LOCAL,
     )
     assert written is not None
     assert encode_span(span) == written  # through the Python dispatch: the same
     monkeypatch.setattr(_encode, "_span_field", None)
-    assert encode_span(_span(dict(attributes), parent=parent, remote=remote)) == written
+    assert encode_span(_span(dict(attributes), parent=parent, remote=remote, state=state)) == written
 
 
 @needs_c
@@ -77,7 +84,7 @@ def test_the_c_encoder_writes_the_python_encoders_bytes(attributes, parent, remo
 def test_what_the_c_encoder_does_not_write_goes_to_the_python_one(value, monkeypatch) -> None:
     assert C_ENCODER is not None
     span = _span({"ok": "yes", "odd": value})
-    assert C_ENCODER(12, 34, 5, 0, b"", 1, 2, span.attributes, b"") is None
+    assert C_ENCODER(12, 34, 5, 0, b"", 1, 2, b"", span.attributes, b"") is None
     monkeypatch.setattr(_encode, "_span_field", None)
     try:
         want: bytes | type[Exception] = encode_span(_span({"ok": "yes", "odd": value}))
@@ -95,7 +102,7 @@ def test_what_the_c_encoder_does_not_write_goes_to_the_python_one(value, monkeyp
 def test_a_key_that_is_no_string_goes_to_the_python_encoder() -> None:
     assert C_ENCODER is not None
     not_str: Any = {7: "x"}
-    assert C_ENCODER(1, 2, 3, 0, b"", 1, 2, not_str, b"") is None
+    assert C_ENCODER(1, 2, 3, 0, b"", 1, 2, b"", not_str, b"") is None
 
 
 def test_the_c_encoder_is_built_where_a_compiler_is() -> None:
