@@ -34,13 +34,14 @@ Behaviour, all deterministic:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from core import Phase, Role
 from gateway.kv.directory import BlockHasher, default_block_hasher
-from gateway.upstream.port import WorkerRejected, WorkerUnreachable
+from gateway.upstream.port import ChunkLane, WorkerRejected, WorkerUnreachable
 from workers.fence import StaleTerm, TermFence
 from workers.protocol import (
     ENGINE_DEAD,
@@ -167,7 +168,7 @@ class FakeWorker:
             raise WorkerRejected(f"duplicate request id {req.request_id}", status=409, retryable=False)
         self.requests.append(req)
 
-    async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    async def generate_stream(self, req: GenerateRequest) -> AsyncGenerator[GenerateChunk, None]:
         self._admit(req)
         state = self._running[req.request_id] = _Running(req)
         context = list(req.prompt_token_ids)
@@ -355,6 +356,15 @@ class FakeWorker:
         )
 
 
+async def _offered(chunks: AsyncGenerator[GenerateChunk, None], lane: ChunkLane) -> AsyncIterator[GenerateChunk]:
+    """`chunks` with each one offered to `lane` first, while the caller waits
+    for its next chunk (as the raw client offers them): those it refuses are yielded."""
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            if not lane(chunk):
+                yield chunk
+
+
 class InProcessWorkerClient:
     """`gateway.upstream.port.WorkerAPI` over FakeWorkers in this process (url -> worker)."""
 
@@ -367,8 +377,11 @@ class InProcessWorkerClient:
             raise WorkerUnreachable(f"{url}: no such worker")
         return worker
 
-    def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        return self._w(url).generate_stream(req)
+    def generate_stream(
+        self, url: str, req: GenerateRequest, *, lane: ChunkLane | None = None
+    ) -> AsyncIterator[GenerateChunk]:
+        chunks = self._w(url).generate_stream(req)
+        return chunks if lane is None else _offered(chunks, lane)
 
     async def generate(self, url: str, req: GenerateRequest) -> GenerateChunk:
         return await self._w(url).generate(req)

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from gateway.upstream.port import WorkerRejected, WorkerUnreachable, rejected_error
+from gateway.upstream.port import ChunkLane, WorkerRejected, WorkerUnreachable, rejected_error
 from gateway.upstream.wire import BadChunk, decode_chunks, encode_generate
 from workers.protocol import (
     AbortRequest,
@@ -68,7 +68,10 @@ class HttpWorkerClient:
             raise rejected_error(resp.status_code, resp.content)
         return resp.content
 
-    async def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    async def generate_stream(
+        self, url: str, req: GenerateRequest, *, lane: ChunkLane | None = None
+    ) -> AsyncIterator[GenerateChunk]:
+        del lane  # every chunk is yielded (the lane is an offer, see `WorkerAPI`)
         body = encode_generate(req, stream=True)
         request = self._http.build_request(
             "POST", f"{url}/internal/generate", content=body, headers={"content-type": "application/json"}

@@ -14,7 +14,7 @@ Failure contract:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import httpx
@@ -71,11 +71,23 @@ class WorkerRejected(WorkerError):
         return self.status_code == 409 and self.error_type == "stale_term"
 
 
+# A stream's consumer taking chunks as they arrive, between two of its reads:
+# True when it took the chunk, False when it refused it and changed nothing
+# (the chunk is then yielded as usual). Called from the client's I/O
+# callbacks, so it must not block and should not raise.
+ChunkLane = Callable[[GenerateChunk], bool]
+
+
 class WorkerAPI(Protocol):
-    def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    def generate_stream(
+        self, url: str, req: GenerateRequest, *, lane: ChunkLane | None = None
+    ) -> AsyncIterator[GenerateChunk]:
         """Yield chunks until (and including) the one with `finish_reason`.
 
         Closing the iterator early closes the connection; the worker aborts.
+        `lane`, when given, may be offered chunks while the caller waits for
+        the next one (`ChunkLane`): a chunk it takes is not yielded. Chunks
+        reach the caller in order either way; a client may never offer any.
         """
 
     async def generate(self, url: str, req: GenerateRequest) -> GenerateChunk: ...

@@ -24,6 +24,12 @@ Contract (same as `HttpWorkerClient`, see `gateway.upstream.http_client`):
 - A reused idle connection the worker closed before answering (keep-alive
   race) is retried once on a fresh connection; nothing else is retried.
 - At most `max_connections` calls hold a connection at once; more wait.
+- A stream's `lane` (`gateway.upstream.port.ChunkLane`) is offered each
+  read that is one whole chunk line while the stream waits for more bytes
+  (nothing unread before it): a token the lane takes costs a parse and the
+  lane's call, inside the read's callback, and wakes no task. Anything
+  else (a lane that refuses, partial or several lines, the end, an error)
+  is kept and read by the stream as usual, so chunks stay in order.
 """
 
 from __future__ import annotations
@@ -31,14 +37,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httptools
 
 from gateway.upstream.http_client import HttpWorkerClient, decode_chunk_lines
-from gateway.upstream.port import WorkerAPI, WorkerRejected, WorkerUnreachable, rejected_error
-from gateway.upstream.wire import encode_generate
+from gateway.upstream.port import ChunkLane, WorkerAPI, WorkerRejected, WorkerUnreachable, rejected_error
+from gateway.upstream.wire import encode_generate, offer_line
 from workers.protocol import (
     AbortResponse,
     FenceStatus,
@@ -66,6 +72,9 @@ class _Connection(asyncio.Protocol):
         self._deadline = self._timer_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._paused = False
+        self._wait_s = 0.0
+        # Offered each body read while the reader waits (set around its `wait`); True: taken.
+        self.lane: Callable[[bytes], bool] | None = None
         self.begin()
 
     def begin(self) -> None:
@@ -77,6 +86,7 @@ class _Connection(asyncio.Protocol):
         self.framed = False  # content-length or chunked: the end is in the bytes, not the close
         self.received = 0
         self.error: BaseException | None = None
+        self.lane_error: Exception | None = None  # the lane raised: the stream fails with it
         self._body: list[bytes] = []
         self._buffered = 0
 
@@ -98,7 +108,8 @@ class _Connection(asyncio.Protocol):
         if self._buffered > _PAUSE_BYTES and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        if self._body or self.lane is None or self.complete or self.error is not None or self.lane_error:
+            self._wake()  # something for the reader (a lane that took the read leaves it asleep)
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -125,6 +136,15 @@ class _Connection(asyncio.Protocol):
         self.headers_done = True
 
     def on_body(self, body: bytes) -> None:
+        lane = self.lane
+        if lane is not None and not self._body:
+            try:
+                if lane(body):
+                    self._deadline = self._loop.time() + self._wait_s  # bytes came: the read timeout starts again
+                    return
+            except Exception as exc:  # noqa: BLE001  # the reader raises it (`take_lane_error`)
+                self.lane, self.lane_error = None, exc
+                return
         self._body.append(body)
         self._buffered += len(body)
 
@@ -160,6 +180,7 @@ class _Connection(asyncio.Protocol):
         of the gateway's CPU relaying long streams (bench gateway, py-spy)."""
         loop = self._loop
         waiter = self._waiter = loop.create_future()
+        self._wait_s = timeout_s
         self._deadline = deadline = loop.time() + timeout_s
         if self._timer is None or self._timer_at > deadline:
             if self._timer is not None:
@@ -314,8 +335,11 @@ class RawWorkerClient:
             await self._more(target, conn)
 
     # -- WorkerAPI ------------------------------------------------------------------
-    async def generate_stream(self, url: str, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    async def generate_stream(
+        self, url: str, req: GenerateRequest, *, lane: ChunkLane | None = None
+    ) -> AsyncIterator[GenerateChunk]:
         target = self._target(url)
+        offer = None if lane is None else offer_line(lane)
         async with self._slots:
             conn = await self._open(target, encode_generate(req, stream=True))
             try:
@@ -342,10 +366,15 @@ class RawWorkerClient:
                     # `_more`, inline: one coroutine less per read of a long stream
                     if conn.error is not None:
                         raise WorkerUnreachable(f"{url}: stream broke: {type(conn.error).__name__}: {conn.error}")
+                    conn.lane = None if pending else offer  # a partial line is read here, in order
                     try:
                         await conn.wait(self._read_timeout_s)
                     except TimeoutError as exc:
                         raise WorkerUnreachable(f"{url}: nothing for {self._read_timeout_s:g} s") from exc
+                    finally:
+                        conn.lane = None
+                    if conn.lane_error is not None:
+                        raise conn.lane_error
                 if pending.strip():
                     chunk = decode_chunk_lines([pending])[0]
                     yield chunk

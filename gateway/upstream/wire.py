@@ -13,11 +13,13 @@ NDJSON chunk lines in, with as little per-request Python as the contract allows.
   together are one validation, not 16 and a model copy. A line that does
   not validate is reported with its own error (`WorkerRejected`, 502): a
   worker speaking another protocol version is a bug, not a dead node.
+- `offer_line(lane)`: a read's bytes -> the lane's answer when they are one
+  whole chunk line (a long stream's usual read), False otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -53,6 +55,24 @@ def parse_chunk(line: bytes) -> GenerateChunk:
     except ValidationError as exc:
         raise BadChunk(f"bad chunk from worker: {exc.errors()[:1]}") from exc
     return chunk
+
+
+def offer_line(lane: Callable[[GenerateChunk], bool]) -> Callable[[bytes], bool]:
+    """A reader of raw body reads for `lane`: a read that is exactly one
+    chunk line is parsed and offered (the lane's answer returned); anything
+    else (a partial line, several lines, a line that does not validate) is
+    refused untouched, for the stream to read and report as usual."""
+
+    def offer(data: bytes) -> bool:
+        if data.find(b"\n") != len(data) - 1:
+            return False
+        try:
+            chunk: GenerateChunk = _validate_json(data)
+        except ValidationError:
+            return False
+        return lane(chunk)
+
+    return offer
 
 
 def decode_chunks(lines: Sequence[bytes]) -> list[GenerateChunk]:

@@ -283,3 +283,124 @@ def test_every_worker_api_call_is_served() -> None:
     wanted = {n for n in vars(WorkerAPI) if not n.startswith("_")}
     assert wanted and wanted <= {n for n in dir(RawWorkerClient) if not n.startswith("_")}
     assert "fence" in wanted
+
+
+# -- the lane -------------------------------------------------------------------------
+class Taker:
+    """A `ChunkLane` logging what it takes into `log`; refuses the tokens in `refuse`."""
+
+    def __init__(self, log: list[tuple[str, list[int]]], refuse: frozenset[int] = frozenset()) -> None:
+        self.log, self.refuse = log, refuse
+
+    def __call__(self, c) -> bool:
+        if c.finish_reason is not None or set(c.token_ids) & self.refuse:
+            return False
+        self.log.append(("lane", list(c.token_ids)))
+        return True
+
+
+async def laned(client: RawWorkerClient, url: str, req: GenerateRequest, lane) -> list[tuple[str, list[int]]]:
+    log = lane.log
+    async for c in client.generate_stream(url, req, lane=lane):
+        log.append(("yield", list(c.token_ids)))
+    return log
+
+
+async def test_a_lane_takes_whole_lines_while_the_stream_waits_and_order_holds() -> None:
+    """One line a read goes to the lane; two lines in a read, a line split over
+    two reads, a line the lane refuses and the final one are yielded, in order."""
+
+    async def handler(reader, writer, index):
+        while True:  # keep-alive: one request after the other
+            rid = (await read_request(reader))["request_id"]
+            half = line(rid, [4])
+            reads = [
+                chunk(line(rid, [1])),
+                chunk(line(rid, [2]) + line(rid, [3])),
+                chunk(half[:9]),
+                chunk(half[9:]),
+                chunk(line(rid, [5])),
+                chunk(line(rid, [6])),
+                chunk(line(rid, [7], "length")) + b"0\r\n\r\n",
+            ]
+            writer.write(ndjson_head())
+            for data in reads:
+                await asyncio.sleep(0.03)  # each its own read
+                writer.write(data)
+                await writer.drain()
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, script):
+        for rid in ("a", "b"):  # the second on the pooled connection
+            log = await laned(client, url, request(rid, n=7), Taker([], refuse=frozenset({5})))
+            assert log == [
+                ("lane", [1]),
+                ("yield", [2, 3]),
+                ("yield", [4]),
+                ("yield", [5]),
+                ("lane", [6]),
+                ("yield", [7]),
+            ]
+        assert script.connections == 1
+    await client.aclose()
+
+
+async def test_the_read_timeout_counts_reads_the_lane_took() -> None:
+    """As `test_the_read_timeout_is_per_read_not_per_stream`, every token but the last taken by the lane."""
+
+    async def handler(reader, writer, index):
+        req = await read_request(reader)
+        writer.write(ndjson_head())
+        for t in range(8):
+            await asyncio.sleep(0.08)
+            writer.write(chunk(line(req["request_id"], [t], "length" if t == 7 else None)))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    client = RawWorkerClient(read_timeout_s=0.2)
+    async with scripted(handler) as (url, _):
+        log = await laned(client, url, request(n=8), Taker([]))
+        assert [t for _, ts in log for t in ts] == list(range(8)) and log[-1] == ("yield", [7])
+        assert sum(s == "lane" for s, _ in log) >= 6
+    await client.aclose()
+
+
+async def test_a_lane_that_raises_fails_the_stream_with_its_error_and_the_connection_goes() -> None:
+    async def handler(reader, writer, index):
+        while True:
+            rid = (await read_request(reader))["request_id"]
+            writer.write(ndjson_head())
+            for t in (1, 2, 3):
+                await asyncio.sleep(0.03)
+                writer.write(chunk(line(rid, [t], "length" if t == 3 else None)))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+
+    def broken(c) -> bool:
+        raise KeyError("lane bug")
+
+    client = RawWorkerClient()
+    async with scripted(handler) as (url, script):
+        with pytest.raises(KeyError, match="lane bug"):
+            async for _ in client.generate_stream(url, request("x", n=3), lane=broken):
+                pass
+        assert await tokens_of(client, url, request("y", n=3)) == [1, 2, 3]
+        assert script.connections == 2  # the broken stream's connection was not reused
+    await client.aclose()
+
+
+async def test_a_bad_line_in_a_read_of_its_own_is_refused_by_the_lane_and_rejected() -> None:
+    async def handler(reader, writer, index):
+        await read_request(reader)
+        writer.write(ndjson_head())
+        await asyncio.sleep(0.03)
+        writer.write(chunk(b'{"request_id": "bad", "token_ids": "x"}\n') + b"0\r\n\r\n")
+        await writer.drain()
+
+    client = RawWorkerClient()
+    taker = Taker([])
+    async with scripted(handler) as (url, _):
+        with pytest.raises(WorkerRejected) as bad:
+            await laned(client, url, request("garbled"), taker)
+        assert bad.value.status_code == 502 and taker.log == []
+    await client.aclose()
