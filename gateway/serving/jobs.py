@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from core import FinishReason
 from workers.protocol import SamplingOptions, TokenLogprobs
@@ -36,6 +37,20 @@ class TokenDelta:
     cached_tokens: int = 0  # prompt tokens served from cache (known from the first delta on)
     phase: str = "decode"  # phase of the node that produced these tokens
     logprobs: list[TokenLogprobs] | None = None  # one per token, when the job asked for them
+
+
+class DeltaLane(Protocol):
+    """A job's consumer taking token deltas as they arrive, while it waits
+    for the stream's next event (`Orchestrator.stream(job, lane=...)`): the
+    stream asks `ready()` before it changes anything for a delta, then hands
+    the delta over; a delta handed over is not yielded. Called from I/O
+    callbacks: no blocking, no awaiting."""
+
+    def ready(self) -> bool:
+        """True when the next delta can be taken now."""
+
+    def __call__(self, delta: TokenDelta) -> None:
+        """Take `delta` (only right after `ready()` said True)."""
 
 
 @dataclass(frozen=True)

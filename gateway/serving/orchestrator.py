@@ -47,7 +47,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,7 @@ from gateway.control.health import NodeHealth, Quarantine, SuspectIsolation, req
 from gateway.control.registry import WorkerRegistry
 from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
 from gateway.kv.directory import Directory
-from gateway.serving.jobs import Finished, Job, TokenDelta
+from gateway.serving.jobs import DeltaLane, Finished, Job, TokenDelta
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
 from gateway.telemetry import NO_JOB, JobTrace, NoJobTrace, job_trace
 from gateway.upstream.port import WorkerAPI, WorkerRejected, WorkerUnreachable
@@ -157,11 +157,13 @@ class Orchestrator:
         self._cfg = config
         self._background: set[asyncio.Task[object]] = set()
 
-    async def stream(self, job: Job) -> AsyncGenerator[TokenDelta | Finished, None]:
+    async def stream(self, job: Job, *, lane: DeltaLane | None = None) -> AsyncGenerator[TokenDelta | Finished, None]:
         """The job's `TokenDelta`s, then its `Finished`. Each worker call's
         chunks are read in this frame (`_apply_chunk` per chunk): a relayed
         token passes through one generator between the worker client and
-        the caller, not two."""
+        the caller, not two. With `lane`, a decode stream's plain token
+        chunks go to it as they arrive, while this frame waits (`_lane`),
+        when it is ready: those deltas are not yielded."""
         t0 = time.monotonic()
         progress = RequestProgress(
             job.request_id,
@@ -179,16 +181,12 @@ class Orchestrator:
             # one worker call, its chunks applied as they come
             url = self._registry.get(node_id).url
             # PREFILL: one non-streaming call; DECODE: the worker's stream
-            chunks = (
-                _one(self._client.generate(url, req))
-                if req.role is Role.PREFILL
-                else self._client.generate_stream(url, req)
-            )
             end: _SegmentEnd | None = None
             first_step = suspect
             ended = False  # the worker sent its final chunk
             role = req.role
             phase = role.value  # once a call, not an enum lookup a token
+            chunks = self._call(node_id, url, req, progress, t0, None if suspect else lane)
             try:
                 with self._registry.track(node_id):
                     async for chunk in chunks:
@@ -413,6 +411,43 @@ class Orchestrator:
         return node_id, role, kv
 
     # -- call -------------------------------------------------------------------
+    def _call(
+        self,
+        node_id: str,
+        url: str,
+        req: GenerateRequest,
+        progress: RequestProgress,
+        t0: float,
+        lane: DeltaLane | None,
+    ) -> AsyncIterator[GenerateChunk]:
+        """One worker call's chunks: PREFILL one non-streaming call; DECODE the
+        worker's stream, its plain chunks offered to `lane` (`_lane`)."""
+        if req.role is Role.PREFILL:
+            return _one(self._client.generate(url, req))
+        offer = None if lane is None else self._lane(lane, node_id, req.role, progress, t0)
+        return self._client.generate_stream(url, req, lane=offer)
+
+    def _lane(
+        self, lane: DeltaLane, node_id: str, role: Role, progress: RequestProgress, t0: float
+    ) -> Callable[[GenerateChunk], bool]:
+        """The `ChunkLane` of one decode call: a chunk with tokens and nothing
+        else to act on (no finish, saved blocks or logprobs) is applied and
+        its delta handed to `lane`, when `lane` is ready; any other chunk is
+        refused untouched, for `stream`'s own loop. Not for a suspect's
+        call (its first step is watched in the loop)."""
+        phase = role.value
+        ready, take = lane.ready, lane.__call__  # bound once: two plain calls a token
+
+        def offer(chunk: GenerateChunk) -> bool:
+            if chunk.finish_reason is not None or chunk.saved_blocks or chunk.logprobs is not None or not ready():
+                return False
+            delta, _ = self._apply_chunk(node_id, role, phase, progress, t0, chunk)
+            if delta is not None:
+                take(delta)
+            return True
+
+        return offer
+
     def _apply_chunk(
         self, node_id: str, role: Role, phase: str, progress: RequestProgress, t0: float, chunk: GenerateChunk
     ) -> tuple[TokenDelta | None, _SegmentEnd | None]:
