@@ -1,7 +1,8 @@
 """Whole gateways over real HTTP on localhost in front of fake workers
 (`testing.fake_worker_app`), for tests and benchmarks.
 
-- `serve(app)`: uvicorn on a free port in this event loop (async context).
+- `serve(app)`: uvicorn on a free port in this event loop (async context);
+  `gateway_server=True` with the gateway's own protocol.
 - `control_plane_app(...)`: the gateway as `up` serves it (store-backed gate,
   admin API, event sink) over a store the caller owns, with no planner.
 - `control_plane_stack(tmp, ...)`: that app on real HTTP in its own thread,
@@ -16,7 +17,7 @@ import dataclasses
 import pathlib
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ import uvicorn
 
 from core import Phase, Role
 from gateway.admin import bootstrap_admin_token
+from gateway.http.server import gateway_protocol
 from gateway.serving.policy import GateConfig, StoreTenantGate
 from gateway.serving.tokenize import PromptTokenizer
 from gateway.settings import GatewaySettings
@@ -37,10 +39,13 @@ from workers.protocol import GenerateChunk, GenerateRequest
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[str]:
+async def serve(app: Any, *, gateway_server: bool = False) -> AsyncIterator[str]:
+    """`gateway_server`: with the gateway's own HTTP protocol (`gateway.http.server`:
+    gathered writes, the SSE body writer and its direct lane), as production serves it."""
     port = free_port()
+    extra: dict[str, Any] = {"http": gateway_protocol()} if gateway_server else {}
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1, **extra)
     )
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -79,7 +84,7 @@ class ContextLimitedWorker(FakeWorker):
 
     max_model_len: int = 1024  # reported in its stats, as the real worker does
 
-    async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+    async def generate_stream(self, req: GenerateRequest) -> AsyncGenerator[GenerateChunk, None]:
         wanted = len(req.prompt_token_ids) + (1 if req.role is Role.PREFILL else req.sampling.max_tokens)
         if wanted > self.max_model_len:
             self._check_alive()

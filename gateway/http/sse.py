@@ -9,6 +9,12 @@ task at all); under any other ASGI server one `receive()` task watches.
 The events between the first and the last go out through the server's
 `BODY_WRITE` when it has one (a long stream's every token), else as ASGI
 messages.
+A body given a `DirectBody` may write events itself between its first
+message and its last, while it waits (a relay lane: a long stream's tokens
+written from the worker read's callback, no task woken); the response
+opens it once the first message is out and only when the server has
+`BODY_WRITE`, and its `ready()` is the writer's own check, so such a write
+never overtakes a message the response still holds.
 `on_close` runs exactly once, even when the body never started. A traced
 request's `relay` hears of its first body message and its last. After
 the last event the response yields to the loop once, so the body's own
@@ -51,6 +57,34 @@ def _told(relay: Relay, gone: Callable[[], bool], relayed: int, last: bool) -> b
     return True
 
 
+class DirectBody:
+    """The body's own way to the connection (see the module doc): shut until
+    the response opens it, and again once the response stops reading the body."""
+
+    __slots__ = ("_write", "sent")
+
+    def __init__(self) -> None:
+        self._write: Callable[[bytes], bool] | None = None
+        self.sent = 0  # bytes written this way
+
+    def ready(self) -> bool:
+        """A `write` now goes out at once (the writer's check; nothing is written)."""
+        write = self._write
+        return write is not None and write(b"")
+
+    def write(self, chunk: bytes) -> None:
+        """Write `chunk`, a message that is not the body's last; only right after `ready()`."""
+        assert self._write is not None
+        self._write(chunk)
+        self.sent += len(chunk)
+
+    def open(self, write: Callable[[bytes], bool]) -> None:
+        self._write = write
+
+    def shut(self) -> None:
+        self._write = None
+
+
 class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
@@ -60,6 +94,7 @@ class EventStreamResponse(Response):
         *,
         headers: dict[str, str],
         on_close: Callable[[], Awaitable[object]],
+        direct: DirectBody | None = None,
     ) -> None:
         # Streamed with chunked encoding: no content-length. The head is built here, not by
         # Starlette's `init_headers` (the same bytes for less work).
@@ -68,6 +103,7 @@ class EventStreamResponse(Response):
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()] + _HEAD
         self._body = body
         self._on_close = on_close
+        self._direct = direct
         self.relay: Relay | None = None  # set by the app when the request is traced
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -76,6 +112,7 @@ class EventStreamResponse(Response):
         writer_for = extensions.get(BODY_WRITE)
         write: Callable[[bytes], bool] | None = writer_for(send) if writer_for is not None else None
         relay, relayed = self.relay, 0
+        direct = self._direct or DirectBody()  # opened only with the server's writer
         watch = None
         if gone is None:  # another server: wait for its http.disconnect
             watch = asyncio.ensure_future(receive())
@@ -89,9 +126,10 @@ class EventStreamResponse(Response):
                 ended = chunk.endswith(DONE)
                 if relay is not None:
                     relayed += len(chunk)
-                    if (ended or relayed == len(chunk)) and not _told(relay, gone, relayed, ended):
+                    if (ended or relayed == len(chunk)) and not _told(relay, gone, relayed + direct.sent, ended):
                         break
                 if not ended and write is not None and write(chunk):
+                    direct.open(write)  # after the first message: the body may write between yields
                     continue  # written (the writer writes only while the client is there)
                 if gone():  # nobody is reading any more
                     break
@@ -104,9 +142,10 @@ class EventStreamResponse(Response):
             else:
                 if not ended:
                     if relay is not None:
-                        relay.sending(relayed, True)
+                        relay.sending(relayed + direct.sent, True)
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
+            direct.shut()
             if watch is not None:
                 watch.cancel()
             await self._body.aclose()

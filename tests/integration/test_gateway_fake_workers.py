@@ -58,7 +58,7 @@ async def stack(
             **settings,
         )
         app = create_app(cfg, tokenizer=tokenizer)
-        gw = await es.enter_async_context(serve(app))
+        gw = await es.enter_async_context(serve(app, gateway_server=True))
         yield Stack(gw, workers, app)
 
 
@@ -157,6 +157,42 @@ async def test_switch_during_concurrent_streams_loses_nothing(tokenizer):
         switched = await asyncio.gather(*tasks)
         assert outcome.outcome == "ok"
         assert switched == baseline
+
+
+async def test_a_streams_tokens_take_the_lane_and_arrive_whole_and_in_order(tokenizer, monkeypatch):
+    """Served as production serves it, a plain stream's tokens that arrive one
+    a read are written from the worker read's callback (`PlainLane`); the
+    text is the non-streamed answer's, the usage and the end as usual."""
+    from gateway.serving.turn import lean
+
+    taken: list[int] = []
+    take = lean.PlainLane.__call__
+
+    def counted(self, delta):
+        taken.append(len(delta.token_ids))
+        take(self, delta)
+
+    monkeypatch.setattr(lean.PlainLane, "__call__", counted)
+    async with stack(tokenizer, [Phase.DECODE], delay=0.004) as s:
+        full = await s.client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=40, temperature=0)
+        stream = await s.client.chat.completions.create(
+            model="demo", messages=MESSAGES, max_tokens=40, stream=True, stream_options={"include_usage": True}
+        )
+        text, usage, finish = "", None, None
+        async for chunk in stream:
+            usage = chunk.usage or usage
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                finish = c.finish_reason or finish
+        assert text == full.choices[0].message.content and finish == "length"
+        assert usage is not None and usage.completion_tokens == 40
+        assert sum(taken) >= 30  # most tokens went the lane's way (the first and the last cannot)
+        taken.clear()  # a request with a stop string reads every delta in the relay loop
+        stopped = await s.client.chat.completions.create(
+            model="demo", messages=MESSAGES, max_tokens=10, stream=True, stop=["never-seen"]
+        )
+        assert [c.choices[0].finish_reason async for c in stopped if c.choices][-1] == "length"
+        assert taken == []
 
 
 async def test_killed_worker_mid_stream(tokenizer):

@@ -1,8 +1,10 @@
 """Token ids -> text, and the lean strategy of plain requests (one job, text
 only): no parser, no per-token delta objects, the least work per token.
 `LeanText` is its state; a streamed turn reads the orchestrator and writes
-its API's plain encoder in one loop (`Turn.stream_plain`), a collected one
-reads `lean_run`. Everything else goes through `gateway.serving.turn.choices`."""
+its API's plain encoder in one loop (`Turn.stream_plain`), its tokens
+between the first and the last written by `PlainLane` as they arrive when
+the server allows it; a collected one reads `lean_run`. Everything else
+goes through `gateway.serving.turn.choices`."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from core import FinishReason
+from gateway.http.sse import DirectBody
 from gateway.serving.jobs import Finished, TokenDelta
 from gateway.serving.orchestrator import Orchestrator
 from gateway.serving.tokenize import PromptTokenizer, StopStringFilter
@@ -27,6 +30,11 @@ class TextAssembler:
         self._detok = tokenizer.detokenizer(skip_special_tokens=skip_special_tokens)
         self._stops = StopStringFilter(stops) if any(stops) else None
         self.stopped = False  # a stop string ended the text
+
+    @property
+    def cuts(self) -> bool:
+        """The request has stop strings: the text may end before the tokens do."""
+        return self._stops is not None
 
     @property
     def matched_stop(self) -> str | None:
@@ -86,6 +94,11 @@ class LeanText:
         """A stop string ended the text: read no more tokens."""
         return self._text.stopped
 
+    @property
+    def cuts(self) -> bool:
+        """A stop string may end the text (then each delta is checked in the relay loop)."""
+        return self._text.cuts
+
     def delta(self, ev: TokenDelta) -> str:
         """The text `ev` adds ("" while held back)."""
         self._clock.seen(ev)
@@ -98,6 +111,27 @@ class LeanText:
     def stopped_early(self) -> Finished:
         """The job's `Finished` when the text ended before the worker finished it."""
         return self._clock.stopped(self._prompt_tokens)
+
+
+class PlainLane:
+    """A plain stream's `DeltaLane` (`Orchestrator.stream(job, lane=...)`):
+    a token delta that arrives while the relay loop waits becomes its text
+    event and goes to the connection at once (`DirectBody`), in the worker
+    read's callback. Only for a request without stop strings (nothing can
+    end its text early) and only while the response's direct way is open."""
+
+    __slots__ = ("_encode", "_out", "_text_of")
+
+    def __init__(self, lean: LeanText, encode: Callable[[str], bytes], out: DirectBody) -> None:
+        self._text_of, self._encode, self._out = lean.delta, encode, out
+
+    def ready(self) -> bool:
+        return self._out.ready()
+
+    def __call__(self, delta: TokenDelta) -> None:
+        text = self._text_of(delta)
+        if text:
+            self._out.write(self._encode(text))
 
 
 async def lean_run(

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from starlette.responses import Response
 
 from gateway.http.errors import GatewayError, StreamCut
-from gateway.http.sse import EventStreamResponse
+from gateway.http.sse import DirectBody, EventStreamResponse
 from gateway.serving.jobs import Finished, TokenDelta
 from gateway.serving.orchestrator import Orchestrator
 from gateway.serving.policy.tenancy import TenantContext
@@ -35,7 +35,7 @@ from gateway.serving.turn.accounting import Accounting
 from gateway.serving.turn.admission import Admission
 from gateway.serving.turn.branch import BranchContext
 from gateway.serving.turn.choices import ChoiceResult, run_choices
-from gateway.serving.turn.lean import LeanText, lean_run
+from gateway.serving.turn.lean import LeanText, PlainLane, lean_run
 from gateway.serving.turn.model import ServedModel
 from gateway.serving.turn.prepare import Prepared, Preparer
 from gateway.serving.turn.relay import deltas, primed
@@ -186,7 +186,9 @@ class Turn:
         primed: the stream starts at once."""
         await self._admit()
         self.streaming = True
-        return EventStreamResponse(self._plain_body(encoder), headers=headers, on_close=self._closed)
+        direct = DirectBody()
+        body = self._plain_body(encoder, direct)
+        return EventStreamResponse(body, headers=headers, on_close=self._closed, direct=direct)
 
     async def _closed(self) -> None:
         """The response's end. A body that never started (the client left
@@ -239,14 +241,17 @@ class Turn:
             self.finish(status)
             await self._release()
 
-    async def _plain_body(self, encoder: PlainEncoder) -> AsyncGenerator[bytes, None]:
+    async def _plain_body(self, encoder: PlainEncoder, direct: DirectBody) -> AsyncGenerator[bytes, None]:
         """The plain stream in one loop: the orchestrator's events in, the
         encoder's bytes out (one generator between the worker client and the
-        response, not three). As `_body` for failures and the end."""
+        response, not three); the tokens that arrive while it waits written
+        by the lane when the response opened `direct`. As `_body` for
+        failures and the end."""
         status = 200
         p = self.prepared
         lean = LeanText(self._model.tokenizer, p)
-        events = self._orchestrator.stream(p.job)
+        lane = None if lean.cuts else PlainLane(lean, encoder.text, direct)
+        events = self._orchestrator.stream(p.job, lane=lane)
         try:
             head = encoder.start()
             if head:

@@ -171,3 +171,63 @@ async def test_the_servers_body_writer_takes_the_events_between_the_first_and_th
         b"data: 3\n\n",
         sse.DONE,
     ]
+
+
+async def test_a_direct_body_opens_after_the_first_message_and_counts_for_the_relay() -> None:
+    """`DirectBody`: shut before the first message and after the body's end,
+    ready only when the server's writer would write now; what the body writes
+    that way is between its messages, and a traced relay hears the bytes."""
+    from gateway.http.sse import DirectBody
+
+    out: list[bytes] = []
+    paused = {"now": False}
+
+    def write(body: bytes) -> bool:
+        if paused["now"]:
+            return False
+        if body:
+            out.append(body)
+        return True
+
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message.get("body"):
+            out.append(message["body"])
+        sent.append(message)
+
+    direct = DirectBody()
+    seen: list[bool] = []
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        seen.append(direct.ready())  # nothing sent yet: shut
+        yield b"data: head\n\n"
+        seen.append(direct.ready())
+        direct.write(b"data: lane-1\n\n")  # as a lane does while the body waits
+        paused["now"] = True
+        seen.append(direct.ready())  # the writer cannot write now: not ready
+        yield b"data: 2\n\n"  # goes as a message
+        paused["now"] = False
+        direct.write(b"data: lane-2\n\n")
+        yield sse.DONE
+
+    told: list[tuple[int, bool]] = []
+
+    class Relay:
+        def sending(self, total: int, last: bool) -> None:
+            told.append((total, last))
+
+    async def on_close() -> None:
+        return None
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("the flag stands in for receive()")
+
+    scope = {"type": "http", "extensions": {CLIENT_GONE: lambda: False, BODY_WRITE: lambda s: write}}
+    response = EventStreamResponse(body(), headers={}, on_close=on_close, direct=direct)
+    response.relay = Relay()
+    await response(scope, receive, send)
+    assert seen == [False, True, False]
+    assert out == [b"data: head\n\n", b"data: lane-1\n\n", b"data: 2\n\n", b"data: lane-2\n\n", sse.DONE]
+    assert told == [(len(out[0]), False), (sum(map(len, out)), True)]
+    assert not direct.ready() and direct.sent == len(out[1]) + len(out[3])
