@@ -412,13 +412,7 @@ class Orchestrator:
 
     # -- call -------------------------------------------------------------------
     def _call(
-        self,
-        node_id: str,
-        url: str,
-        req: GenerateRequest,
-        progress: RequestProgress,
-        t0: float,
-        lane: DeltaLane | None,
+        self, node_id: str, url: str, req: GenerateRequest, progress: RequestProgress, t0: float, lane: DeltaLane | None
     ) -> AsyncIterator[GenerateChunk]:
         """One worker call's chunks: PREFILL one non-streaming call; DECODE the
         worker's stream, its plain chunks offered to `lane` (`_lane`)."""
