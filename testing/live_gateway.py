@@ -16,6 +16,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.control.ports import Leadership
+from gateway.http.server import gateway_protocol
 from gateway.settings import GatewaySettings
 
 
@@ -45,7 +46,9 @@ def running_gateway(
         }
     )
     app = create_app(settings, leadership=leadership)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning"))
+    # The gateway's own protocol, as `evolving-infra gateway` serves it (gathered writes, the relay lane).
+    config = uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning", http=gateway_protocol())
+    server = uvicorn.Server(config)
     app.state.loop = loop = asyncio.new_event_loop()
     thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve()), daemon=True)
     thread.start()

@@ -55,7 +55,7 @@ async def traced_stack(
             tracing=TraceSettings(endpoint=rx.url + "/v1/traces", sample_ratio=ratio),
         )
         app = create_app(cfg, tokenizer=tokenizer)
-        url = await es.enter_async_context(serve(app))
+        url = await es.enter_async_context(serve(app, gateway_server=True))  # as production serves it
         yield url, app
 
 
@@ -72,7 +72,8 @@ def _chat(url: str, *, stream: bool, headers: dict[str, str] | None = None, max_
 
 
 async def test_one_trace_per_request_with_genai_attributes_and_client_parent(tokenizer, receiver):
-    async with traced_stack(tokenizer, receiver, [Phase.PREFILL, Phase.DECODE]) as (url, app):
+    # Tokens a read apart: most go out through the relay lane, and the relay span counts them.
+    async with traced_stack(tokenizer, receiver, [Phase.PREFILL, Phase.DECODE], delay=0.004) as (url, app):
         headers = {
             "traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
             "X-Branch-ID": "b-trace",
@@ -97,6 +98,7 @@ async def test_one_trace_per_request_with_genai_attributes_and_client_parent(tok
         assert len(names[name]) == 1, (name, sorted(names))
         assert names[name][0].parent_span_id == root.span_id, name
     assert len(names["route"]) == 2 and all(s.parent_span_id == root.span_id for s in names["route"])
+    assert names["relay"][0].attributes["evolving.relay.bytes"] == len(r.content)  # the lane's bytes too
     prefill, decode = names["prefill"][0], names["decode"][0]
     assert prefill.kind == decode.kind == "client"
     assert prefill.attributes["evolving.node"] == "w0" and decode.attributes["evolving.node"] == "w1"
