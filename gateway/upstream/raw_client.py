@@ -142,7 +142,7 @@ class _Connection(asyncio.Protocol):
                 if lane(body):
                     self._deadline = self._loop.time() + self._wait_s  # bytes came: the read timeout starts again
                     return
-            except Exception as exc:  # noqa: BLE001  # the reader raises it (`take_lane_error`)
+            except Exception as exc:  # noqa: BLE001  # the stream raises it once its wait ends
                 self.lane, self.lane_error = None, exc
                 return
         self._body.append(body)
