@@ -67,8 +67,8 @@ def offer_line(lane: Callable[[GenerateChunk], bool]) -> Callable[[bytes], bool]
         if data.find(b"\n") != len(data) - 1:
             return False
         try:
-            chunk: GenerateChunk = _validate_json(data)
-        except ValidationError:
+            chunk = parse_chunk(data)
+        except BadChunk:
             return False
         return lane(chunk)
 
