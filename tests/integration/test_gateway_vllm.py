@@ -17,6 +17,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from testing.fake_leadership import FixedTermLeader
 from testing.live_gateway import running_gateway
 from testing.vllm_cluster import EXACT_DTYPE
 from testing.vllm_cluster import free_port as _free_port
@@ -29,7 +30,12 @@ MODEL = "demo-model"
 @pytest.fixture(scope="module")
 def gateway(vllm_cluster, demo_model):
     vllm_cluster.phases(wA="prefill", wB="decode")
-    with running_gateway(demo_model, [vllm_cluster.url("wA"), vllm_cluster.url("wB")]) as (url, app):
+    # the shared workers refuse orders below the newest term an earlier module's gateway used
+    leader = FixedTermLeader(max(vllm_cluster.term("wA"), vllm_cluster.term("wB")) + 1)
+    with running_gateway(demo_model, [vllm_cluster.url("wA"), vllm_cluster.url("wB")], leadership=leader) as (
+        url,
+        app,
+    ):
         yield url, app
     vllm_cluster.phases(wA="prefill", wB="decode")
 

@@ -163,7 +163,8 @@ def _stream_and_migrate(cluster, rid: str, salt: str, sampling: dict) -> tuple[l
         t = threading.Thread(target=stream)
         t.start()
         reached.wait(300)
-        moved = client.post("/internal/migrate", json={"request_ids": [rid]})
+        # with the newest term: an earlier module's gateway may have led the shared workers
+        moved = client.post("/internal/migrate", json={"request_ids": [rid], "term": cluster.term("wB")})
         t.join(300)
     assert not errors, errors
     return got, final, moved.json()["migrated"]
