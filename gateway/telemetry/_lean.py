@@ -36,7 +36,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from core.tracing import TraceSettings
 
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _LOW64 = TraceIdRatioBased.TRACE_ID_LIMIT
 _getrandbits = random.getrandbits
 _time_ns = time.time_ns
@@ -81,7 +81,7 @@ class LeanSink:
     def child(
         self, parent: LeanSpan, name: str, kind: SpanKind, attributes: dict[str, Any] | None, start_time: int | None
     ) -> LeanSpan:
-        span = LeanSpan(
+        return LeanSpan(
             self.put,
             name,
             parent.trace_id,
@@ -89,9 +89,8 @@ class LeanSink:
             kind.value,
             {} if attributes is None else attributes,
             _time_ns() if start_time is None else start_time,
+            parent.trace_state,
         )
-        span.trace_state = parent.trace_state
-        return span
 
 
 class LeanSpan:
@@ -126,6 +125,7 @@ class LeanSpan:
         kind: int,
         attributes: dict[str, Any],
         start_time: int,
+        trace_state: TraceState | None = None,
     ) -> None:
         self._put = put
         self.name = name
@@ -133,7 +133,7 @@ class LeanSpan:
         self.span_id = _getrandbits(64) or 1
         self.parent_id = parent_id
         self.parent_remote = False
-        self.trace_state: TraceState | None = None
+        self.trace_state = trace_state
         self.kind = kind
         self.attributes = attributes
         self.start_time = start_time
@@ -169,7 +169,7 @@ class LeanSpan:
 
     # -- the parts of opentelemetry.trace.Span the serving code uses -------------------
     def get_span_context(self) -> SpanContext:
-        return SpanContext(self.trace_id, self.span_id, False, _SAMPLED, self.trace_state)
+        return SpanContext(self.trace_id, self.span_id, False, SAMPLED, self.trace_state)
 
     def traceparent(self) -> str:
         """The W3C `traceparent` naming this span as the parent (sampled: only sampled spans exist)."""

@@ -50,6 +50,7 @@ class Turn:
 
     __slots__ = (
         "sink",
+        "put",
         "span",
         "inflight",
         "open",
@@ -64,6 +65,7 @@ class Turn:
 
     def __init__(self, sink: LeanSink, span: Span, inflight: InflightSegments, operation: str) -> None:
         self.sink = sink
+        self.put = sink.put  # where its ended spans go
         self.operation = operation
         self.span = span
         self.inflight = inflight
@@ -87,15 +89,15 @@ class Turn:
         `kind` is a `SpanKind`'s value (`INTERNAL`, `CLIENT`)."""
         parent = self.span
         span = LeanSpan(
-            self.sink.put,
+            self.put,
             name,
             parent.trace_id,
             parent.span_id,
             kind,
             {} if attributes is None else attributes,
             _time_ns() if start_time is None else start_time,
+            parent.trace_state,
         )
-        span.trace_state = parent.trace_state
         self.open.add(span)
         return span
 
@@ -105,7 +107,9 @@ class Turn:
         if error:
             span.status = Status(StatusCode.ERROR, error)
         self.open.discard(span)
-        span.end()
+        if not span.end_time:  # `LeanSpan.end`, without its call
+            span.end_time = _time_ns()
+            self.put(span)
 
     def close(self, reason: str = "the request ended first") -> None:
         for span in list(self.open):
