@@ -5,9 +5,10 @@ OpenTelemetry environment pointing at a receiver process
 (`testing.otlp_receiver`, the collector's stand-in) and every request
 sampled (`OTEL_TRACES_SAMPLER_ARG=1.0`). Both gateways get the same warm-up;
 each round runs them back to back at one level (streaming, concurrency 32),
-in alternating order (off, on; on, off; ...) so neither always runs first;
-`tracing_overhead_cpu` is the median over the rounds of traced / untraced
-CPU per request of the gateway process alone (target <= 1.10).
+`PAIRS_PER_ROUND` times, in alternating order (off, on; on, off; ...) so
+neither always runs first; `tracing_overhead_cpu` is the median over the
+pairs of traced / untraced CPU per request of the gateway process alone
+(target <= 1.10).
 
 The receiver only keeps the bodies while the runs are timed, niced, and
 decodes them when its counts are read, after the last run: decoding every
@@ -38,6 +39,10 @@ GATEWAY_SPANS = ("tokenize", "admission", "route", "decode", "relay")
 CONTROL_SPANS = ("planner.decision", "phase.switch")
 TARGET = 1.10
 WARM_S = 2.0  # each gateway's warm-up at LEVEL before the first round
+# Pairs per round: one pair's ratio moved by +-0.05 on this shared 2-core host
+# (untraced runs of one process 500-560 µs a request, minutes apart), so the
+# median is taken over three pairs a round (nine at --rounds 3), not one.
+PAIRS_PER_ROUND = 3
 OFF, ON = "gateway", "gateway-traced"
 
 Run = Callable[[str, int, float], dict[str, Any]]  # (gateway name, concurrency, seconds) -> wrk's row
@@ -54,11 +59,16 @@ def warm_up(run: Run) -> None:
         run(name, LEVEL, WARM_S)
 
 
-def run_pair(run: Run, rnd: int, duration_s: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One round's (untraced, traced) rows; odd rounds run the traced gateway first."""
-    order = (OFF, ON) if rnd % 2 == 0 else (ON, OFF)
+def run_pair(run: Run, index: int, duration_s: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One (untraced, traced) pair of rows; odd pairs run the traced gateway first."""
+    order = (OFF, ON) if index % 2 == 0 else (ON, OFF)
     rows = {name: run(name, LEVEL, duration_s) | {"order": i} for i, name in enumerate(order)}
     return rows[OFF], rows[ON]
+
+
+def run_pairs(run: Run, rnd: int, duration_s: float) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """A round's `PAIRS_PER_ROUND` pairs, alternating which gateway runs first."""
+    return [run_pair(run, rnd * PAIRS_PER_ROUND + i, duration_s) for i in range(PAIRS_PER_ROUND)]
 
 
 def traced_env(receiver_url: str) -> dict[str, str]:

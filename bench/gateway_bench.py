@@ -27,7 +27,7 @@ Keys (streaming; `by_mode` has both modes): `overhead_p50_ms` /
 ours over each peer's; `peers` = the same keys per peer; `cpu_us_per_request`
 per target, the steadiest figure here; `tracing_overhead_cpu` = CPU per
 request with OpenTelemetry traces on at ratio 1.0 over off (`bench._tracing`:
-one extra pair of runs per round; `--skip-tracing` leaves it out).
+three extra pairs of runs per round; `--skip-tracing` leaves it out).
 
 The stall case (`bench._stall`): 32 small streams and a /healthz probe while
 one 3.5 MB prompt (~660k tokens) goes through the gateway, accepted and
@@ -414,9 +414,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
             if traced_url is not None:  # the tracing case: untraced and traced back to back
                 if rnd == 0:
                     _tracing.warm_up(run_traced)
-                pairs.append(_tracing.run_pair(run_traced, rnd, args.duration))
-                if not args.json:
-                    print(json.dumps({"tracing_pair": pairs[-1]}), file=sys.stderr, flush=True)
+                for pair in _tracing.run_pairs(run_traced, rnd, args.duration):
+                    pairs.append(pair)
+                    if not args.json:
+                        print(json.dumps({"tracing_pair": pair}), file=sys.stderr, flush=True)
         summary = summarize(rows)
         tracing: dict[str, Any] = {}
         if pairs and receiver_url is not None:

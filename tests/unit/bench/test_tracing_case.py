@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import statistics
+
 import httpx
 
-from bench._tracing import LEVEL, OFF, ON, WARM_S, overhead, receiver_argv, run_pair, traced_env, warm_up
+from bench._tracing import (
+    LEVEL,
+    OFF,
+    ON,
+    PAIRS_PER_ROUND,
+    WARM_S,
+    overhead,
+    receiver_argv,
+    run_pair,
+    run_pairs,
+    traced_env,
+    warm_up,
+)
 from gateway.telemetry._encode import encode_span, resource_head, scope_head, wrap_spans
 from gateway.telemetry._lean import LeanSpan
 from testing.otlp_receiver import OTLPReceiver
@@ -44,6 +58,21 @@ def test_both_gateways_warm_up_alike_and_rounds_alternate_which_runs_first() -> 
     assert all(c[1:] == (LEVEL, 5.0) for c in calls)
     assert [(off["order"], on["order"]) for off, on in pairs] == [(0, 1), (1, 0), (0, 1)]
     assert overhead(pairs) == 1.05  # each pair is (untraced, traced) whatever ran first
+
+
+def test_a_round_runs_several_pairs_and_the_order_alternates_across_rounds() -> None:
+    calls: list[str] = []
+
+    def run(name: str, concurrency: int, duration_s: float) -> dict:
+        calls.append(name)
+        return row(100.0 if name == OFF else 100.0 + len(calls))  # each traced run a little dearer
+
+    pairs = run_pairs(run, 0, 5.0) + run_pairs(run, 1, 5.0)
+    assert len(pairs) == 2 * PAIRS_PER_ROUND
+    firsts = calls[::2]  # who ran first in each pair: off, on, off, ... through both rounds
+    assert firsts == [OFF if i % 2 == 0 else ON for i in range(len(pairs))]
+    ratios = [on["cpu_us_per_request"]["proxy"] / off["cpu_us_per_request"]["proxy"] for off, on in pairs]
+    assert overhead(pairs) == round(statistics.median(ratios), 3)
 
 
 def test_the_receiver_runs_niced_and_decodes_after_the_runs() -> None:
