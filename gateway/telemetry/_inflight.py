@@ -26,8 +26,8 @@ class HasContext(Protocol):
 
 class _Ended:
     """What an ended lean span leaves for a link: its ids. The span itself,
-    with its attributes, is freed: ~4,000 of them kept alive for the window
-    were a few MB that the allocator could not reuse while hot."""
+    with its attributes, is freed: the window held ~2 s of a loaded
+    gateway's decode spans, attribute dicts and all, otherwise."""
 
     __slots__ = ("trace_id", "span_id", "trace_state")
 
