@@ -73,9 +73,10 @@ class DirectBody:
         return write is not None and write(b"")
 
     def write(self, chunk: bytes) -> None:
-        """Write `chunk`, a message that is not the body's last; only right after `ready()`."""
-        assert self._write is not None
-        self._write(chunk)
+        """Write `chunk`, a message that is not the body's last; only right after `ready()`.
+        Raises if the writer refuses it (the bytes would be lost, not delayed)."""
+        if self._write is None or not self._write(chunk):
+            raise RuntimeError("a direct body write was refused: write only right after ready()")
         self.sent += len(chunk)
 
     def open(self, write: Callable[[bytes], bool]) -> None:

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import AsyncGenerator, MutableMapping
 from typing import Any
 
+import pytest
+
 from gateway.http.sse import BODY_WRITE, CLIENT_GONE, EventStreamResponse
 from gateway.serving.openai import sse
 
@@ -231,3 +233,18 @@ async def test_a_direct_body_opens_after_the_first_message_and_counts_for_the_re
     assert out == [b"data: head\n\n", b"data: lane-1\n\n", b"data: 2\n\n", b"data: lane-2\n\n", sse.DONE]
     assert told == [(len(out[0]), False), (sum(map(len, out)), True)]
     assert not direct.ready() and direct.sent == len(out[1]) + len(out[3])
+
+
+def test_a_direct_write_the_writer_refuses_raises_instead_of_losing_the_bytes() -> None:
+    from gateway.http.sse import DirectBody
+
+    direct = DirectBody()
+    with pytest.raises(RuntimeError, match="refused"):
+        direct.write(b"data: x\n\n")  # shut: nothing may be written
+    accept = {"now": True}
+    direct.open(lambda body: accept["now"])
+    direct.write(b"data: 1\n\n")
+    accept["now"] = False  # e.g. the client paused reading after ready() was asked
+    with pytest.raises(RuntimeError, match="refused"):
+        direct.write(b"data: 2\n\n")
+    assert direct.sent == len(b"data: 1\n\n")  # only what went out is counted
