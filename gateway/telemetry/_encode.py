@@ -1,6 +1,6 @@
 """Spans to the bytes of an OTLP `ExportTraceServiceRequest`, written directly
-in the protobuf wire format: each span as it ends, a batch by one join (in
-the export thread).
+in the protobuf wire format: a request's spans when it finishes (`span_fields`),
+a batch by one join (in the export thread).
 
 Why not the SDK's encoder (`opentelemetry.exporter.otlp.proto.common`): it
 builds one generated message object per span, attribute and value before
@@ -11,7 +11,8 @@ node, phase, tenant, operation) and are a dict hit on their finished bytes;
 the rest are written from a per-key prefix. A span with nothing rare (no
 events, links or status; flat attribute values) is written by
 `_spanwire.c` instead, the same bytes at a fraction of the CPU, where the
-optional extension was built. The output of both is checked against the
+optional extension was built: a request's common spans in one call that
+reads them from their slots. The output of both is checked against the
 SDK's encoder, decoded with the OpenTelemetry proto package
 (tests/unit/gateway/telemetry/test_encode.py).
 
@@ -29,10 +30,14 @@ from gateway.telemetry._lean import LeanSpan
 
 # The C encoder of the common span (_spanwire.c); None where no compiler built it.
 _span_field: Callable[..., bytes | None] | None
+_span_fields: Callable[[list[LeanSpan]], tuple[bytes, list[LeanSpan]]] | None
 try:
     from gateway.telemetry._spanwire import span_field as _span_field
+    from gateway.telemetry._spanwire import span_fields as _span_fields
 except ImportError:  # pragma: no cover - exercised where the extension is not built
-    _span_field = None
+    _span_field = _span_fields = None
+
+ENCODE_ERRORS = (TypeError, ValueError, AttributeError, OverflowError, struct.error)  # what OTLP cannot carry raises
 
 _SMALL = tuple(bytes((i,)) for i in range(128))
 # Finished span attribute fields: key -> value -> (type, bytes). A key with more
@@ -193,6 +198,27 @@ def encode_span(span: LeanSpan) -> bytes:
         if field is not None:
             return field
     return _python_span(span)
+
+
+def span_fields(spans: list[LeanSpan]) -> tuple[bytes, list[tuple[LeanSpan, Exception]]]:
+    """The `Span` fields of `spans` back to back (for `wrap_spans`, as one
+    piece), and the spans no encoder could write, with why (they are left out).
+    The C encoder reads the common spans from their slots in one call; the
+    rest, and every span where it was not built, go through `encode_span`."""
+    if _span_fields is not None:
+        written, rest = _span_fields(spans)
+        if not rest:
+            return written, []
+        parts = [written]
+    else:
+        parts, rest = [], spans
+    failed: list[tuple[LeanSpan, Exception]] = []
+    for span in rest:
+        try:
+            parts.append(encode_span(span))
+        except ENCODE_ERRORS as exc:
+            failed.append((span, exc))
+    return b"".join(parts), failed
 
 
 def _python_span(span: LeanSpan) -> bytes:

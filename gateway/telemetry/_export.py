@@ -1,19 +1,21 @@
 """The gateway's span export: one bounded queue, one thread, one OTLP body per batch.
 
     queue = SpanQueue(post, resource=..., scope=...)   # post(body) -> bool, blocking (HTTP)
-    queue.put(span)          # request path: the span's bytes appended; never a wake-up, never blocks
+    queue.put_many(spans)    # request path: a request's spans' bytes appended; never blocks
+    queue.put(span)          # one span (the control plane's, a late one)
     queue.flush()            # everything queued so far, exported now (tests, shutdown)
     queue.shutdown()
 
-`put` writes the ended span's protobuf bytes at once (`_encode.encode_span`)
-and keeps only those: a span object held until the next export would live
+`put_many` writes the ended spans' protobuf bytes at once, as one piece
+(`_encode.span_fields`), and keeps only those: a span object held until the next export would live
 through the collector's young generations into the old one, and its
 encoding in the export thread would hold the GIL against the event loop for
 tens of milliseconds a batch (measured in docs/benchmarks-history.md,
 tracing). The thread sleeps `delay_s` between exports and is woken early only
 when a full batch is waiting (once per `batch` spans, never per span); each
-wake joins what was queued when it woke into request bodies of at most
-`batch` spans (`_encode.wrap_spans`) and posts each. Spans that arrive
+wake joins what was queued when it woke into request bodies of `batch`
+spans (`_encode.wrap_spans`; one more request's spans at most, as a piece
+is not split) and posts each. Spans that arrive
 while it posts wait for the next wake unless a full batch of them is
 waiting: draining until the queue was empty turned a slow collector into
 a stream of small posts (tens a second, each with the HTTP client's fixed
@@ -33,7 +35,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from gateway.telemetry._encode import encode_span, resource_head, scope_head, wrap_spans
+from gateway.telemetry._encode import resource_head, scope_head, span_fields, wrap_spans
 from gateway.telemetry._lean import LeanSpan
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,14 @@ class SpanQueue:
         self._batch = batch
         self._delay_s = delay_s
         self._on_shutdown = on_shutdown  # the transport's own close, after the last export
-        self._spans: collections.deque[bytes] = collections.deque()  # encoded Span fields
+        # Encoded Span fields, one piece per `put_many`, and how many spans each piece holds
+        # (appended before its piece: the export thread pops a piece, then its count).
+        self._spans: collections.deque[bytes] = collections.deque()
+        self._counts: collections.deque[int] = collections.deque()
+        # Spans ever queued and ever taken out: each written by one side only (the
+        # event loop; the exporter, under its lock), so neither update is lost.
+        self._in = 0
+        self._out = 0
         self._wake = threading.Event()
         self._export_lock = threading.Lock()  # the thread and a flush never interleave their batches
         self._stopped = False
@@ -75,26 +84,35 @@ class SpanQueue:
         self._thread.start()
 
     def put(self, span: LeanSpan) -> None:
-        """Queues an ended span's bytes (called on the event loop: no lock, no
+        self.put_many([span])
+
+    def put_many(self, spans: list[LeanSpan]) -> None:
+        """Queues ended spans' bytes (called on the event loop: no lock, no
         wake but one per batch; a span the encoder cannot write is counted and
         dropped, never raised into the request)."""
-        spans = self._spans
         n = len(spans)
-        if n >= self._max or self._stopped:
-            self.dropped += 1
+        held = self._in - self._out
+        if held + n > self._max or self._stopped:
+            self.dropped += n
             return
-        try:
-            spans.append(encode_span(span))
-        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-            self.unencodable += 1
-            if self.unencodable == 1:
+        data, failed = span_fields(spans)
+        if failed:
+            self.unencodable += len(failed)
+            if self.unencodable == len(failed):
+                span, exc = failed[0]
                 log.error("span %r could not be encoded (%s); such spans are dropped", span.name, exc)
-            return
-        if n + 1 == self._batch:
+            n -= len(failed)
+            if not n:
+                return
+        self._in += n
+        self._counts.append(n)
+        self._spans.append(data)
+        if held < self._batch <= held + n:
             self._wake.set()
 
     def __len__(self) -> int:
-        return len(self._spans)
+        """Spans held."""
+        return self._in - self._out
 
     def flush(self) -> bool:
         """Exports every span queued so far; True when every post succeeded."""
@@ -115,20 +133,27 @@ class SpanQueue:
             self._wake.wait(self._delay_s)
             self._wake.clear()
             # What is queued now, then full batches only: what comes while it posts waits.
-            self._export_all(len(self._spans))
-            while len(self._spans) >= self._batch and not self._stopped:
+            self._export_all(len(self))
+            while len(self) >= self._batch and not self._stopped:
                 self._export_all(self._batch)
 
     def _export_all(self, count: int | None = None) -> bool:
-        """Posts the `count` oldest spans (None: every span, until the queue is empty)."""
+        """Posts the `count` oldest spans (None: every span, until the queue is
+        empty), in bodies of `batch` spans: whole pieces, so a body or the last
+        one may hold a piece's spans more."""
         ok = True
         with self._export_lock:
-            spans = self._spans
+            spans, counts = self._spans, self._counts
             while spans and (count is None or count > 0):
-                take = min(len(spans), self._batch) if count is None else min(len(spans), self._batch, count)
+                take = self._batch if count is None else min(self._batch, count)
+                pieces, taken = [], 0
+                while spans and taken < take:
+                    pieces.append(spans.popleft())
+                    taken += counts.popleft()
+                self._out += taken
                 if count is not None:
-                    count -= take
-                body = wrap_spans(self._resource, self._scope, [spans.popleft() for _ in range(take)])
+                    count -= taken
+                body = wrap_spans(self._resource, self._scope, pieces)
                 try:
                     sent = self._post(body)
                 except Exception:  # the transport failing must not end the thread: logged, counted

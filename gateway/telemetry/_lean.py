@@ -7,10 +7,11 @@ finished `ReadableSpan` handed to its batch processor cost ~10 µs a span
 (docs/benchmarks-history.md, "bench gateway", tracing). A request makes six
 to ten spans, so the request path records `LeanSpan`s: a slots object with
 the ids as plain ints, the attributes as the serving code's own dict and
-values; `end()` hands it to the export queue (`_export.SpanQueue`), which
-keeps only its OTLP bytes (`_encode.py`) for the export thread to post in
-batches. No `SpanContext` is built unless a caller asks for one (a
-`traceparent` for a worker call, a link).
+values, made by `new_span` (in C where the optional extension was built);
+once ended it goes to the export queue (`_export.SpanQueue`: a request's
+spans together, when its turn finishes, `_turn.py`), which keeps only their
+OTLP bytes (`_encode.py`) for the export thread to post in batches. No
+`SpanContext` is built unless a caller asks for one (a link).
 
 The sampling rule is the one `TraceSettings` names (ratio on the trace id,
 the caller's sampled flag first when parent-based), applied inline with the
@@ -36,6 +37,18 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from core.tracing import TraceSettings
 
+_configure: Callable[..., None] | None
+try:  # the optional C extension (_spanwire.c): spans made and encoded without a Python frame
+    from gateway.telemetry._spanwire import configure as _configure
+    from gateway.telemetry._spanwire import new_span as _new_span
+    from gateway.telemetry._spanwire import traceparent as _traceparent
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    _configure = None
+
+    def _traceparent(trace_id: int, span_id: int, /) -> str:
+        return f"00-{trace_id:032x}-{span_id:016x}-01"
+
+
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _LOW64 = TraceIdRatioBased.TRACE_ID_LIMIT
 _getrandbits = random.getrandbits
@@ -46,12 +59,20 @@ INTERNAL = SpanKind.INTERNAL.value
 class LeanSink:
     """Where this process's lean spans go, and which new traces are kept.
 
-    `put` takes an ended span (the export queue's `put`; it must not block)."""
+    `put` takes an ended span, `put_many` a list of them (a request's, at its
+    end): the export queue's; neither may block. Without `put_many` each span
+    of a list goes to `put`."""
 
-    __slots__ = ("put", "_bound", "_parent_based")
+    __slots__ = ("put", "put_many", "_bound", "_parent_based")
 
-    def __init__(self, put: Callable[[LeanSpan], None], settings: TraceSettings) -> None:
+    def __init__(
+        self,
+        put: Callable[[LeanSpan], None],
+        settings: TraceSettings,
+        put_many: Callable[[list[LeanSpan]], None] | None = None,
+    ) -> None:
         self.put = put
+        self.put_many = put_many if put_many is not None else _each(put)
         self._bound = TraceIdRatioBased.get_bound_for_rate(settings.sample_ratio)
         self._parent_based = settings.parent_based
 
@@ -61,36 +82,43 @@ class LeanSink:
             return remote.trace_flags.sampled
         return trace_id & _LOW64 < self._bound
 
-    def root(
-        self, name: str, remote: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]
-    ) -> LeanSpan | None:
+    def root(self, name: str, remote: SpanContext | None, kind: int, attributes: dict[str, Any]) -> LeanSpan | None:
         """A request's own span, child of the client's `remote` context if any;
-        None when the sampler drops the trace."""
+        None when the sampler drops the trace. `kind`: a `SpanKind`'s value."""
         if remote is None:
             trace_id = _getrandbits(128) or 1
             if trace_id & _LOW64 >= self._bound:
                 return None
-            return LeanSpan(self.put, name, trace_id, 0, kind.value, attributes, _time_ns())
+            return new_span(self.put, name, trace_id, 0, kind, attributes, None, None)
         if not self.sampled(remote.trace_id, remote):
             return None
-        span = LeanSpan(self.put, name, remote.trace_id, remote.span_id, kind.value, attributes, _time_ns())
+        span = new_span(
+            self.put, name, remote.trace_id, remote.span_id, kind, attributes, None, remote.trace_state or None
+        )
         span.parent_remote = True
-        span.trace_state = remote.trace_state or None
         return span
 
     def child(
-        self, parent: LeanSpan, name: str, kind: SpanKind, attributes: dict[str, Any] | None, start_time: int | None
+        self, parent: LeanSpan, name: str, kind: int, attributes: dict[str, Any] | None, start_time: int | None
     ) -> LeanSpan:
-        return LeanSpan(
+        return new_span(
             self.put,
             name,
             parent.trace_id,
             parent.span_id,
-            kind.value,
+            kind,
             {} if attributes is None else attributes,
-            _time_ns() if start_time is None else start_time,
+            start_time,
             parent.trace_state,
         )
+
+
+def _each(put: Callable[[LeanSpan], None]) -> Callable[[list[LeanSpan]], None]:
+    def put_many(spans: list[LeanSpan]) -> None:
+        for span in spans:
+            put(span)
+
+    return put_many
 
 
 class LeanSpan:
@@ -173,7 +201,7 @@ class LeanSpan:
 
     def traceparent(self) -> str:
         """The W3C `traceparent` naming this span as the parent (sampled: only sampled spans exist)."""
-        return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
+        return _traceparent(self.trace_id, self.span_id)
 
     def is_recording(self) -> bool:
         return self.end_time == 0
@@ -200,9 +228,34 @@ class LeanSpan:
         self.attributes["exception.message"] = str(exc)[:512]
 
     def end(self, end_time: int | None = None) -> None:
-        """Ends the span (once) and hands it to the export queue."""
+        """Ends the span (once) and hands it to the export queue (none for a
+        turn's child: the turn hands its children over when it finishes)."""
         if self.end_time:
             return
         self.end_time = _time_ns() if end_time is None else end_time
         if self._put is not None:
             self._put(self)
+
+
+def _python_new_span(
+    put: Callable[[LeanSpan], None] | None,
+    name: str,
+    trace_id: int,
+    parent_id: int,
+    kind: int,
+    attributes: dict[str, Any],
+    start_time: int | None,
+    trace_state: TraceState | None,
+) -> LeanSpan:
+    return LeanSpan(
+        put, name, trace_id, parent_id, kind, attributes, _time_ns() if start_time is None else start_time, trace_state
+    )
+
+
+# new_span(put, name, trace_id, parent_id, kind, attributes, start_time | None, trace_state | None):
+# an open `LeanSpan`, as its constructor makes one (start_time None: now). The C one fills the
+# slots (their offsets found by `configure`) without running `__init__`.
+new_span: Callable[..., LeanSpan] = _python_new_span
+if _configure is not None:
+    _configure(LeanSpan, _getrandbits)
+    new_span = _new_span

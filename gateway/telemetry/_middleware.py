@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from gateway.telemetry.tracing import Tracing
 
 
+_SERVER = SpanKind.SERVER.value  # `SpanKind.value` is a property call
+
+
 def _trace_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
     """(traceparent, tracestate) of an ASGI request's headers."""
     traceparent = tracestate = None
@@ -65,7 +68,7 @@ class TurnOpener:
         span = self.sink.root(
             f"POST {path}",
             remote,
-            SpanKind.SERVER,
+            _SERVER,
             {"http.request.method": "POST", "url.path": path, "gen_ai.operation.name": operation},
         )
         if span is None:  # sampled out: no turn, no child span, nothing sent to the workers

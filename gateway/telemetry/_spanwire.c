@@ -1,17 +1,27 @@
-/* The common request-path span as its OTLP `Span` field, in C.
+/* The request path's spans in C: made, and written as OTLP `Span` fields.
 
-   `_encode.encode_span` calls `span_field` for a span without events, links
-   or status (every request-path span but an error's); it returns the
-   same bytes as the Python encoder, or None where a value is of a kind it
-   does not write (a mapping, a nested sequence, an int past 64 bits, a
-   string that is not valid UTF-8, None, any other object): the Python
-   encoder then writes the span (and raises for what OTLP cannot carry).
-   Built as an optional extension: without a compiler the Python encoder
-   writes every span. Field numbers as in `_encode.py`. */
+   `new_span` makes an open `_lean.LeanSpan` (its slots filled, `__init__`
+   not run); `span_fields` writes a list of ended ones (a request's, when its
+   turn finishes) into one bytes object, reading their slots directly, and
+   hands back the spans it does not write; `traceparent` formats a span's
+   W3C header. `configure(LeanSpan, getrandbits)` tells it where the slots
+   are. `span_field` writes one span from its parts (`_encode.encode_span`,
+   for the spans the list call leaves: a trace state, which it writes).
+
+   What the encoders leave to the Python one: events, links or a status
+   (the control plane's spans and errors), a value of a kind they do not
+   write (a mapping, a nested sequence, an int past 64 bits, a string that
+   is not valid UTF-8, None, any other object); the Python encoder then
+   writes the span (and raises for what OTLP cannot carry). The bytes are
+   the Python encoder's (tests/unit/gateway/telemetry/test_spanwire.py).
+   Built as an optional extension: without a compiler the Python code does
+   all of it. Field numbers as in `_encode.py`. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#include <structmember.h>
+#include <time.h>
 
 typedef struct {
     unsigned char *p;
@@ -261,9 +271,275 @@ static PyObject *span_field(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+/* -- whole spans, read from their slots -------------------------------------------
+
+   `configure(LeanSpan)` finds where each slot of `_lean.LeanSpan` lives in
+   its instances (the offsets its member descriptors hold); `span_fields`
+   then reads ended spans of exactly that class without an attribute lookup
+   and writes each common one (no events, links, status nor trace state,
+   every value one it writes) as its Span field, all into one bytes object:
+   the fields of a ScopeSpans message's spans, back to back. */
+
+enum { S_NAME, S_TRACE, S_SPAN, S_PARENT, S_REMOTE, S_STATE, S_KIND, S_ATTRS, S_START, S_END, S_STATUS, S_LINKS,
+       S_EVENTS, S_PUT, S_COUNT };
+static const char *slot_names[S_COUNT] = {"name",       "trace_id", "span_id",    "parent_id", "parent_remote",
+                                          "trace_state", "kind",    "attributes", "start_time", "end_time",
+                                          "status",     "links",    "events",     "_put"};
+static Py_ssize_t slot_offset[S_COUNT];
+static PyTypeObject *span_type = NULL; /* the class `configure` was given (a strong reference) */
+static PyObject *getrandbits = NULL;   /* random.getrandbits: span ids as the Python class draws them */
+static PyObject *bits64 = NULL, *empty = NULL, *zero = NULL;
+
+static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* (cls, getrandbits) */
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure(cls, getrandbits): a class with the span's slots");
+        return NULL;
+    }
+    PyObject *cls = args[0];
+    if (bits64 == NULL && (bits64 = PyLong_FromLong(64)) == NULL) return NULL;
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL) return NULL;
+    if (empty == NULL && (empty = PyTuple_New(0)) == NULL) return NULL;
+    Py_ssize_t found[S_COUNT];
+    for (int i = 0; i < S_COUNT; i++) {
+        PyObject *d = PyObject_GetAttrString(cls, slot_names[i]);
+        if (d == NULL) return NULL;
+        int member = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                     ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (member) found[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!member) {
+            PyErr_Format(PyExc_TypeError, "%s is not a slot of %R", slot_names[i], cls);
+            return NULL;
+        }
+    }
+    memcpy(slot_offset, found, sizeof(found));
+    Py_INCREF(cls);
+    Py_XSETREF(span_type, (PyTypeObject *)cls);
+    Py_INCREF(args[1]);
+    Py_XSETREF(getrandbits, args[1]);
+    Py_RETURN_NONE;
+}
+
+#define SLOT(obj, i) (*(PyObject **)((char *)(obj) + slot_offset[i]))
+
+static PyObject *new_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* (put, name, trace_id, parent_id, kind, attributes, start_time | None, trace_state | None): an
+       open span of the configured class, as its __init__ makes one (a new span id; now, for a
+       start_time of None), without running it. */
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "new_span(put, name, trace_id, parent_id, kind, attributes, start_time, trace_state)");
+        return NULL;
+    }
+    if (span_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "new_span before configure(LeanSpan)");
+        return NULL;
+    }
+    PyObject *start = args[6];
+    if (start == Py_None) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+        start = PyLong_FromUnsignedLongLong((unsigned long long)ts.tv_sec * 1000000000ULL + ts.tv_nsec);
+    } else {
+        Py_INCREF(start);
+    }
+    if (start == NULL) return NULL;
+    PyObject *span_id = PyObject_CallOneArg(getrandbits, bits64);
+    if (span_id == NULL) {
+        Py_DECREF(start);
+        return NULL;
+    }
+    if (!PyObject_IsTrue(span_id)) { /* 0 is no span id */
+        Py_SETREF(span_id, PyLong_FromLong(1));
+        if (span_id == NULL) {
+            Py_DECREF(start);
+            return NULL;
+        }
+    }
+    PyObject *span = span_type->tp_alloc(span_type, 0);
+    if (span == NULL) {
+        Py_DECREF(start);
+        Py_DECREF(span_id);
+        return NULL;
+    }
+    SLOT(span, S_PUT) = Py_NewRef(args[0]);
+    SLOT(span, S_NAME) = Py_NewRef(args[1]);
+    SLOT(span, S_TRACE) = Py_NewRef(args[2]);
+    SLOT(span, S_SPAN) = span_id;
+    SLOT(span, S_PARENT) = Py_NewRef(args[3]);
+    SLOT(span, S_REMOTE) = Py_NewRef(Py_False);
+    SLOT(span, S_STATE) = Py_NewRef(args[7]);
+    SLOT(span, S_KIND) = Py_NewRef(args[4]);
+    SLOT(span, S_ATTRS) = Py_NewRef(args[5]);
+    SLOT(span, S_START) = start;
+    SLOT(span, S_END) = Py_NewRef(zero);
+    SLOT(span, S_STATUS) = Py_NewRef(Py_None);
+    SLOT(span, S_LINKS) = Py_NewRef(Py_None);
+    SLOT(span, S_EVENTS) = Py_NewRef(empty);
+    return span;
+}
+
+static int u64_of(PyObject *v, uint64_t *out) {
+    if (v == NULL || !PyLong_CheckExact(v)) return 0;
+    *out = PyLong_AsUnsignedLongLong(v);
+    if (*out == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* negative or past 64 bits: the Python encoder's to write (or refuse) */
+        return 0;
+    }
+    return 1;
+}
+
+/* One span's Span field appended to `b`: 1 written, 0 left to the Python encoder (`b` as it was), -1 error. */
+static int put_span(Buf *b, PyObject *span) {
+    PyObject *events = SLOT(span, S_EVENTS), *links = SLOT(span, S_LINKS), *status = SLOT(span, S_STATUS);
+    PyObject *state = SLOT(span, S_STATE), *name = SLOT(span, S_NAME), *kind_obj = SLOT(span, S_KIND);
+    PyObject *attrs = SLOT(span, S_ATTRS), *remote = SLOT(span, S_REMOTE), *trace = SLOT(span, S_TRACE);
+    if (events == NULL || !PyTuple_CheckExact(events) || PyTuple_GET_SIZE(events) != 0) return 0;
+    if (links != Py_None || status != Py_None || state != Py_None) return 0;
+    if (name == NULL || !PyUnicode_CheckExact(name) || attrs == NULL || !PyDict_CheckExact(attrs)) return 0;
+    if (remote != Py_True && remote != Py_False) return 0;
+    uint64_t span_id, parent_id, start, end, kind;
+    if (!u64_of(SLOT(span, S_SPAN), &span_id) || !u64_of(SLOT(span, S_PARENT), &parent_id) ||
+        !u64_of(SLOT(span, S_START), &start) || !u64_of(SLOT(span, S_END), &end) || !u64_of(kind_obj, &kind) ||
+        kind > 4 || trace == NULL || !PyLong_CheckExact(trace))
+        return 0;
+    unsigned char tid[16];
+    if (_PyLong_AsByteArray((PyLongObject *)trace, tid, 16, 0, 0) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t nlen;
+    const char *n = PyUnicode_AsUTF8AndSize(name, &nlen);
+    if (n == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    /* The body goes after room for its tag and the longest length varint; moved back once known. */
+    Py_ssize_t at = b->len;
+    if (buf_reserve(b, 96 + nlen) < 0) return -1;
+    b->len += 11;
+    Py_ssize_t body = b->len;
+    b->p[b->len++] = 0x0A; /* trace_id */
+    b->p[b->len++] = 16;
+    put_bytes(b, tid, 16);
+    b->p[b->len++] = 0x12; /* span_id */
+    b->p[b->len++] = 8;
+    put_be64(b, span_id);
+    if (parent_id) {
+        b->p[b->len++] = 0x22; /* parent_span_id */
+        b->p[b->len++] = 8;
+        put_be64(b, parent_id);
+    }
+    b->p[b->len++] = 0x2A; /* name */
+    put_varint(b, (uint64_t)nlen);
+    put_bytes(b, n, nlen);
+    b->p[b->len++] = 0x30; /* kind: OTLP counts from UNSPECIFIED = 0 */
+    b->p[b->len++] = (unsigned char)(kind + 1);
+    b->p[b->len++] = 0x39; /* start_time_unix_nano, fixed64 */
+    put_le64(b, start);
+    b->p[b->len++] = 0x41; /* end_time_unix_nano */
+    put_le64(b, end);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(attrs, &pos, &key, &value)) {
+        int r = put_attribute(b, key, value);
+        if (r <= 0) {
+            b->len = at;
+            return r;
+        }
+    }
+    /* status (field 15) present and empty, as the SDK's encoder writes it; then flags (field 16,
+       fixed32): "has is_remote", and the parent's is_remote */
+    static const unsigned char tail_local[] = {0x7A, 0x00, 0x85, 0x01, 0x00, 0x01, 0x00, 0x00};
+    static const unsigned char tail_remote[] = {0x7A, 0x00, 0x85, 0x01, 0x00, 0x03, 0x00, 0x00};
+    if (buf_reserve(b, 8) < 0) return -1;
+    put_bytes(b, remote == Py_True ? tail_remote : tail_local, 8);
+    Py_ssize_t size = b->len - body;
+    unsigned char head[11];
+    int h = 0;
+    head[h++] = 0x12; /* ScopeSpans.spans, field 2 */
+    for (uint64_t left = (uint64_t)size;; left >>= 7) {
+        if (left < 0x80) {
+            head[h++] = (unsigned char)left;
+            break;
+        }
+        head[h++] = (unsigned char)((left & 0x7F) | 0x80);
+    }
+    memmove(b->p + at + h, b->p + body, size);
+    memcpy(b->p + at, head, h);
+    b->len = at + h + size;
+    return 1;
+}
+
+static PyObject *traceparent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* (trace_id, span_id) -> the W3C traceparent naming that span, sampled: "00-<32 hex>-<16 hex>-01" */
+    if (nargs != 2 || !PyLong_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "traceparent(trace_id: int, span_id: int)");
+        return NULL;
+    }
+    unsigned char ids[24];
+    if (_PyLong_AsByteArray((PyLongObject *)args[0], ids, 16, 0, 0) < 0 ||
+        _PyLong_AsByteArray((PyLongObject *)args[1], ids + 16, 8, 0, 0) < 0)
+        return NULL;
+    static const char hex[] = "0123456789abcdef";
+    char out[55];
+    memcpy(out, "00-", 3);
+    for (int i = 0; i < 24; i++) {
+        int at = 3 + 2 * i + (i >= 16);
+        out[at] = hex[ids[i] >> 4];
+        out[at + 1] = hex[ids[i] & 15];
+    }
+    out[35] = '-';
+    memcpy(out + 52, "-01", 3);
+    return PyUnicode_FromStringAndSize(out, 55);
+}
+
+static PyObject *span_fields(PyObject *self, PyObject *spans) {
+    /* (spans: list) -> (bytes of the Span fields it wrote, list of the spans it left, in order) */
+    if (!PyList_CheckExact(spans)) {
+        PyErr_SetString(PyExc_TypeError, "span_fields(spans: list)");
+        return NULL;
+    }
+    if (span_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "span_fields before configure(LeanSpan)");
+        return NULL;
+    }
+    PyObject *rest = PyList_New(0);
+    if (rest == NULL) return NULL;
+    Buf b;
+    b.p = b.small;
+    b.len = 0;
+    b.cap = (Py_ssize_t)sizeof(b.small);
+    Py_ssize_t count = PyList_GET_SIZE(spans);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *span = PyList_GET_ITEM(spans, i);
+        int r = Py_IS_TYPE(span, span_type) ? put_span(&b, span) : 0;
+        if (r < 0 || (r == 0 && PyList_Append(rest, span) < 0)) {
+            buf_free(&b);
+            Py_DECREF(rest);
+            return NULL;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)b.p, b.len);
+    buf_free(&b);
+    if (out == NULL) {
+        Py_DECREF(rest);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", out, rest);
+}
+
 static PyMethodDef methods[] = {
     {"span_field", (PyCFunction)(void (*)(void))span_field, METH_FASTCALL,
      "A request-path span's OTLP Span field (bytes), or None where the Python encoder must write it."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "Where the slots of the span class live, and the function that draws span ids."},
+    {"traceparent", (PyCFunction)(void (*)(void))traceparent, METH_FASTCALL,
+     "The W3C traceparent of a sampled span: traceparent(trace_id, span_id)."},
+    {"new_span", (PyCFunction)(void (*)(void))new_span, METH_FASTCALL, "An open span of the configured class."},
+    {"span_fields", span_fields, METH_O,
+     "The Span fields of the common spans of a list, as one bytes object, and the list of the others."},
     {NULL, NULL, 0, NULL},
 };
 

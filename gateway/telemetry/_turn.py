@@ -13,6 +13,11 @@ across an `await` or a `yield`: the orchestrator is an async generator,
 and a context attached in one step and detached in another breaks when its
 consumer changes context. A span the request left open (the client went
 away mid-stream) is ended by `Turn.close` with the reason.
+
+A turn keeps its child spans and hands them, ended, with its own span last,
+to the export queue in one list when it finishes (`LeanSink.put_many`: one
+encoder call for the request's spans instead of a queue call and an encoder
+call for each); a span made after that goes to the queue alone when it ends.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from gateway.telemetry._inflight import InflightSegments
-from gateway.telemetry._lean import LeanSink, LeanSpan
+from gateway.telemetry._lean import LeanSink, LeanSpan, new_span
 
 if TYPE_CHECKING:
     from workers.protocol import KVTransferSpec
@@ -51,9 +56,9 @@ class Turn:
     __slots__ = (
         "sink",
         "put",
+        "children",
         "span",
         "inflight",
-        "open",
         "output_tokens",
         "finish_reasons",
         "model",
@@ -65,11 +70,12 @@ class Turn:
 
     def __init__(self, sink: LeanSink, span: Span, inflight: InflightSegments, operation: str) -> None:
         self.sink = sink
-        self.put = sink.put  # where its ended spans go
+        self.put = sink.put  # where a span ended after the turn finished goes
+        # Its child spans, open or ended, to hand over when it finishes (None: finished, handed over).
+        self.children: list[Span] | None = []
         self.operation = operation
         self.span = span
         self.inflight = inflight
-        self.open: set[Span] = set()
         self.output_tokens = 0
         self.finish_reasons: list[str] = []
         self.model = ""
@@ -87,33 +93,38 @@ class Turn:
     ) -> Span:
         """A child of the request's span (it takes `attributes` as its own dict);
         `kind` is a `SpanKind`'s value (`INTERNAL`, `CLIENT`)."""
-        parent = self.span
-        span = LeanSpan(
-            self.put,
+        parent, children = self.span, self.children
+        span = new_span(
+            None if children is not None else self.put,  # the turn hands its children over
             name,
             parent.trace_id,
             parent.span_id,
             kind,
             {} if attributes is None else attributes,
-            _time_ns() if start_time is None else start_time,
+            start_time,
             parent.trace_state,
         )
-        self.open.add(span)
+        if children is not None:
+            children.append(span)
         return span
 
     def end(self, span: Span, attributes: dict[str, Any] | None = None, *, error: str | None = None) -> None:
+        """Ends `span` with these attributes added (once: an ended span's record stands)."""
+        if span.end_time:
+            return
         if attributes:
             span.attributes.update(attributes)
         if error:
             span.status = Status(StatusCode.ERROR, error)
-        self.open.discard(span)
-        if not span.end_time:  # `LeanSpan.end`, without its call
-            span.end_time = _time_ns()
+        span.end_time = _time_ns()
+        if self.children is None:  # made after the turn finished: it leaves alone
             self.put(span)
 
     def close(self, reason: str = "the request ended first") -> None:
-        for span in list(self.open):
-            self.end(span, error=reason)
+        """Ends the children still open, as errors for `reason`."""
+        for span in self.children or ():
+            if not span.end_time:
+                self.end(span, error=reason)
 
     # -- the answer, as the server sends it ------------------------------------------
     def responded(self, status: int) -> None:
@@ -151,7 +162,14 @@ class Turn:
             _TURN.reset(self.token)
             self.token = None
         self.close()
-        self.span.end()
+        children, span = self.children, self.span
+        if children is None:  # finished before
+            return
+        self.children = None
+        if not span.end_time:
+            span.end_time = _time_ns()
+            children.append(span)
+        self.sink.put_many(children)
 
 
 _TURN: ContextVar[Turn | None] = ContextVar("evolving_turn", default=None)
@@ -285,9 +303,13 @@ class JobTrace:
         if self._migration is not None:
             self._turn.end(self._migration, {"evolving.migration.to_node": node_id})
             self._migration = None
-        nodes = list(map(_NODE_ID, kv.load))
-        peers = set(nodes)
-        peers.discard(node_id)
+        blocks = peer_blocks = 0
+        peers: tuple[str, ...] = ()
+        if kv.load:
+            nodes = list(map(_NODE_ID, kv.load))
+            others = set(nodes)
+            others.discard(node_id)
+            blocks, peer_blocks, peers = len(nodes), len(nodes) - nodes.count(node_id), tuple(sorted(others))
         span = self._turn.child(
             role,
             {
@@ -297,9 +319,9 @@ class JobTrace:
                 "evolving.phase": role,
                 "evolving.context_tokens": context_tokens,
                 "gen_ai.request.max_tokens": max_tokens,
-                "evolving.kv.load_blocks": len(nodes),
-                "evolving.kv.peer_blocks": len(nodes) - nodes.count(node_id),
-                "evolving.kv.peers": tuple(sorted(peers)) if peers else (),
+                "evolving.kv.load_blocks": blocks,
+                "evolving.kv.peer_blocks": peer_blocks,
+                "evolving.kv.peers": peers,
                 "evolving.resumed": self._resumed,
             },
             kind=CLIENT,

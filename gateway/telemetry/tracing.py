@@ -84,7 +84,7 @@ class Tracing:
         # The request path's spans (`_lean.py`): the same sampling rule and export queue as the tracer's.
         self.sink: LeanSink | None = None
         if queue is not None and settings is not None:
-            self.sink = LeanSink(queue.put, settings)
+            self.sink = LeanSink(queue.put, settings, queue.put_many)
         self.inflight = InflightSegments()
 
     @classmethod

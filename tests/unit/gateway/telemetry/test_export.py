@@ -66,6 +66,35 @@ def test_a_span_the_encoder_cannot_write_is_dropped_not_raised() -> None:
     q.shutdown()
 
 
+def test_a_requests_spans_queue_as_one_piece_that_no_body_splits() -> None:
+    posts = Posts()
+    q = queue(posts, batch=4, max_queue=12, delay_s=60)
+    q.put_many([ended(f"a{i}") for i in range(3)])
+    time.sleep(0.05)
+    assert posts.bodies == [] and len(q) == 3  # under a batch: the thread sleeps on
+    q.put_many([ended(f"b{i}") for i in range(3)])  # past a batch: it wakes, posts both pieces in one body
+    assert posts.posted.wait(5)
+    q.put_many([ended(f"c{i}") for i in range(3)])
+    q.put_many([ended("d0")])  # a full batch again
+    assert q.flush()
+    assert [len(r.resource_spans[0].scope_spans[0].spans) for r in posts.bodies] == [6, 4]
+    assert posts.names() == [*(f"a{i}" for i in range(3)), *(f"b{i}" for i in range(3)), "c0", "c1", "c2", "d0"]
+    assert len(q) == 0
+    q.put_many([ended("ok"), ended("worse", {"x": 2**70}), ended("fine")])  # one span OTLP cannot carry
+    q.flush()
+    assert q.unencodable == 1 and posts.names()[-2:] == ["ok", "fine"]
+    q.shutdown()
+
+
+def test_a_piece_that_does_not_fit_is_dropped_whole_and_counted() -> None:
+    q = queue(Posts(), batch=8, max_queue=8, delay_s=60)
+    q.put_many([ended(f"a{i}") for i in range(5)])
+    q.put_many([ended(f"b{i}") for i in range(4)])  # 9 > 8 held at most
+    q.put_many([ended(f"c{i}") for i in range(3)])
+    assert q.dropped == 4 and len(q) == 8
+    q.shutdown()
+
+
 def test_shutdown_posts_what_is_left_closes_the_transport_and_refuses_more() -> None:
     posts = Posts()
     closed = []

@@ -13,7 +13,7 @@ from core.tracing import TraceSettings
 from gateway.telemetry._lean import LeanSink, LeanSpan
 from gateway.telemetry._provider import sampler_of
 
-SERVER = SpanKind.SERVER
+SERVER = SpanKind.SERVER.value
 
 
 def remote(sampled: bool, state: str = "") -> SpanContext:
@@ -32,7 +32,7 @@ def test_the_same_decisions_as_the_sdk_sampler(ratio: float, parent_based: bool)
         trace_id = rng.getrandbits(128)
         for parent in (None, remote(True), remote(False)):
             ctx = set_span_in_context(NonRecordingSpan(parent)) if parent is not None else None
-            want = sdk.should_sample(ctx, trace_id, "x", SERVER).decision is Decision.RECORD_AND_SAMPLE
+            want = sdk.should_sample(ctx, trace_id, "x", SpanKind.SERVER).decision is Decision.RECORD_AND_SAMPLE
             assert sink.sampled(trace_id, parent) is want
 
 
@@ -46,7 +46,7 @@ def test_a_root_is_new_or_the_clients_child_and_children_share_its_trace() -> No
     assert (joined.trace_id, joined.parent_id, joined.parent_remote) == (0xABC, 0xDEF, True)
     assert joined.trace_state is not None and joined.trace_state.to_header() == "k=v"
     assert sink.root("chat", remote(False), SERVER, {}) is None  # the client did not sample it
-    child = sink.child(joined, "tokenize", SpanKind.INTERNAL, None, 5)
+    child = sink.child(joined, "tokenize", SpanKind.INTERNAL.value, None, 5)
     assert (child.trace_id, child.parent_id, child.start_time) == (0xABC, joined.span_id, 5)
     assert child.traceparent() == f"00-{0xABC:032x}-{child.span_id:016x}-01"
     ctx = child.get_span_context()
