@@ -152,7 +152,7 @@ class LeanSpan:
         parent_id: int,
         kind: int,
         attributes: dict[str, Any],
-        start_time: int,
+        start_time: int | None,
         trace_state: TraceState | None = None,
     ) -> None:
         self._put = put
@@ -164,7 +164,7 @@ class LeanSpan:
         self.trace_state = trace_state
         self.kind = kind
         self.attributes = attributes
-        self.start_time = start_time
+        self.start_time = _time_ns() if start_time is None else start_time  # None: now
         self.end_time = 0
         self.status: Status | None = None
         self.links: list[Link] | None = None
@@ -237,25 +237,10 @@ class LeanSpan:
             self._put(self)
 
 
-def _python_new_span(
-    put: Callable[[LeanSpan], None] | None,
-    name: str,
-    trace_id: int,
-    parent_id: int,
-    kind: int,
-    attributes: dict[str, Any],
-    start_time: int | None,
-    trace_state: TraceState | None,
-) -> LeanSpan:
-    return LeanSpan(
-        put, name, trace_id, parent_id, kind, attributes, _time_ns() if start_time is None else start_time, trace_state
-    )
-
-
 # new_span(put, name, trace_id, parent_id, kind, attributes, start_time | None, trace_state | None):
 # an open `LeanSpan`, as its constructor makes one (start_time None: now). The C one fills the
 # slots (their offsets found by `configure`) without running `__init__`.
-new_span: Callable[..., LeanSpan] = _python_new_span
+new_span: Callable[..., LeanSpan] = LeanSpan
 if _configure is not None:
     _configure(LeanSpan, _getrandbits)
     new_span = _new_span
