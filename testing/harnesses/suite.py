@@ -43,13 +43,18 @@ PROMPTS = (TASK, FOLLOW_UP)
 # 1024-token default (56-212 s seen); Claude Code (7-76 s), OpenCode (20-35 s) and the Anthropic
 # SDK (1-12 s) are held to MAX_OUTPUT_TOKENS a request; the Agents SDK (0.4-52 s) and LangGraph
 # (1-41 s) send no cap (their defaults) and answer twice on the tool turn.
+# On a 2 GHz EPYC without AVX-512 (float32, 2026-12-06) the model decoded ~4-5 tokens/s at the
+# harnesses' contexts: Codex 247 s, the Agents SDK 142 s, and Claude Code past 180 s on both
+# turns (it asks again after each answer cut at MAX_OUTPUT_TOKENS: three and more 256-token
+# answers a turn, ~60 s each), so the bounds of the harnesses whose turn may hold ~1,000 tokens
+# are Codex's.
 TURN_TIMEOUT_S = {
     "codex": 420.0,
-    "claude-code": 180.0,
+    "claude-code": 420.0,
     "opencode": 180.0,
-    "openai-agents": 180.0,
+    "openai-agents": 420.0,
     "anthropic": 120.0,
-    "langgraph": 180.0,
+    "langgraph": 420.0,
 }
 MAX_OUTPUT_TOKENS = 256  # told to the harnesses whose config needs an output cap
 LENGTH_STOPS = ("length", "max_tokens", "incomplete")
