@@ -7,22 +7,22 @@
     queue.shutdown()
 
 `put_many` writes the ended spans' protobuf bytes at once, as one piece
-(`_encode.span_fields`), and keeps only those: a span object held until the next export would live
-through the collector's young generations into the old one, and its
-encoding in the export thread would hold the GIL against the event loop for
-tens of milliseconds a batch (measured in docs/benchmarks-history.md,
-tracing). The thread sleeps `delay_s` between exports and is woken early only
-when a full batch is waiting (once per `batch` spans, never per span); each
-wake joins what was queued when it woke into request bodies of `batch`
-spans (`_encode.wrap_spans`; one more request's spans at most, as a piece
-is not split) and posts each. Spans that arrive
-while it posts wait for the next wake unless a full batch of them is
-waiting: draining until the queue was empty turned a slow collector into
-a stream of small posts (tens a second, each with the HTTP client's fixed
-cost: ~30 µs of CPU a traced request). Past `max_queue` held spans (the
-collector slow or gone) new spans are dropped and counted (`dropped`),
-never queued without bound. `SpanQueueProcessor` puts the SDK tracer's
-spans (the control plane's) in the same queue.
+(`_encode.span_fields`), and keeps only those: a span object held until
+the next export would live through the collector's young generations into
+the old one, and its encoding in the export thread would hold the GIL
+against the event loop for tens of milliseconds a batch (measured in
+docs/benchmarks-history.md, tracing). The thread sleeps `delay_s` between
+exports and is woken early only when a full batch is waiting (once per
+`batch` spans, never per span); each wake joins what was queued when it
+woke into request bodies of `batch` spans (`_encode.wrap_spans`; one more
+request's spans at most, as a piece is not split) and posts each. Spans
+that arrive while it posts wait for the next wake unless a full batch of
+them is waiting: draining until the queue was empty turned a slow
+collector into a stream of small posts (tens a second, each with the HTTP
+client's fixed cost: ~30 µs of CPU a traced request). Past `max_queue`
+held spans (the collector slow or gone) new spans are dropped and counted
+(`dropped`), never queued without bound. `SpanQueueProcessor` puts the SDK
+tracer's spans (the control plane's) in the same queue.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ class SpanQueue:
         self._thread.start()
 
     def put(self, span: LeanSpan) -> None:
+        """Queues one ended span (`put_many` of one)."""
         self.put_many([span])
 
     def put_many(self, spans: list[LeanSpan]) -> None:
