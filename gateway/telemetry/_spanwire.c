@@ -196,6 +196,85 @@ static int put_attribute(Buf *b, PyObject *key, PyObject *value) {
     return 1;
 }
 
+/* A span's parts, as `put_field` writes them: the name and kind either as one finished
+   `head` (its name and kind fields) or as `name` and `kind`; `state` and `tail` finished fields. */
+typedef struct {
+    unsigned char trace_id[16]; /* big-endian */
+    uint64_t span_id, parent_id, start, end;
+    const char *head, *name, *state;
+    Py_ssize_t head_len, name_len, state_len, tail_len;
+    uint64_t kind;
+    const unsigned char *tail;
+    PyObject *attributes; /* a dict */
+} Parts;
+
+/* One span's whole Span field (its tag, length and body) appended to `b`: 1 written, 0 left
+   to the Python encoder (`b` as it was), -1 error. The body goes after room for the tag and
+   the longest length varint and is moved back once its length is known. */
+static int put_field(Buf *b, const Parts *s) {
+    Py_ssize_t at = b->len;
+    if (buf_reserve(b, 96 + s->head_len + s->name_len + s->state_len) < 0) return -1;
+    b->len += 11;
+    Py_ssize_t body = b->len;
+    b->p[b->len++] = 0x0A; /* trace_id */
+    b->p[b->len++] = 16;
+    put_bytes(b, s->trace_id, 16);
+    b->p[b->len++] = 0x12; /* span_id */
+    b->p[b->len++] = 8;
+    put_be64(b, s->span_id);
+    if (s->parent_id) {
+        b->p[b->len++] = 0x22; /* parent_span_id */
+        b->p[b->len++] = 8;
+        put_be64(b, s->parent_id);
+    }
+    if (s->head != NULL) {
+        put_bytes(b, s->head, s->head_len);
+    } else {
+        b->p[b->len++] = 0x2A; /* name */
+        put_varint(b, (uint64_t)s->name_len);
+        put_bytes(b, s->name, s->name_len);
+        b->p[b->len++] = 0x30; /* kind: OTLP counts from UNSPECIFIED = 0 */
+        b->p[b->len++] = (unsigned char)(s->kind + 1);
+    }
+    b->p[b->len++] = 0x39; /* start_time_unix_nano, fixed64 */
+    put_le64(b, s->start);
+    b->p[b->len++] = 0x41; /* end_time_unix_nano */
+    put_le64(b, s->end);
+    put_bytes(b, s->state, s->state_len); /* trace_state: its whole field, or nothing */
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(s->attributes, &pos, &key, &value)) {
+        int r = put_attribute(b, key, value);
+        if (r <= 0) {
+            b->len = at;
+            return r;
+        }
+    }
+    if (buf_reserve(b, s->tail_len) < 0) return -1;
+    put_bytes(b, s->tail, s->tail_len);
+    Py_ssize_t size = b->len - body;
+    unsigned char head[11];
+    int h = 0;
+    head[h++] = 0x12; /* ScopeSpans.spans, field 2 */
+    for (uint64_t left = (uint64_t)size;; left >>= 7) {
+        if (left < 0x80) {
+            head[h++] = (unsigned char)left;
+            break;
+        }
+        head[h++] = (unsigned char)((left & 0x7F) | 0x80);
+    }
+    memmove(b->p + at + h, b->p + body, size);
+    memcpy(b->p + at, head, h);
+    b->len = at + h + size;
+    return 1;
+}
+
+static void buf_init(Buf *b) {
+    b->p = b->small;
+    b->len = 0;
+    b->cap = (Py_ssize_t)sizeof(b->small);
+}
+
 static PyObject *span_field(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* (trace_hi, trace_lo, span_id, parent_id, head: bytes, start, end, state: bytes,
         attributes: dict, tail: bytes) */
@@ -214,60 +293,24 @@ static PyObject *span_field(PyObject *self, PyObject *const *args, Py_ssize_t na
         times[i] = PyLong_AsUnsignedLongLong(args[5 + i]);
         if (times[i] == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     }
+    Parts s = {.span_id = ids[2], .parent_id = ids[3], .start = times[0], .end = times[1]};
+    for (int i = 0; i < 8; i++) {
+        s.trace_id[i] = (unsigned char)(ids[0] >> (56 - 8 * i));
+        s.trace_id[8 + i] = (unsigned char)(ids[1] >> (56 - 8 * i));
+    }
+    s.head = PyBytes_AS_STRING(args[4]);
+    s.head_len = PyBytes_GET_SIZE(args[4]);
+    s.state = PyBytes_AS_STRING(args[7]);
+    s.state_len = PyBytes_GET_SIZE(args[7]);
+    s.attributes = args[8];
+    s.tail = (const unsigned char *)PyBytes_AS_STRING(args[9]);
+    s.tail_len = PyBytes_GET_SIZE(args[9]);
     Buf b;
-    b.p = b.small;
-    b.len = 0;
-    b.cap = (Py_ssize_t)sizeof(b.small);
-    Py_ssize_t head_len = PyBytes_GET_SIZE(args[4]), state_len = PyBytes_GET_SIZE(args[7]);
-    Py_ssize_t tail_len = PyBytes_GET_SIZE(args[9]);
-    if (buf_reserve(&b, 64 + head_len + state_len) < 0) return NULL;
-    b.p[b.len++] = 0x0A; /* trace_id: 16 bytes */
-    b.p[b.len++] = 16;
-    put_be64(&b, ids[0]);
-    put_be64(&b, ids[1]);
-    b.p[b.len++] = 0x12; /* span_id */
-    b.p[b.len++] = 8;
-    put_be64(&b, ids[2]);
-    if (ids[3]) {
-        b.p[b.len++] = 0x22; /* parent_span_id */
-        b.p[b.len++] = 8;
-        put_be64(&b, ids[3]);
-    }
-    put_bytes(&b, PyBytes_AS_STRING(args[4]), head_len);
-    b.p[b.len++] = 0x39; /* start_time_unix_nano, fixed64 */
-    put_le64(&b, times[0]);
-    b.p[b.len++] = 0x41; /* end_time_unix_nano */
-    put_le64(&b, times[1]);
-    put_bytes(&b, PyBytes_AS_STRING(args[7]), state_len); /* trace_state: its whole field, or nothing */
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(args[8], &pos, &key, &value)) {
-        int r = put_attribute(&b, key, value);
-        if (r <= 0) {
-            buf_free(&b);
-            if (r < 0) return NULL;
-            Py_RETURN_NONE;
-        }
-    }
-    if (buf_reserve(&b, tail_len) < 0) {
-        buf_free(&b);
-        return NULL;
-    }
-    put_bytes(&b, PyBytes_AS_STRING(args[9]), tail_len);
-    Py_ssize_t n = b.len;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, 1 + varint_len((uint64_t)n) + n);
-    if (out != NULL) {
-        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
-        *o++ = 0x12; /* ScopeSpans.spans, field 2 */
-        uint64_t left = (uint64_t)n;
-        while (left >= 0x80) {
-            *o++ = (unsigned char)((left & 0x7F) | 0x80);
-            left >>= 7;
-        }
-        *o++ = (unsigned char)left;
-        memcpy(o, b.p, n);
-    }
+    buf_init(&b);
+    int r = put_field(&b, &s);
+    PyObject *out = r > 0 ? PyBytes_FromStringAndSize((const char *)b.p, b.len) : NULL;
     buf_free(&b);
+    if (r == 0) Py_RETURN_NONE;
     return out;
 }
 
@@ -404,72 +447,25 @@ static int put_span(Buf *b, PyObject *span) {
         !u64_of(SLOT(span, S_START), &start) || !u64_of(SLOT(span, S_END), &end) || !u64_of(kind_obj, &kind) ||
         kind > 4 || trace == NULL || !PyLong_CheckExact(trace))
         return 0;
-    unsigned char tid[16];
-    if (_PyLong_AsByteArray((PyLongObject *)trace, tid, 16, 0, 0) < 0) {
+    Parts s = {.span_id = span_id, .parent_id = parent_id, .start = start, .end = end, .kind = kind};
+    if (_PyLong_AsByteArray((PyLongObject *)trace, s.trace_id, 16, 0, 0) < 0) {
         PyErr_Clear();
         return 0;
     }
-    Py_ssize_t nlen;
-    const char *n = PyUnicode_AsUTF8AndSize(name, &nlen);
-    if (n == NULL) {
+    s.name = PyUnicode_AsUTF8AndSize(name, &s.name_len);
+    if (s.name == NULL) {
         PyErr_Clear();
         return 0;
-    }
-    /* The body goes after room for its tag and the longest length varint; moved back once known. */
-    Py_ssize_t at = b->len;
-    if (buf_reserve(b, 96 + nlen) < 0) return -1;
-    b->len += 11;
-    Py_ssize_t body = b->len;
-    b->p[b->len++] = 0x0A; /* trace_id */
-    b->p[b->len++] = 16;
-    put_bytes(b, tid, 16);
-    b->p[b->len++] = 0x12; /* span_id */
-    b->p[b->len++] = 8;
-    put_be64(b, span_id);
-    if (parent_id) {
-        b->p[b->len++] = 0x22; /* parent_span_id */
-        b->p[b->len++] = 8;
-        put_be64(b, parent_id);
-    }
-    b->p[b->len++] = 0x2A; /* name */
-    put_varint(b, (uint64_t)nlen);
-    put_bytes(b, n, nlen);
-    b->p[b->len++] = 0x30; /* kind: OTLP counts from UNSPECIFIED = 0 */
-    b->p[b->len++] = (unsigned char)(kind + 1);
-    b->p[b->len++] = 0x39; /* start_time_unix_nano, fixed64 */
-    put_le64(b, start);
-    b->p[b->len++] = 0x41; /* end_time_unix_nano */
-    put_le64(b, end);
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(attrs, &pos, &key, &value)) {
-        int r = put_attribute(b, key, value);
-        if (r <= 0) {
-            b->len = at;
-            return r;
-        }
     }
     /* status (field 15) present and empty, as the SDK's encoder writes it; then flags (field 16,
        fixed32): "has is_remote", and the parent's is_remote */
     static const unsigned char tail_local[] = {0x7A, 0x00, 0x85, 0x01, 0x00, 0x01, 0x00, 0x00};
     static const unsigned char tail_remote[] = {0x7A, 0x00, 0x85, 0x01, 0x00, 0x03, 0x00, 0x00};
-    if (buf_reserve(b, 8) < 0) return -1;
-    put_bytes(b, remote == Py_True ? tail_remote : tail_local, 8);
-    Py_ssize_t size = b->len - body;
-    unsigned char head[11];
-    int h = 0;
-    head[h++] = 0x12; /* ScopeSpans.spans, field 2 */
-    for (uint64_t left = (uint64_t)size;; left >>= 7) {
-        if (left < 0x80) {
-            head[h++] = (unsigned char)left;
-            break;
-        }
-        head[h++] = (unsigned char)((left & 0x7F) | 0x80);
-    }
-    memmove(b->p + at + h, b->p + body, size);
-    memcpy(b->p + at, head, h);
-    b->len = at + h + size;
-    return 1;
+    s.tail = remote == Py_True ? tail_remote : tail_local;
+    s.tail_len = 8;
+    s.state = "";
+    s.attributes = attrs;
+    return put_field(b, &s);
 }
 
 static PyObject *traceparent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -508,9 +504,7 @@ static PyObject *span_fields(PyObject *self, PyObject *spans) {
     PyObject *rest = PyList_New(0);
     if (rest == NULL) return NULL;
     Buf b;
-    b.p = b.small;
-    b.len = 0;
-    b.cap = (Py_ssize_t)sizeof(b.small);
+    buf_init(&b);
     Py_ssize_t count = PyList_GET_SIZE(spans);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *span = PyList_GET_ITEM(spans, i);
