@@ -1,14 +1,16 @@
 """The gateway process's serving set-up: uvloop and httptools named, the
-tokenizer's own thread pool off, the start-up heap frozen out of the GC."""
+tokenizer's own thread pool off, the start-up heap frozen out of the GC, a
+request's cycle freed without it."""
 
 from __future__ import annotations
 
 import gc
 import os
 import signal
+import weakref
 
 import pytest
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.http import server
 
@@ -102,6 +104,7 @@ async def test_the_real_server_streams_whole_answers_and_flags_a_client_that_lef
         port = s.getsockname()[1]
     srv = server.build_server(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     task = asyncio.ensure_future(srv.serve())
+    gc.disable()
     try:
         while not srv.started:
             await asyncio.sleep(0.01)
@@ -118,6 +121,8 @@ async def test_the_real_server_streams_whole_answers_and_flags_a_client_that_lef
             data += await asyncio.wait_for(reader.read(65536), 5)
         assert data.endswith(b"\r\n\r\n1\r\na\r\n2\r\nbc\r\n1\r\nd\r\n0\r\n\r\n")
         assert seen.pop("after end") is False
+        # Freed by reference counts alone (the collector is off): only the connection's last cycle is alive.
+        assert sum(isinstance(o, RequestResponseCycle) for o in gc.get_objects()) == 1
         writer.write(b"GET /wait HTTP/1.1\r\nhost: x\r\n\r\n")
         await writer.drain()
         await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
@@ -125,6 +130,33 @@ async def test_the_real_server_streams_whole_answers_and_flags_a_client_that_lef
         await asyncio.wait_for(left.wait(), 5)
         assert seen == {"before": False, "after": True}
     finally:
+        gc.enable()
         srv.should_exit = True
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(task, 5)
+
+
+def test_a_cycles_extensions_hold_it_weakly() -> None:
+    """The extensions sit in the cycle's own scope: a strong reference back
+    would make a reference cycle per request, freed only by the collector.
+    Once the cycle is gone, its client counts as gone and nothing is written."""
+
+    class StandInCycle:  # the attributes of uvicorn's RequestResponseCycle the extensions read
+        disconnected = False
+
+        def send(self, message: object) -> None:
+            raise AssertionError("not called")
+
+    cycle = StandInCycle()
+    ext = server.CycleExtensions(cycle)
+    cycle.scope = {"extensions": ext.as_dict()}  # type: ignore[attr-defined]  # as uvicorn's protocol sets it
+    assert ext.client_gone() is False and ext.writer_for(cycle.send) is not None
+    assert ext.writer_for(lambda message: None) is None  # a middleware's send
+    ref = weakref.ref(cycle)
+    gc.disable()
+    try:
+        del cycle
+        assert ref() is None  # freed by its reference count
+    finally:
+        gc.enable()
+    assert ext.client_gone() is True and ext.writer_for(object()) is None and ext.write(b"x") is False
