@@ -12,6 +12,8 @@ tuned for the request path. What `evolving-infra gateway` / `up` and
   waiting on `receive()`, and writes the events between its first and its
   last straight to the connection (`gateway.http.sse.BODY_WRITE`): one
   call a token, not an ASGI message, a coroutine and uvicorn's checks.
+  Both hold the request's cycle weakly (`CycleExtensions`): a request
+  leaves no reference cycle for the garbage collector.
 - Writes gathered per event-loop turn (`gateway.http.coalesce`): one
   `writev` for a response's head and the body messages ready with it, not
   one `send` per message.
