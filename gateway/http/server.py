@@ -62,8 +62,8 @@ class CycleExtensions:
     request (cycle -> scope -> extensions -> closure -> cycle) that only
     the garbage collector could free: ~20 objects a request, a young
     collection every ~1,000 requests at ~9 ms each (2.7 % of the CPU at
-    concurrency 32, docs/benchmarks.md). A cycle that is gone counts as a
-    client gone, with nothing to write to."""
+    concurrency 32; docs/benchmarks-history.md, seventh pass). A cycle
+    that is gone counts as a client gone, with nothing to write to."""
 
     __slots__ = ("_cycle",)
 

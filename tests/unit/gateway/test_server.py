@@ -8,6 +8,7 @@ import gc
 import os
 import signal
 import weakref
+from typing import Any
 
 import pytest
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -150,12 +151,15 @@ def test_a_cycles_extensions_hold_it_weakly() -> None:
     class StandInCycle:  # the attributes of uvicorn's RequestResponseCycle the extensions read
         disconnected = False
 
+        def __init__(self) -> None:
+            self.scope: dict[str, Any] = {}
+
         def send(self, message: object) -> None:
             raise AssertionError("not called")
 
     cycle = StandInCycle()
     ext = server.CycleExtensions(cycle)
-    cycle.scope = {"extensions": ext.as_dict()}  # type: ignore[attr-defined]  # as uvicorn's protocol sets it
+    cycle.scope["extensions"] = ext.as_dict()  # as uvicorn's protocol sets it
     assert ext.client_gone() is False and ext.writer_for(cycle.send) is not None
     assert ext.writer_for(lambda message: None) is None  # a middleware's send
     ref = weakref.ref(cycle)
