@@ -41,6 +41,11 @@ The long-stream case (`bench._long_stream`): 256 concurrent streams of
 `--long-interval-ms` (40: 6,400 tokens/s in all), through each proxy in
 turn; `relay_cpu_us_per_1k_tokens` = the proxy's CPU per 1,000 tokens
 relayed (`--skip-long-stream` leaves it out).
+
+`--stages` adds `stages_c32` (`bench._stages`): a gateway process of its
+own, its per-request stages timed where they run during one streamed wrk
+run at 32 (µs a request per stage, with and without the stages inside it,
+and the share of the process's CPU they account for).
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ from typing import Any
 
 import httpx
 
-from bench import _long_stream, _tracing
+from bench import _long_stream, _stages, _tracing
 from bench._stall import stall_case
 from bench._wrk import POST_LUA, run_wrk, wrk_path
 
@@ -139,6 +144,8 @@ def big_prompt(nbytes: int) -> str:
 
 # -- the gateway process (re-entered through --serve gateway) ------------------------
 def serve_gateway(port: int, tokenizer_dir: str, upstream: str, data_dir: str, max_prompt_tokens: int | None) -> None:
+    if os.environ.get(_stages.ENV):  # the stages case: its functions timed in place, before the app is built
+        _stages.install(os.environ[_stages.ENV])
     from cli.demo_key import demo_key
     from core.tracing import TraceSettings
     from gateway.compose import ControlPlane, compose_app
@@ -301,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-rounds", type=int, default=1, help="runs of the long-stream case per proxy")
     p.add_argument("--big-mb", type=float, default=3.5, help="size of the stall case's prompt")
     p.add_argument("--no-pin", action="store_true", help="do not pin proxy / load to cpu0 / cpu1")
+    p.add_argument("--stages", action="store_true", help="add stages_c32: in-place µs per stage (bench._stages)")
     p.add_argument("--serve", choices=["gateway"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--tokenizer", help=argparse.SUPPRESS)
@@ -419,6 +427,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
                     if not args.json:
                         print(json.dumps({"tracing_pair": pair}), file=sys.stderr, flush=True)
         summary = summarize(rows)
+        stages: dict[str, Any] = {}
+        if args.stages and "gateway" in urls:
+            load_kw = {"lua": lua, "body": bodies["stream"], "upstream_pid": up.pid, "cpu": load_cpu}
+            stages = run_stages(args, tmp, start_gateway, procs, keys, load_kw)
         tracing: dict[str, Any] = {}
         if pairs and receiver_url is not None:
             tracing = {"tracing_overhead_cpu": _tracing.overhead(pairs), **_tracing.completeness(receiver_url)}
@@ -443,6 +455,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
                 log=not args.json,
             )
     out = report(args, summary, stall, notes, levels, modes)
+    if stages:
+        out["stages_c32"] = stages
     if long:
         out.update(long)
         out["targets"] = {**out["targets"], _long_stream.TARGET_KEY: _long_stream.TARGET}
@@ -451,6 +465,40 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
         out["tracing_detail"] = {"level": _tracing.LEVEL, "mode": _tracing.MODE, **tracing}
         out["targets"] = {**out["targets"], "tracing_overhead_cpu": _tracing.TARGET}
     return out
+
+
+def run_stages(
+    args: argparse.Namespace,
+    tmp: pathlib.Path,
+    start_gateway: Any,
+    procs: dict[str, subprocess.Popen[bytes]],
+    keys: dict[str, str],
+    load_kw: dict[str, Any],
+) -> dict[str, Any]:
+    """The stages case: a gateway of its own with `bench._stages` installed,
+    one streamed run at 32 (`load_kw`: run_wrk's lua, body, upstream pid, cpu)."""
+    out = tmp / "stages.json"
+
+    def start() -> tuple[str, int, str]:
+        url = start_gateway(_stages.NAME, env={_stages.ENV: str(out)})
+        return url, procs[_stages.NAME].pid, keys[_stages.NAME]
+
+    def load(url: str, pid: int, key: str) -> dict[str, Any]:
+        kw = load_kw
+        pids = {"upstream": kw["upstream_pid"], "proxy": pid}
+        target = f"{url}/v1/chat/completions"
+        return run_wrk(
+            target,
+            kw["body"],
+            kw["lua"],
+            concurrency=32,
+            duration_s=args.duration,
+            pids=pids,
+            cpu=kw["cpu"],
+            api_key=key,
+        )
+
+    return _stages.run_case(start, load, out)
 
 
 def run_stall(
