@@ -8,13 +8,13 @@ thousand other calls runs 2-3x slower than the same code in a loop. Only
 timing it where it runs says what it costs there.
 
 `StageClock` wraps named synchronous functions with two `perf_counter`
-reads (~0.3 µs a call) and keeps calls, seconds and self seconds (less
-the stages called inside it: the worker read's callback writes a relayed
-token, say) per stage; in the
-gateway process `install` does it before the app is built (module-level
-names bound by `from ... import` elsewhere are rebound too) and answers
-SIGUSR1 (reset) and SIGUSR2 (write the totals as JSON). The case runs its
-own gateway process, so the wrappers never touch the headline figures.
+reads (~0.3 µs a call) and keeps, per stage, calls, seconds and self
+seconds (less the stages called inside it: the worker read's callback
+writes a relayed token, say). In the gateway process `install` does it
+before the app is built (module-level names bound by `from ... import`
+elsewhere are rebound too) and answers SIGUSR1 (reset) and SIGUSR2 (write
+the totals as JSON). The case runs its own gateway process, so the
+wrappers never touch the headline figures.
 """
 
 from __future__ import annotations
