@@ -7,6 +7,7 @@ import importlib
 import inspect
 import json
 import os
+import pathlib
 import signal
 import sys
 import time
@@ -37,9 +38,9 @@ def modules(monkeypatch: pytest.MonkeyPatch) -> tuple[types.ModuleType, types.Mo
     async def later() -> None:
         return None
 
-    a.double, a.Box, a.later, a.LIMIT = double, Box, later, 3  # type: ignore[attr-defined]
+    vars(a).update(double=double, Box=Box, later=later, LIMIT=3)
     b = types.ModuleType("stages_fake_b")
-    b.double = double  # type: ignore[attr-defined]  # `from stages_fake_a import double`
+    vars(b).update(double=double)  # as `from stages_fake_a import double` leaves it
     monkeypatch.setitem(sys.modules, a.__name__, a)
     monkeypatch.setitem(sys.modules, b.__name__, b)
     return a, b
@@ -81,19 +82,18 @@ def test_what_cannot_be_timed_is_refused(modules: tuple[types.ModuleType, types.
 
 
 def test_the_signals_reset_and_write_the_totals(
-    modules: tuple[types.ModuleType, types.ModuleType], tmp_path: os.PathLike[str]
+    modules: tuple[types.ModuleType, types.ModuleType], tmp_path: pathlib.Path
 ) -> None:
     a, _ = modules
-    out = os.path.join(tmp_path, "stages.json")
+    out = tmp_path / "stages.json"
     before = {sig: signal.getsignal(sig) for sig in (_stages.RESET, _stages.DUMP)}
     try:
-        _stages.install(out, ["stages_fake_a:double"])
+        _stages.install(str(out), ["stages_fake_a:double"])
         a.double(1)
         os.kill(os.getpid(), _stages.RESET)
         a.double(1)
         os.kill(os.getpid(), _stages.DUMP)
-        with open(out) as f:
-            assert json.load(f)["stages_fake_a:double"]["calls"] == 1
+        assert json.loads(out.read_text())["stages_fake_a:double"]["calls"] == 1
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
