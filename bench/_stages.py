@@ -147,17 +147,12 @@ def per_request(snapshot: dict[str, dict[str, float]], requests: int, cpu_us: fl
     return {"requests": requests, "cpu_us_per_request": cpu_us, "stages": stages, "timed_share": share}
 
 
-def run_case(
-    start: Callable[[], tuple[str, int, str]],
-    load: Callable[[str, int, str], dict[str, Any]],
-    out: pathlib.Path,
-) -> dict[str, Any]:
-    """One load run against a gateway started with the clock installed:
-    `start()` -> (url, pid, api key); `load(url, pid, key)` -> a wrk row."""
-    url, pid, key = start()
-    load(url, pid, key)  # warm: connections, caches, the interpreter's specializations
+def run_case(load: Callable[[], dict[str, Any]], pid: int, out: pathlib.Path) -> dict[str, Any]:
+    """One load run (`load()` -> a wrk row) against the gateway `pid` started
+    with the clock installed, after a warm-up run; its totals per request."""
+    load()  # warm: connections, caches, the interpreter's specializations
     os.kill(pid, RESET)
-    row = load(url, pid, key)
+    row = load()
     os.kill(pid, DUMP)
     deadline = time.monotonic() + 10
     while not out.exists() and time.monotonic() < deadline:

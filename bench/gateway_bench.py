@@ -429,8 +429,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
         summary = summarize(rows)
         stages: dict[str, Any] = {}
         if args.stages and "gateway" in urls:
-            load_kw = {"lua": lua, "body": bodies["stream"], "upstream_pid": up.pid, "cpu": load_cpu}
-            stages = run_stages(args, tmp, start_gateway, procs, keys, load_kw)
+            wrk = {"lua": lua, "body": bodies["stream"], "upstream_pid": up.pid, "cpu": load_cpu}
+            stages = run_stages(args, tmp, start_gateway, procs, keys, wrk)
         tracing: dict[str, Any] = {}
         if pairs and receiver_url is not None:
             tracing = {"tracing_overhead_cpu": _tracing.overhead(pairs), **_tracing.completeness(receiver_url)}
@@ -473,32 +473,20 @@ def run_stages(
     start_gateway: Any,
     procs: dict[str, subprocess.Popen[bytes]],
     keys: dict[str, str],
-    load_kw: dict[str, Any],
+    wrk: dict[str, Any],
 ) -> dict[str, Any]:
     """The stages case: a gateway of its own with `bench._stages` installed,
-    one streamed run at 32 (`load_kw`: run_wrk's lua, body, upstream pid, cpu)."""
+    one streamed run at 32 (`wrk`: the body, lua script, upstream pid and load cpu)."""
     out = tmp / "stages.json"
+    url = start_gateway(_stages.NAME, env={_stages.ENV: str(out)})
+    pid = procs[_stages.NAME].pid
+    kw: dict[str, Any] = {"pids": {"upstream": wrk["upstream_pid"], "proxy": pid}, "cpu": wrk["cpu"]}
+    kw.update(concurrency=32, duration_s=args.duration, api_key=keys[_stages.NAME])
 
-    def start() -> tuple[str, int, str]:
-        url = start_gateway(_stages.NAME, env={_stages.ENV: str(out)})
-        return url, procs[_stages.NAME].pid, keys[_stages.NAME]
+    def load() -> dict[str, Any]:
+        return run_wrk(f"{url}/v1/chat/completions", wrk["body"], wrk["lua"], **kw)
 
-    def load(url: str, pid: int, key: str) -> dict[str, Any]:
-        kw = load_kw
-        pids = {"upstream": kw["upstream_pid"], "proxy": pid}
-        target = f"{url}/v1/chat/completions"
-        return run_wrk(
-            target,
-            kw["body"],
-            kw["lua"],
-            concurrency=32,
-            duration_s=args.duration,
-            pids=pids,
-            cpu=kw["cpu"],
-            api_key=key,
-        )
-
-    return _stages.run_case(start, load, out)
+    return _stages.run_case(load, pid, out)
 
 
 def run_stall(
