@@ -62,3 +62,17 @@ async def test_the_cap_is_atomic_in_the_backend() -> None:
     assert await d.open_branch("t/a", tenant_id="t", max_active_branches=1)
     assert not await d.open_branch("t/b", tenant_id="t", max_active_branches=1)
     assert await d.active_branch_count("t") == 1
+
+
+def test_block_hashes_are_the_pools_whatever_is_known() -> None:
+    from kvpool.hashing import block_hashes
+
+    d, _, _ = directory()
+    for n in (0, 5, 15, 16, 17, 31, 32, 40, 64):
+        tokens = TOKENS[:n]
+        want = block_hashes(tokens, 16, "s")
+        assert d.block_hashes(tokens, "s") == want
+        for k in range(len(want) + 1):  # every prefix of the answer reused, the whole answer included
+            got = d.block_hashes(tokens, "s", known=want[:k])
+            assert got == want and got is not want  # a list of the caller's own
+    assert d.block_hashes(TOKENS[:15], "s") == []  # under one block: no hash
