@@ -26,7 +26,9 @@ def restore_gc():
 
 def test_tune_gc_freezes_the_start_up_heap(restore_gc) -> None:
     frozen = server.tune_gc()
-    assert frozen > 1000 and gc.get_freeze_count() == frozen
+    # Frozen objects can still die (another thread of this test process frees some, as in the
+    # full suite): from the count tune_gc returned, the frozen generation only shrinks.
+    assert frozen > 1000 and 0.99 * frozen <= gc.get_freeze_count() <= frozen
     assert gc.get_threshold() == server.GC_THRESHOLDS
 
 
