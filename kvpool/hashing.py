@@ -62,6 +62,8 @@ def extend_block_hashes(known: Sequence[str], token_ids: Sequence[int], block_si
     if len(known) > n:
         raise ValueError(f"{len(known)} known hashes but only {n} full blocks")
     out = list(known)
+    if n == len(out):  # no full block beyond `known` (a prompt under one block): nothing to hash
+        return out
     prev = bytes.fromhex(out[-1]) if out else _root(salt)
     encoded = _encode(token_ids[len(out) * block_size : n * block_size])
     step = 8 * block_size

@@ -201,13 +201,8 @@ class GatewayDirectory:
 
     # -- Directory ------------------------------------------------------------
     def block_hashes(self, token_ids: Sequence[int], salt: str, *, known: Sequence[str] = ()) -> list[str]:
-        if self._hasher is kv_block_hashes:
-            if len(token_ids) // self.block_size == len(known):
-                # No full block beyond `known` (a lookup after tokenizing, a prompt under one
-                # block): nothing to hash, not even the salt's root.
-                return list(known)
-            if known:
-                return extend_block_hashes(known, token_ids, self.block_size, salt)
+        if self._hasher is kv_block_hashes:  # `known` reused (a lookup right after tokenizing hashes nothing)
+            return extend_block_hashes(known, token_ids, self.block_size, salt)
         return self._hasher(token_ids, self.block_size, salt)
 
     async def lookup(

@@ -52,6 +52,10 @@ def test_extend_matches_full_hash() -> None:
     full = block_hashes(list(range(40)), 8, "s")
     assert extend_block_hashes(full[:2], list(range(40)), 8, "s") == full
     assert extend_block_hashes([], list(range(40)), 8, "s") == full
+    known = full[:5]  # every full block known: nothing hashed, a list of its own
+    assert extend_block_hashes(known, list(range(43)), 8, "s") == full
+    assert extend_block_hashes(known, list(range(40)), 8, "s") is not known
+    assert extend_block_hashes([], list(range(7)), 8, "s") == []
     with pytest.raises(ValueError, match="5 known hashes but only 1 full blocks"):
         extend_block_hashes(full, list(range(8)), 8, "s")
 
