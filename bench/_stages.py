@@ -57,6 +57,16 @@ ENV = "EVOLVING_BENCH_STAGES"  # the gateway process installs the clock when set
 NAME = "gateway-stages"
 
 
+def resolve(spec: str) -> tuple[Any, str, Any]:
+    """`module:qualified.name` -> (the object holding it, its attribute name, the value as stored there)."""
+    module_name, _, qualname = spec.partition(":")
+    owner: Any = importlib.import_module(module_name)
+    *path, attr = qualname.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, attr, inspect.getattr_static(owner, attr)
+
+
 class StageClock:
     """Calls, seconds and self seconds of each wrapped function, by its
     `module:name` spec. A stage called inside another (render calls
@@ -68,12 +78,7 @@ class StageClock:
         self._local = threading.local()  # .stack: the running stages' children's seconds
 
     def wrap(self, spec: str) -> None:
-        module_name, _, qualname = spec.partition(":")
-        owner: Any = importlib.import_module(module_name)
-        *path, attr = qualname.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-        original = inspect.getattr_static(owner, attr)
+        owner, attr, original = resolve(spec)
         if not inspect.isfunction(original):
             raise ValueError(f"{spec}: not a plain function or method")
         if inspect.iscoroutinefunction(original) or inspect.isasyncgenfunction(original):
@@ -98,7 +103,7 @@ class StageClock:
                     stack[-1] += elapsed
 
         setattr(owner, attr, timed)
-        if not path:  # a module-level function: other modules' `from ... import` names too
+        if inspect.ismodule(owner):  # a module-level function: other modules' `from ... import` names too
             for module in list(sys.modules.values()):
                 namespace = getattr(module, "__dict__", None)
                 for name, value in list((namespace or {}).items()):

@@ -3,7 +3,6 @@ refuses what it cannot time, and every stage it names exists in the gateway."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
@@ -114,10 +113,5 @@ def test_per_request_figures() -> None:
 
 @pytest.mark.parametrize("spec", _stages.STAGES)
 def test_every_named_stage_is_a_synchronous_gateway_function(spec: str) -> None:
-    module_name, _, qualname = spec.partition(":")
-    owner: object = importlib.import_module(module_name)
-    *path, attr = qualname.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    fn = inspect.getattr_static(owner, attr)
+    _, _, fn = _stages.resolve(spec)
     assert inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn), spec
