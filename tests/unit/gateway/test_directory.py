@@ -76,3 +76,4 @@ def test_block_hashes_are_the_pools_whatever_is_known() -> None:
             known = want[:k]
             got = d.block_hashes(tokens, "s", known=known)
             assert got == want and got is not known  # a list of its own, not the caller's
+    assert d.block_hashes(TOKENS[:15], "s") == []  # under one block: no hash
