@@ -96,6 +96,7 @@ def to_planner_records(node_id: str, wire: list[dict]) -> list[IterationRecord]:
             elapsed_ms=r["elapsed_ms"],
             attention_pairs=r.get("attention_pairs"),
             cpu_share=r.get("cpu_share"),
+            host_probe_us=r.get("host_probe_us"),
         )
         for r in wire
     ]

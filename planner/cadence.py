@@ -98,10 +98,12 @@ def _merge(run: list[IterationRecord]) -> IterationRecord:
         return run[0]
     n = len(run)
     shares = [r.cpu_share for r in run if r.cpu_share is not None]
+    probes = [r.host_probe_us for r in run if r.host_probe_us is not None]
     return dataclasses.replace(
         run[-1],
         generated_tokens=sum(r.generated_tokens for r in run),
         context_tokens=round(sum(r.context_tokens for r in run) / n),
         elapsed_ms=sum(r.elapsed_ms for r in run) / n,
         cpu_share=sum(shares) / len(shares) if shares else None,  # the mean step ran at the run's mean share
+        host_probe_us=sum(probes) / len(probes) if probes else None,  # ... and the run's mean host speed
     )

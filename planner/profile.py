@@ -29,7 +29,7 @@ import numpy as np
 from core import Phase
 from planner.regression import RecursiveLeastSquares, RLSConfig
 from planner.scatter import ScatterBand
-from planner.share import ShareEffect, clip_share
+from planner.share import ShareEffect, clip_share, probe_speed
 from planner.types import IterationRecord
 
 Kind = Literal["prefill", "decode"]
@@ -47,6 +47,9 @@ ATTENTION_DIVISOR = 1e4
 # shift widens the band within ~50 steps and is then learned, not frozen out.
 REJECT_BANDS = 6.0
 REJECT_AFTER = 50  # errors the band has seen before it may reject
+# The host-speed probe is smaller than a step and partly cache-resident, so a
+# step may slow more than it does on a memory-bound spell: elasticity up to 2.
+SPEED_MAX_GAMMA = 2.0
 
 
 def classify(record: IterationRecord) -> Kind | None:
@@ -93,6 +96,16 @@ class IterationModel:
     read) are at the typical share, the host as it usually is; a record
     without a share is taken to be at it.
 
+    How fast the host is: on a slow spell that leaves the share alone (a
+    neighbour filling the caches and the memory bus) a fixed reference
+    computation takes longer (`IterationRecord.host_probe_us`); ``speed``
+    learns the elasticity of step time on it the same way. The regression
+    is at the speed's fixed anchor (`planner.share`: a spell moves the
+    typical speed) and every prediction without a record's own probe,
+    ``theta`` and ``param_cov`` included, is carried to the typical speed
+    by ``speed.drift``. The two effects multiply; each learns from the log
+    error left after the other's factor.
+
     ``scatter`` watches the a-priori errors (`planner.scatter`): the noise
     band and the parameter covariance are widened to what it sees, and a
     step beyond ``REJECT_BANDS`` bands is left out of the fit (outlier
@@ -105,6 +118,7 @@ class IterationModel:
         self.memory = 1.0 / max(1.0 - config.forgetting, 1e-6)
         self.scatter = ScatterBand(memory=min(self.memory, 1e6))
         self.share = ShareEffect(memory=min(self.memory, 1e6))
+        self.speed = ShareEffect(memory=min(self.memory, 1e6), max_gamma=SPEED_MAX_GAMMA, anchored=True)
         self.rejected = 0  # steps rejected as outliers (REJECT_BANDS)
 
     def features(self, record: IterationRecord) -> np.ndarray:
@@ -121,17 +135,23 @@ class IterationModel:
         long steps no longer drown the short ones. Coefficients keep their
         meaning (ms per feature); `sigma` becomes a relative error.
         """
-        s = clip_share(record.cpu_share)
+        s, v = clip_share(record.cpu_share), probe_speed(record.host_probe_us)
         if s is not None:
             self.share.observe(s)
-        y = record.elapsed_ms / self.share.factor(s)  # wall ms at the typical share
+        if v is not None:
+            self.speed.observe(v)
+        f_share, f_speed = self.share.factor(s), self.speed.factor(v)
+        y = record.elapsed_ms / (f_share * f_speed)  # wall ms at the typical share and the speed's anchor
         w = 1.0 / max(y, MIN_STEP_MS)
         x = self.features(record)
         if self.rls.ready:
             mean = float(x @ self.rls.theta)
             if mean > 0:
+                log_error = math.log(max(record.elapsed_ms, 1e-9) / mean)
                 if s is not None:
-                    self.share.learn(s, math.log(max(record.elapsed_ms, 1e-9) / mean))
+                    self.share.learn(s, log_error - math.log(f_speed))
+                if v is not None:
+                    self.speed.learn(v, log_error - math.log(f_share))
                 error = y / mean - 1.0
                 outlier = self.scatter.count >= REJECT_AFTER and abs(error) > REJECT_BANDS * self.scatter.sigma
                 self.scatter.update(error)
@@ -141,24 +161,27 @@ class IterationModel:
         self.rls.update(x * w, y * w)
 
     def predict(self, record: IterationRecord) -> float:
-        """Mean ms of ``record``'s step, at its own CPU share when known."""
+        """Mean ms of ``record``'s step, at its own CPU share and host speed
+        when known."""
         return self.predict_band(record)[0]
 
     def predict_band(self, record: IterationRecord) -> tuple[float, float]:
         """(mean, sd) ms of one step like ``record`` (noise included), at its
-        own CPU share when known."""
-        mean, sd = _predict(self, self.features(record), include_noise=True)
-        f = self.share.factor(clip_share(record.cpu_share))
+        own CPU share and host speed when known."""
+        mean, sd = _predict(self, self.features(record), include_noise=True)  # at the typical speed
+        v = probe_speed(record.host_probe_us)
+        f_speed = 1.0 if v is None else self.speed.factor(v) / self.speed.drift
+        f = self.share.factor(clip_share(record.cpu_share)) * f_speed
         return mean * f, sd * f
 
     @property
     def theta(self) -> np.ndarray:
-        """Coefficients (raw units) of wall time at the typical share."""
-        return self.rls.theta
+        """Coefficients (raw units) of wall time at the typical share and host speed."""
+        return self.rls.theta * self.speed.drift
 
     def predict_many(self, xs: np.ndarray) -> np.ndarray:
-        """Mean wall ms at the typical share for feature rows ``xs``."""
-        return self.rls.predict_many(xs, include_noise=False)[0]
+        """Mean wall ms at the typical share and host speed for feature rows ``xs``."""
+        return self.rls.predict_many(xs, include_noise=False)[0] * self.speed.drift
 
     @property
     def noise_sigma(self) -> float:
@@ -175,7 +198,7 @@ class IterationModel:
     @property
     def param_cov(self) -> np.ndarray:
         """Covariance of ``theta``: the fit's, times ``widen``."""
-        return self.rls.param_cov * self.widen
+        return self.rls.param_cov * self.widen * self.speed.drift**2
 
     @property
     def samples(self) -> int:
@@ -186,7 +209,7 @@ def _predict(model: IterationModel, x: np.ndarray, include_noise: bool) -> tuple
     """(mean, std) in ms; the fitted noise is relative (see `update`), so one
     observation's noise is sigma * mean."""
     mean, sd = model.rls.predict(x, include_noise=False)
-    sd *= math.sqrt(model.widen)
+    mean, sd = mean * model.speed.drift, sd * model.speed.drift * math.sqrt(model.widen)
     if include_noise:
         sd = float(np.hypot(sd, model.noise_sigma * mean))
     return mean, sd
@@ -258,13 +281,15 @@ class Profile:
         out: dict[str, object] = {"version": 1}
         for m in (self.prefill, self.decode):
             out[m.kind] = m.rls.to_dict()
-            out[f"{m.kind}_host"] = {"share": dataclasses.asdict(m.share), **m.scatter.to_dict()}
+            host = {"share": dataclasses.asdict(m.share), "speed": dataclasses.asdict(m.speed)}
+            out[f"{m.kind}_host"] = {**host, **m.scatter.to_dict()}
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:
         """Inverse of ``to_dict``; a profile saved before the host part
-        (``*_host``) loads with a fresh band and share 1."""
+        (``*_host``) loads with a fresh band and share 1, one saved before
+        the host speed with a fresh speed effect."""
         if data.get("version") != 1:
             raise ValueError(f"unsupported profile version {data.get('version')!r}")
         models = []
@@ -275,6 +300,8 @@ class Profile:
             host = data.get(f"{kind}_host")
             if isinstance(host, dict):
                 m.share = ShareEffect(**host["share"])
+                if isinstance(host.get("speed"), dict):
+                    m.speed = ShareEffect(**host["speed"])
                 m.scatter = ScatterBand.from_dict(host)
             models.append(m)
         return cls(*models)

@@ -19,6 +19,18 @@ fed with noisy shares should use. On one `bench planner` run's records
 (2 cores shared with other jobs) it settled at 0.20 (prefill) and 0.24
 (decode); taking gamma = 1 instead made the prefill hold-out error 0.205
 against 0.079.
+
+The same elasticity serves the host-speed probe (`probe_speed`: the
+reciprocal of `IterationRecord.host_probe_us`, reference computations per
+CPU ms): a step slows by ``(anchor / speed)^gamma`` when a fixed piece of
+work runs slower than usual on the host, gamma learned the same way. That
+effect is *anchored*: a slow spell of minutes moves the typical speed, and
+a regression normalised to a moving reference would mix steps scaled to
+different ones (on a spell of a quarter of a run, a fifth of the run
+slower, the post-spell steps came out 8 % fast). So the regression is
+normalised to the typical speed of the first `MIN_SAMPLES` probes, fixed
+from then on (``anchor``), and ``drift`` = factor at the typical speed
+now carries a typical step from the anchor to the host as it now is.
 """
 
 from __future__ import annotations
@@ -38,12 +50,22 @@ def clip_share(share: float | None) -> float | None:
     return min(max(share, MIN_SHARE), 1.0)
 
 
+def probe_speed(probe_us: float | None) -> float | None:
+    """Host speed from a probe's CPU µs: probes per CPU ms (None when unknown)."""
+    if probe_us is None or not math.isfinite(probe_us) or probe_us <= 0:
+        return None
+    return 1000.0 / probe_us
+
+
 @dataclass
 class ShareEffect:
     """Typical share and elasticity (module doc); ``memory``: samples over
-    which old ones fade."""
+    which old ones fade; ``max_gamma``: the elasticity's upper clip."""
 
     memory: float = 1000.0
+    max_gamma: float = 1.0
+    anchored: bool = False  # fix the reference after MIN_SAMPLES (module doc)
+    anchor: float | None = None
     ref: float = 1.0
     seen: int = 0
     sxx: float = 0.0  # exponentially weighted mean of l², l = log(ref / s)
@@ -53,12 +75,19 @@ class ShareEffect:
         """Count one measured share into the typical one."""
         self.seen += 1
         self.ref += (share - self.ref) / min(float(self.seen), self.memory)
+        if self.anchored and self.anchor is None and self.seen >= MIN_SAMPLES:
+            self.anchor = self.ref
+
+    @property
+    def base(self) -> float:
+        """What a factor is relative to: the anchor once set, else the typical share."""
+        return self.ref if self.anchor is None else self.anchor
 
     def learn(self, share: float, log_error: float) -> None:
         """One step's log(wall / typical-share prediction) at ``share``."""
         if not math.isfinite(log_error):
             return
-        lx = math.log(self.ref / share)
+        lx = math.log(self.base / share)
         rate = 1.0 / min(float(self.seen), self.memory)
         self.sxx += rate * (lx * lx - self.sxx)
         self.sxy += rate * (lx * log_error - self.sxy)
@@ -67,8 +96,13 @@ class ShareEffect:
     def gamma(self) -> float:
         if self.seen < MIN_SAMPLES or self.sxx <= 0:
             return 0.0
-        return min(max(self.sxy / self.sxx, 0.0), 1.0)
+        return min(max(self.sxy / self.sxx, 0.0), self.max_gamma)
 
     def factor(self, share: float | None) -> float:
-        """Wall time at ``share`` over wall time at the typical share (1 when unknown)."""
-        return 1.0 if share is None else (self.ref / share) ** self.gamma
+        """Wall time at ``share`` over wall time at ``base`` (1 when unknown)."""
+        return 1.0 if share is None else (self.base / share) ** self.gamma
+
+    @property
+    def drift(self) -> float:
+        """Wall time at the typical share over wall time at ``base`` (1 unanchored)."""
+        return self.factor(self.ref)

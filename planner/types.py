@@ -39,6 +39,10 @@ class IterationRecord:
     # ran / (ran + waited on a run queue), from the kernel's schedstat. 1:
     # nothing else competed for its cores. None: not measured.
     cpu_share: float | None = None
+    # CPU µs a fixed reference computation took on this host around the step
+    # (`workers.host_speed`): higher on a slow spell of the host that the
+    # share does not see. None: not measured.
+    host_probe_us: float | None = None
 
 
 @dataclass(frozen=True)

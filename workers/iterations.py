@@ -12,7 +12,8 @@ decode batch come from the worker's own view of its in-flight requests.
 
 Every record also carries the engine's **CPU share** since the record
 before it (`CpuShareMeter`), what the planner's decode and prefill models
-take as the feature "what shares the cores" (`planner.share`). Linux keeps,
+take as the feature "what shares the cores" (`planner.share`), and how
+fast the host does a fixed piece of work (`workers.host_speed`). Linux keeps,
 per thread, the nanoseconds it ran and the nanoseconds it sat runnable
 waiting for a core (`/proc/<pid>/task/<tid>/schedstat`, fields 1 and 2);
 ``ran / (ran + waited)`` summed over the engine-core process's threads is
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from core import Phase
+from workers.host_speed import HostSpeedMeter
 from workers.protocol import IterationRecordWire
 
 
@@ -160,17 +162,24 @@ class CpuShareMeter:
 
 class IterationLog(IndexedLog):
     """The engine's iteration records, and its latest scheduler view.
-    ``share``: fills each record's ``cpu_share`` (None: left unset)."""
+    ``share``: fills each record's ``cpu_share``; ``speed``: its
+    ``host_probe_us`` (`workers.host_speed`); a field the caller passes is
+    kept."""
 
-    def __init__(self, capacity: int = 20_000, share: CpuShareMeter | None = None) -> None:
+    def __init__(
+        self, capacity: int = 20_000, share: CpuShareMeter | None = None, speed: HostSpeedMeter | None = None
+    ) -> None:
         super().__init__(IterationRecordWire, capacity)
         # Latest scheduler view: (running, waiting, device KV usage 0..1).
         self.scheduler = (0, 0, 0.0)
         self.share = CpuShareMeter() if share is None else share
+        self.speed = HostSpeedMeter() if speed is None else speed
 
     def append(self, **fields) -> Any:
         if "cpu_share" not in fields:
             fields["cpu_share"] = self.share.read()
+        if "host_probe_us" not in fields:
+            fields["host_probe_us"] = self.speed.read()
         return super().append(**fields)
 
     def tokens_per_s(self, window_s: float = 10.0, now: float | None = None) -> float:

@@ -314,6 +314,8 @@ class IterationRecordWire(_Model):
     attention_pairs: int | None = None
     # the engine core's CPU share since the record before (workers.iterations; None: not measured)
     cpu_share: float | None = None
+    # CPU µs of the host-speed probe, smoothed (workers.host_speed; None: not measured)
+    host_probe_us: float | None = None
 
 
 class RequestTimingWire(_Model):

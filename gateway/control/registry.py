@@ -343,6 +343,7 @@ class WorkerRegistry:
                     elapsed_ms=it.elapsed_ms,
                     attention_pairs=it.attention_pairs,
                     cpu_share=it.cpu_share,
+                    host_probe_us=it.host_probe_us,
                 )
             )
             node.next_iteration = max(node.next_iteration, it.index + 1)

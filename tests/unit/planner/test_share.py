@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner.share import MIN_SAMPLES, ShareEffect, clip_share
+from planner.share import MIN_SAMPLES, ShareEffect, clip_share, probe_speed
 
 
 def test_typical_share_and_a_known_elasticity() -> None:
@@ -36,3 +36,15 @@ def test_gamma_is_zero_until_enough_shares_and_clipped_to_one() -> None:
 def test_shares_are_clipped_to_a_stalled_floor() -> None:
     assert clip_share(0.0) == 0.05 and clip_share(1.3) == 1.0 and clip_share(float("nan")) is None
     assert clip_share(None) is None and clip_share(0.7) == 0.7
+
+
+def test_host_speed_is_the_probe_reciprocal_and_its_elasticity_may_exceed_one() -> None:
+    assert probe_speed(500.0) == 2.0 and probe_speed(None) is None
+    assert probe_speed(0.0) is None and probe_speed(float("inf")) is None
+    effect = ShareEffect(max_gamma=2.0)
+    speeds = [1.0, 2.0] * 100  # typical speed 1.5
+    for v in speeds:
+        effect.observe(v)
+    for v in speeds:
+        effect.learn(v, 1.5 * math.log(1.5 / v))
+    assert effect.gamma == pytest.approx(1.5)  # a step slows 1.5x as much as the probe does

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from core import Phase
+from workers.host_speed import HostSpeedMeter
 from workers.iterations import CpuShareMeter, IterationLog, engine_pids, share_of
 
 
@@ -54,3 +55,13 @@ def test_each_record_carries_the_share_since_the_one_before(tmp_path: Path) -> N
     clock[0] -= 0.35  # the next record comes 0.15 s after the last read: the last span's share, no read
     assert step() == pytest.approx(5_000 / 9_000)
     assert step() == 1.0  # 0.25 s later: read again; ran 1,000 more, waited nothing
+
+
+def test_each_record_carries_the_host_probe_unless_the_caller_measured_one(tmp_path: Path) -> None:
+    costs = iter([500_000, 900_000])  # thread-clock ns before and after the probe
+    speed = HostSpeedMeter(every_s=0.0, cpu_ns=lambda: next(costs), work=lambda: None)
+    log = IterationLog(share=CpuShareMeter(parent=100, proc=tmp_path), speed=speed)
+    fields = {"phase": Phase.DECODE, "batch_size": 1, "uncached_prompt_tokens": 0, "cached_prompt_tokens": 0}
+    fields.update(generated_tokens=1, context_tokens=10, elapsed_ms=5.0, t=1.0)
+    assert log.append(**fields).host_probe_us == 400.0
+    assert log.append(host_probe_us=123.0, **fields).host_probe_us == 123.0
