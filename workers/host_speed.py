@@ -8,22 +8,29 @@ fifth longer for minutes. A model fitted through such a spell learns the
 slow host as the usual one and mispredicts the steps after it.
 
 `HostSpeedMeter` times a fixed reference computation (`reference_work`: a
-vector multiply-add and sum over 512 KiB, more than a core's L1 and L2
-share of it, and a short interpreter loop, the two kinds of work an engine
-step on CPU does) in **CPU time of the calling thread**
+vector multiply-add and sum over 512 KiB, well past the L1 cache, and a
+short interpreter loop: the two kinds of work an engine step on CPU does)
+in **CPU time of the calling thread**
 (``time.thread_time_ns``): time the thread spent waiting for a core is not
 in it, so it measures how much work a cycle of this host does, not how busy
 the host's other processes keep it (the CPU share's job). One probe costs
 about 0.3-0.8 ms and scatters by ~15 % (interrupts, cold caches); it runs at
 most every `PROBE_EVERY_S` and a record carries the exponentially weighted
 mean of the recent probes (`SMOOTHING`: about the last 8), µs of CPU per
-probe. The planner learns how much the step time follows it
+probe. Once the engine is up the worker probes from a thread of its own
+pinned to the engine's cores (`HostSpeedMeter.start`): a spell of one core
+(a neighbour on its hyperthread sibling) shows only there, and the worker's
+HTTP side may run on another core. The probe then takes about 0.3 ms of
+the engine's core once a second, and never blocks the event loop on it.
+The planner learns how much the step time follows it
 (`planner.profile.IterationModel`, its ``speed`` elasticity): where the
 probe tracks nothing the steps feel, the learned elasticity stays near 0.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -67,15 +74,53 @@ class HostSpeedMeter:
         self.work = work
         self._probed_at = -float("inf")
         self.probe_us: float | None = None
+        self.cpus: set[int] | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def read(self) -> float | None:
-        """The smoothed probe cost in CPU µs, probing first when the last
-        probe is `every_s` old; None when the thread clock measured nothing
-        (no per-thread CPU clock on this platform)."""
+        """The smoothed probe cost in CPU µs; without a probing thread, probes
+        first when the last probe is `every_s` old. None until a probe
+        measured something (no per-thread CPU clock on this platform)."""
+        if self._thread is not None:
+            return self.probe_us
         now = self.clock()
         if now - self._probed_at < self.every_s:
             return self.probe_us
         self._probed_at = now
+        return self.probe()
+
+    def start(self, cpus: set[int] | None = None) -> None:
+        """Probe from a daemon thread every `every_s` from now on, pinned to
+        ``cpus`` when given (the engine's cores; re-pinned before each probe,
+        so moving the process's threads does not move it). Called again, it
+        only takes the new ``cpus``."""
+        self.cpus = set(cpus) if cpus else None
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._loop, name="host-speed-probe", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the probing thread (reads probe inline again)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stopping.set()
+            thread.join(timeout=5.0)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            if self.cpus:
+                try:
+                    os.sched_setaffinity(0, self.cpus)  # this thread only
+                except OSError:
+                    self.cpus = None  # not ours to use: probe where the thread runs
+            self.probe()
+            self._stopping.wait(self.every_s)
+
+    def probe(self) -> float | None:
+        """Time `work` once in thread CPU µs and fold it into the smoothed value."""
         start = self.cpu_ns()
         self.work()
         cost = (self.cpu_ns() - start) / 1e3
