@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from planner.share import MIN_SAMPLES, ShareEffect, clip_share, probe_speed
@@ -48,3 +49,20 @@ def test_host_speed_is_the_probe_reciprocal_and_its_elasticity_may_exceed_one() 
     for v in speeds:
         effect.learn(v, 1.5 * math.log(1.5 / v))
     assert effect.gamma == pytest.approx(1.5)  # a step slows 1.5x as much as the probe does
+
+
+def test_an_anchored_effect_is_used_only_while_it_predicts_better_than_none() -> None:
+    """Errors that follow the speed: the slope is used. Errors that do not
+    (independent draws): whatever slope chance gives is scored on each step
+    before it learns from it, loses to no factor, and gamma stays 0."""
+    rng = np.random.default_rng(1)
+    speeds = rng.choice([1.0, 1.3], size=2000) * rng.lognormal(0.0, 0.02, 2000)
+    follows, ignores = ShareEffect(anchored=True, max_gamma=2.0), ShareEffect(anchored=True, max_gamma=2.0)
+    for v, noise in zip(speeds, rng.normal(0.0, 0.05, 2000), strict=True):
+        for effect in (follows, ignores):
+            effect.observe(float(v))
+        follows.learn(float(v), float(math.log(follows.base / v) + noise))
+        ignores.learn(float(v), float(noise))
+    assert follows.anchor is not None and follows.gain > 0
+    assert follows.gamma == pytest.approx(1.0, abs=0.05)
+    assert ignores.gain <= 0 and ignores.gamma == 0.0
