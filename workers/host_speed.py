@@ -21,7 +21,8 @@ probe. Once the engine is up the worker probes from a thread of its own
 pinned to the engine's cores (`HostSpeedMeter.start`): a spell of one core
 (a neighbour on its hyperthread sibling) shows only there, and the worker's
 HTTP side may run on another core. The probe then takes about 0.3 ms of
-the engine's core once a second, and never blocks the event loop on it.
+the engine's core once a second; it holds the interpreter lock while it
+runs, so the event loop may wait that long once a second, not more.
 The planner learns how much the step time follows it
 (`planner.profile.IterationModel`, its ``speed`` elasticity): where the
 probe tracks nothing the steps feel, the learned elasticity stays near 0.
