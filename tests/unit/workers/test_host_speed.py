@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
-from workers.host_speed import HostSpeedMeter, reference_work
+from workers.host_speed import THREAD_NAME, HostSpeedMeter, reference_work
 
 
 def _meter(costs_us: list[float], every_s: float = 1.0, smoothing: float = 0.5) -> tuple[HostSpeedMeter, list[float]]:
@@ -84,6 +85,9 @@ def test_a_started_meter_probes_from_its_own_pinned_thread() -> None:
         value = _wait_for_probe(meter)
         assert meter.read() == meter.probe_us and value > 0  # read probes no more: the thread's value
         assert seen[0] == {core}
+        assert meter._thread is not None and meter._thread.native_id is not None
+        comm = Path(f"/proc/self/task/{meter._thread.native_id}/comm").read_text().strip()
+        assert comm == THREAD_NAME  # named for top -H and the worker test that finds it
         assert os.sched_getaffinity(0) == mine  # only the probing thread was pinned
     finally:
         meter.stop()
