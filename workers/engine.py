@@ -256,8 +256,6 @@ class WorkerEngine:
         cpus = affinity.http_side_cpus(cfg.http_cpus, cfg.threads_bind, os.sched_getaffinity(0))
         if cpus:
             affinity.pin_own_threads(cpus)
-        # The host-speed probe runs where the engine computes (workers/host_speed.py).
-        self.iterations.speed.start(affinity.engine_cpus(cfg.threads_bind))
         self.vocab_size = llm.model_config.get_vocab_size()
         # The context length the engine really serves (the model's own unless overridden).
         self.max_model_len = int(llm.model_config.max_model_len)
@@ -267,7 +265,6 @@ class WorkerEngine:
         self.started = True
 
     async def stop(self) -> None:
-        self.iterations.speed.stop()
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None

@@ -17,12 +17,9 @@ the host's other processes keep it (the CPU share's job). One probe costs
 about 0.3-0.8 ms and scatters by ~15 % (interrupts, cold caches); it runs at
 most every `PROBE_EVERY_S` and a record carries the exponentially weighted
 mean of the recent probes (`SMOOTHING`: about the last 8), µs of CPU per
-probe. Once the engine is up the worker probes from a thread of its own
-pinned to the engine's cores (`HostSpeedMeter.start`): a spell of one core
-(a neighbour on its hyperthread sibling) shows only there, and the worker's
-HTTP side may run on another core. The probe then takes about 0.3 ms of
-the engine's core once a second; it holds the interpreter lock while it
-runs, so the event loop may wait that long once a second, not more.
+probe. It runs where the worker appends a record (its event loop, on
+whatever core the worker's own threads use), so the loop waits about
+0.3 ms once a second for it.
 The planner learns how much the step time follows it
 (`planner.profile.IterationModel`, its ``speed`` elasticity): where the
 probe tracks nothing the steps feel, the learned elasticity stays near 0.
@@ -30,16 +27,11 @@ probe tracks nothing the steps feel, the learned elasticity stays near 0.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-THREAD_NAME = "host-speed"  # the probing thread's OS name (top -H, /proc/<pid>/task/<tid>/comm)
 PROBE_EVERY_S = 1.0  # at most one probe per this many seconds: ≤ 0.1 % of a core
 SMOOTHING = 0.125  # weight of the newest probe in the carried mean (~8 probes)
 _VECTOR = np.arange(1 << 17, dtype=np.float32)  # 512 KiB
@@ -78,51 +70,16 @@ class HostSpeedMeter:
         self.work = work
         self._probed_at = -float("inf")
         self.probe_us: float | None = None
-        self.cpus: set[int] | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
 
     def read(self) -> float | None:
-        """The smoothed probe cost in CPU µs; without a probing thread, probes
-        first when the last probe is `every_s` old. None until a probe
-        measured something (no per-thread CPU clock on this platform)."""
-        if self._thread is not None:
-            return self.probe_us
+        """The smoothed probe cost in CPU µs, probing first when the last
+        probe is `every_s` old. None until a probe measured something (no
+        per-thread CPU clock on this platform)."""
         now = self.clock()
         if now - self._probed_at < self.every_s:
             return self.probe_us
         self._probed_at = now
         return self.probe()
-
-    def start(self, cpus: set[int] | None = None) -> None:
-        """Probe from a daemon thread every `every_s` from now on, pinned to
-        ``cpus`` when given (the engine's cores; re-pinned before each probe,
-        so moving the process's threads does not move it). Called again, it
-        only takes the new ``cpus``."""
-        self.cpus = set(cpus) if cpus else None
-        if self._thread is not None:
-            return
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._loop, name="host-speed-probe", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """End the probing thread (reads probe inline again)."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stopping.set()
-            thread.join(timeout=5.0)
-
-    def _loop(self) -> None:
-        _name_os_thread(THREAD_NAME)
-        while not self._stopping.is_set():
-            if self.cpus:
-                try:
-                    os.sched_setaffinity(0, self.cpus)  # this thread only
-                except OSError:
-                    self.cpus = None  # not ours to use: probe where the thread runs
-            self.probe()
-            self._stopping.wait(self.every_s)
 
     def probe(self) -> float | None:
         """Time `work` once in thread CPU µs and fold it into the smoothed value."""
@@ -134,10 +91,3 @@ class HostSpeedMeter:
         prev = self.probe_us
         self.probe_us = cost if prev is None else prev + self.smoothing * (cost - prev)
         return self.probe_us
-
-
-def _name_os_thread(name: str) -> None:
-    """Give the calling thread an OS-visible name (Linux ``PR_SET_NAME``, 15
-    bytes); elsewhere, or without libc's prctl, nothing."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
-from workers.host_speed import THREAD_NAME, HostSpeedMeter, reference_work
+from workers.host_speed import HostSpeedMeter, reference_work
 
 
 def _meter(costs_us: list[float], every_s: float = 1.0, smoothing: float = 0.5) -> tuple[HostSpeedMeter, list[float]]:
@@ -60,47 +58,3 @@ def test_the_real_probe_costs_well_under_a_step() -> None:
     cost_us = (time.thread_time_ns() - start) / 1e3
     assert 0 < cost_us < 20_000
     assert HostSpeedMeter(every_s=0.0).read() is not None
-
-
-def _wait_for_probe(meter: HostSpeedMeter) -> float:
-    deadline = time.monotonic() + 10.0
-    while meter.probe_us is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert meter.probe_us is not None
-    return meter.probe_us
-
-
-def test_a_started_meter_probes_from_its_own_pinned_thread() -> None:
-    mine = os.sched_getaffinity(0)
-    core = min(mine)
-    seen: list[set[int]] = []
-
-    def work() -> None:
-        seen.append(os.sched_getaffinity(0))  # the probing thread's own CPUs
-        reference_work()
-
-    meter = HostSpeedMeter(every_s=0.05, work=work)
-    meter.start({core})
-    try:
-        value = _wait_for_probe(meter)
-        assert meter.read() == meter.probe_us and value > 0  # read probes no more: the thread's value
-        assert seen[0] == {core}
-        assert meter._thread is not None and meter._thread.native_id is not None
-        comm = Path(f"/proc/self/task/{meter._thread.native_id}/comm").read_text().strip()
-        assert comm == THREAD_NAME  # named for top -H and the worker test that finds it
-        assert os.sched_getaffinity(0) == mine  # only the probing thread was pinned
-    finally:
-        meter.stop()
-    calls = len(seen)
-    meter.read()  # stopped: read probes inline again
-    assert len(seen) == calls + 1
-
-
-def test_cores_it_may_not_use_leave_the_probe_unpinned() -> None:
-    meter = HostSpeedMeter(every_s=0.05)
-    meter.start({10_000})
-    try:
-        _wait_for_probe(meter)
-        assert meter.cpus is None
-    finally:
-        meter.stop()
