@@ -172,7 +172,9 @@ class IterationModel:
         v = probe_speed(record.host_probe_us)
         f_speed = 1.0 if v is None else self.speed.factor(v) / self.speed.drift
         f = self.share.factor(clip_share(record.cpu_share)) * f_speed
-        return mean * f, sd * f
+        mean, sd = mean * f, sd * f
+        beyond = mean * self.speed.spread(v)  # a host speed the fit has not seen (`ShareEffect.spread`)
+        return mean, math.hypot(sd, beyond)
 
     @property
     def theta(self) -> np.ndarray:

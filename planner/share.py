@@ -40,6 +40,18 @@ scored 0.074 on its held-back steps against 0.059 without the probe). So
 each step is first predicted with and without the slope's factor, before
 either learns from it, and gamma is used only while the mean absolute
 log error with it is the smaller (``gain`` > 0).
+
+What the anchored effect does not know it says: a step at a host speed
+beyond the spread the effect was fitted on (``spread``) is predicted with
+the elasticity in use, and its band widens by what an elasticity anywhere
+between 0 (nothing of the step slows like the probe) and 1 (all of it
+does) could make of the excess distance. On one `bench planner` run
+(2026-12-06 16:04 UTC) the probe read ~20 % slower through the last three
+tenths and the steps ran 17 % slower than predicted; the probe had varied
+by its own scatter only while the models learned (no decode slope
+verified), so the prediction stayed where it was, and the decode band (sd
+5.5 % of a step) covered 0.24 of the held-back steps where it claims 0.9;
+with the spread, 0.61 (prefill 0.77 -> 0.85), the errors unchanged.
 """
 
 from __future__ import annotations
@@ -134,6 +146,20 @@ class ShareEffect:
     def factor(self, share: float | None) -> float:
         """Wall time at ``share`` over wall time at ``base`` (1 when unknown)."""
         return 1.0 if share is None else (self.base / share) ** self.gamma
+
+    def spread(self, share: float | None) -> float:
+        """Log-sd a prediction at ``share`` gets from not knowing the
+        elasticity beyond the values fitted on (anchored only, once the
+        anchor is set; else 0): the squared distance of log(base / share)
+        from their mean in excess of their variance (what the fit's own
+        noise already holds), times the mean square of (g − gamma) for g
+        uniform on [0, 1]; its root."""
+        if share is None or not self.anchored or self.anchor is None:
+            return 0.0
+        excess = (math.log(self.base / share) - self.sx) ** 2 - max(self.sxx - self.sx**2, 0.0)
+        if excess <= 0:
+            return 0.0
+        return math.sqrt(excess * (1.0 / 12.0 + (0.5 - self.gamma) ** 2))
 
     @property
     def drift(self) -> float:

@@ -190,3 +190,24 @@ def test_host_probe_explains_a_slow_spell_the_share_does_not_see() -> None:
     old = profile.to_dict()
     old["decode_host"] = {k: v for k, v in old["decode_host"].items() if k != "speed"}  # type: ignore[attr-defined]
     assert Profile.from_dict(old).decode.speed.gamma == 0.0  # saved before the probe: a fresh effect
+
+
+def test_a_host_slower_than_any_fitted_on_widens_the_band() -> None:
+    """Fitted on a steady host, then held back through a spell 1.25x slower
+    that the model never saw the probe move for: no elasticity was learned,
+    so the point prediction is the blind one, but the band widens by what
+    an elasticity in [0, 1] could make of the probe's distance: blind, it
+    covers the normal third of the held-back steps only (0.29 here)."""
+    rng = np.random.default_rng(5)
+    ordered = sorted(synthetic_records(3000, seed=13, noise=0.03), key=lambda r: r.t)
+    records = []
+    for i, r in enumerate(ordered):
+        slow = 1.25 if i / len(ordered) >= 0.8 else 1.0
+        probe = 400.0 * slow * float(rng.lognormal(0.0, 0.04))
+        records.append(dataclasses.replace(r, elapsed_ms=r.elapsed_ms * slow, host_probe_us=probe))
+    report = fit_mape(records)
+    blind = fit_mape([dataclasses.replace(r, host_probe_us=None) for r in records])
+    assert report.band_decode is not None and blind.band_decode is not None
+    assert report.mape_decode == pytest.approx(blind.mape_decode, rel=0.02)
+    # the spell's steps sit where an elasticity of 1 puts them, the edge of what the band allows for
+    assert blind.band_decode < 0.35 and report.band_decode > blind.band_decode + 0.1

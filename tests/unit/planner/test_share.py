@@ -66,3 +66,25 @@ def test_an_anchored_effect_is_used_only_while_it_predicts_better_than_none() ->
     assert follows.anchor is not None and follows.gain > 0
     assert follows.gamma == pytest.approx(1.0, abs=0.05)
     assert ignores.gain <= 0 and ignores.gamma == 0.0
+
+
+def test_an_anchored_effect_widens_only_beyond_the_speeds_it_was_fitted_on() -> None:
+    """No spread before the anchor, none within the spread of the fitted
+    speeds; beyond it, the excess distance times the root mean square of
+    (g − gamma) over g in [0, 1]: 1/√3 at gamma 0, 1/√12 at gamma 0.5."""
+    rng = np.random.default_rng(2)
+    effect = ShareEffect(anchored=True, max_gamma=2.0)
+    assert effect.spread(1.0) == 0.0  # unanchored
+    speeds = rng.lognormal(0.0, 0.05, 2000)
+    for v, noise in zip(speeds, rng.normal(0.0, 0.05, 2000), strict=True):
+        effect.observe(float(v))
+        effect.learn(float(v), float(noise))  # the steps ignore the speed: gamma 0
+    assert effect.gamma == 0.0
+    assert effect.spread(effect.base) == 0.0  # the fitted speeds' own scatter
+    assert effect.spread(None) == 0.0
+    slow = effect.base / math.exp(effect.sx + 0.3)  # 0.3 in log beyond the mean
+    excess = 0.3**2 - (effect.sxx - effect.sx**2)
+    assert effect.spread(slow) == pytest.approx(math.sqrt(excess / 3.0))
+    effect.gain, effect.sxy = 1.0, effect.sx * effect.sy + 0.5 * (effect.sxx - effect.sx**2)  # a slope of 0.5 in use
+    assert effect.gamma == pytest.approx(0.5)
+    assert effect.spread(slow) == pytest.approx(math.sqrt(excess / 12.0))
