@@ -42,7 +42,18 @@ def claim_lease(
     session: Session, *, holder: str, ttl_s: float, held_term: int | None, name: str = PLANNER_LEASE
 ) -> LeaseRecord:
     """Renew the lease if `holder` holds it at `held_term`, else take it if it
-    has expired (term + 1); either way return the row as it now stands."""
+    has expired (term + 1); either way return the row as it now stands.
+
+    On PostgreSQL the claim's transaction waits for the row's lock at most
+    `ttl_s`, and the server ends its session if it sits idle inside it for
+    `ttl_s`: a replica stopped between the UPDATE and the COMMIT (SIGSTOP, a
+    frozen VM) would otherwise hold the row, and every follower's claim
+    with it, for as long as it is stopped. Both settings end with the
+    transaction."""
+    if session.get_bind().dialect.name == "postgresql":
+        ms = max(1, int(ttl_s * 1000))
+        session.execute(sa.text(f"SET LOCAL lock_timeout = {ms}"))
+        session.execute(sa.text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
     now = _db_now(session)
     t = LeaderLease.__table__.c
     mine = sa.and_(t.holder == holder, t.term == held_term) if held_term is not None else sa.false()

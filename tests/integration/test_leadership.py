@@ -1,15 +1,19 @@
 """Planner leadership on the real store (SQLite and PostgreSQL): one holder,
 takeover after expiry with a new term, release on stop, deposition by a
-stale-term refusal, no leader while the store is unreachable."""
+stale-term refusal, no leader while the store is unreachable, and no lease
+held by a leader paused inside its claim."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+
+import pytest
 
 from gateway.control.leadership import LeaderElector
 from gateway.control.lease import LeaseConfig
-from gateway.store.db import Database
+from gateway.store.db import Database, StoreUnavailable
 
 FAST = LeaseConfig(ttl_s=0.6, renew_s=0.2, drift=0.1)
 
@@ -74,3 +78,29 @@ async def test_no_leader_while_the_store_is_unreachable() -> None:
         assert not state.leading and not e.is_leader() and not e.status().store_reachable
     finally:
         db.dispose()
+
+
+async def test_a_leader_paused_inside_its_claim_does_not_hold_the_lease(migrated_db: Database) -> None:
+    """A leader stopped (SIGSTOP, a frozen VM) between its claim's UPDATE and
+    its COMMIT holds the lease row's lock for as long as it is stopped. The
+    claim's transaction bounds that on PostgreSQL: the server ends a session
+    idle in it for a lease's TTL, and a claim waits for the lock at most as
+    long; a follower then takes over as from a leader that stopped
+    renewing. (SQLite takes the whole file's write lock and fails the
+    waiting claim after its busy timeout instead: not run there.)"""
+    if migrated_db.dialect != "postgresql":
+        pytest.skip("SQLite locks the whole file; its busy timeout bounds the wait")
+    from gateway.store import repository
+
+    a, b = LeaderElector(migrated_db, "a", FAST), LeaderElector(migrated_db, "b", FAST)
+    await a.attempt()
+    assert a.is_leader()
+    # a's next claim, stopped after its UPDATE; its COMMIT fails once the server has ended the session
+    with contextlib.suppress(StoreUnavailable), migrated_db.session() as paused:
+        repository.claim_lease(paused, holder="a", ttl_s=FAST.ttl_s, held_term=1)
+        await asyncio.sleep(FAST.ttl_s + 0.1)
+        t = time.monotonic()
+        while not b.is_leader() and time.monotonic() - t < 10 * FAST.ttl_s:
+            await asyncio.wait_for(b.attempt(), 10 * FAST.ttl_s)
+            await asyncio.sleep(FAST.renew_s)
+        assert b.is_leader() and b.order_term() == 2
