@@ -51,9 +51,13 @@ def claim_lease(
     with it, for as long as it is stopped. Both settings end with the
     transaction."""
     if session.get_bind().dialect.name == "postgresql":
-        ms = max(1, int(ttl_s * 1000))
-        session.execute(sa.text(f"SET LOCAL lock_timeout = {ms}"))
-        session.execute(sa.text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
+        session.execute(  # SET LOCAL as one bound round trip
+            sa.text(
+                "SELECT set_config('lock_timeout', :ms, true),"
+                " set_config('idle_in_transaction_session_timeout', :ms, true)"
+            ),
+            {"ms": str(max(1, int(ttl_s * 1000)))},
+        )
     now = _db_now(session)
     t = LeaderLease.__table__.c
     mine = sa.and_(t.holder == holder, t.term == held_term) if held_term is not None else sa.false()

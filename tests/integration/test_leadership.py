@@ -13,6 +13,7 @@ import pytest
 
 from gateway.control.leadership import LeaderElector
 from gateway.control.lease import LeaseConfig
+from gateway.store import repository
 from gateway.store.db import Database, StoreUnavailable
 
 FAST = LeaseConfig(ttl_s=0.6, renew_s=0.2, drift=0.1)
@@ -90,8 +91,6 @@ async def test_a_leader_paused_inside_its_claim_does_not_hold_the_lease(migrated
     waiting claim after its busy timeout instead: not run there.)"""
     if migrated_db.dialect != "postgresql":
         pytest.skip("SQLite locks the whole file; its busy timeout bounds the wait")
-    from gateway.store import repository
-
     a, b = LeaderElector(migrated_db, "a", FAST), LeaderElector(migrated_db, "b", FAST)
     await a.attempt()
     assert a.is_leader()
