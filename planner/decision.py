@@ -103,9 +103,11 @@ def pin_actions(nodes: Sequence[NodeState], pin: Pin | None) -> list[SwitchActio
     the gateway's `enforce_pins`: node pins first (`node_pin_actions`), then
     the split pin moves nodes neither pinned nor draining, the least loaded
     first (`choose_nodes`), until the prefill count equals it, as far as those
-    nodes allow."""
+    nodes allow. The split pin waits while any node drains: a draining node
+    still reports the phase it leaves, so counting it would move one node too
+    many (a leader elected while its predecessor's switch runs sees that)."""
     actions = node_pin_actions(nodes, pin)
-    if pin is None or pin.prefill_nodes is None:
+    if pin is None or pin.prefill_nodes is None or any(n.draining for n in nodes):
         return actions
     after = {a.node_id: a.to_phase for a in actions}
     prefill = sum(1 for n in nodes if after.get(n.node_id, n.phase) == Phase.PREFILL)

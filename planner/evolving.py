@@ -135,6 +135,8 @@ class EvolvingPlanner:
         if pin_moves:
             return self._finish(tick, tuple(pin_moves), "node pin: " + ", ".join(a.node_id for a in pin_moves), 1.0)
         if view.pin and view.pin.prefill_nodes is not None:
+            if any(n.draining for n in nodes):  # a draining node still counts in the phase it leaves
+                return self._finish(tick, (), "hold: split pin; a switch is in progress", 1.0)
             lo, hi = rule.reachable(nodes, p_cur, tick.protected)
             target = int(np.clip(view.pin.prefill_nodes, lo, hi))
             return self._move(tick, target, f"split pin: {view.pin.prefill_nodes} prefill nodes", 1.0)

@@ -45,6 +45,7 @@ from workers.protocol import EngineState
 
 log = logging.getLogger(__name__)
 
+PIN_RETRY_S = 5.0  # between attempts at pins a failed switch left unrealised
 PlannerTick = Callable[["ClusterRuntime"], Awaitable[None]]
 DecisionSource = Callable[[], Awaitable[Decision | None]]
 
@@ -84,6 +85,10 @@ class ClusterRuntime:
         self.leadership = leadership
         self._leader_decision = leader_decision
         self._wake = asyncio.Event()
+        # Pins this replica was told to realise (a pin, a restore, its election)
+        # and has not seen realised yet: a node was draining, a switch failed.
+        self._pins_due = False
+        self._pins_retry_at = 0.0  # no attempt before: a switch of the last one failed
 
     def leads(self) -> bool:
         """Does this replica's planner act (decide, switch, realise pins) now?"""
@@ -212,17 +217,52 @@ class ClusterRuntime:
         """Realise the pins with switches; stops at an order a worker fenced
         (this replica no longer leads). The lease is checked by the caller,
         once per batch: orders of a batch interrupted by a pause go out with
-        the old term and the workers refuse them."""
+        the old term and the workers refuse them. What it cannot do now (a
+        node drains, a switch fails) the loop retries (`realise_due_pins`)."""
+        self._pins_due = True  # also while it runs: the loop must not take it for done
         out: list[SwitchOutcome] = []
         busy = self.switcher.switching()
-        for action in self.pin_switches():
-            if action.node_id in busy:
-                continue
-            outcome = await self.switcher.switch(action.node_id, action.to_phase, reason="pin", who=who)
-            out.append(outcome)
-            if outcome.outcome == "fenced":
-                break
+        try:
+            for action in self.pin_switches():
+                if action.node_id in busy:
+                    continue
+                outcome = await self.switcher.switch(action.node_id, action.to_phase, reason="pin", who=who)
+                out.append(outcome)
+                if outcome.outcome == "fenced":
+                    break
+        except GatewayError:
+            self._pins_retry_at = self._clock() + PIN_RETRY_S
+            raise
+        if any(o.outcome not in ("ok", "noop") for o in out):
+            self._pins_retry_at = self._clock() + PIN_RETRY_S
+        self._pins_due = not self._pins_settled()
         return out
+
+    def _pins_settled(self) -> bool:
+        """No node drains and the pins call for no switch."""
+        return not any(n.draining for n in self.registry.nodes() if n.healthy) and not self.pin_switches()
+
+    async def realise_due_pins(self) -> list[SwitchOutcome]:
+        """The leader's loop, each tick: pins it was told to realise and has
+        not seen realised are realised once no node drains (a new leader
+        finds its predecessor's switch still running; the pin rule waits for
+        it); an attempt with a failed switch is retried after `PIN_RETRY_S`.
+        Once realised, they are not enforced again until the next pin,
+        restore or election."""
+        if not self._pins_due or not self.leads() or self.switcher.switching():
+            return []
+        if any(n.draining for n in self.registry.nodes() if n.healthy):
+            return []
+        if self._pins_settled():
+            self._pins_due = False
+            return []
+        if self._clock() < self._pins_retry_at:
+            return []
+        try:
+            return await self.enforce_pins(who="pin")
+        except GatewayError as exc:
+            log.warning("could not realise the pins: %s", exc.message)
+            return []
 
     async def on_elected(self, term: int) -> None:
         """Leadership hook: tell the workers the new term, realise pins, decide now."""
@@ -230,7 +270,7 @@ class ClusterRuntime:
         log.info("term %d announced to %d workers", term, confirmed)
         try:
             await self.enforce_pins(who="leader")
-        except GatewayError as exc:  # e.g. a pinned node unhealthy: realised by the next pin action
+        except GatewayError as exc:  # e.g. a pinned node unhealthy: retried by the loop
             log.warning("could not realise the pins at election: %s", exc.message)
         self.wake()
 
@@ -269,6 +309,10 @@ class ClusterRuntime:
                     await self.planner_tick(self)
                 except Exception:  # a planner bug must not stop sampling or serving
                     log.exception("planner tick failed")
+            try:
+                await self.realise_due_pins()
+            except Exception:  # like a planner bug: logged, the loop goes on
+                log.exception("realising the pins failed")
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval_s)

@@ -168,6 +168,16 @@ def test_pin_actions_node_pins_then_the_split_pin(pin: Pin | None, expected: lis
     assert pin_actions(nodes, pin) == [SwitchAction(n, p) for n, p in expected]
 
 
+def test_the_split_pin_waits_while_a_node_drains() -> None:
+    # c drains to prefill (it still reports decode): counting it as decode would move b too
+    nodes = [NodeState("a", P), NodeState("b", D), NodeState("c", D, draining=True), NodeState("d", D)]
+    assert pin_actions(nodes, Pin(prefill_nodes=2)) == []
+    # node pins of the other nodes do not wait
+    assert pin_actions(nodes, Pin(prefill_nodes=2, node_phases={"d": P})) == [SwitchAction("d", P)]
+    settled = [NodeState("a", P), NodeState("b", D), NodeState("c", P), NodeState("d", D)]
+    assert pin_actions(settled, Pin(prefill_nodes=3)) == [SwitchAction("b", P)]
+
+
 def test_reachable_counts_only_unprotected_nodes() -> None:
     nodes = [NodeState("a", P), NodeState("b", P), NodeState("c", D), NodeState("d", D), NodeState("e", D)]
     assert reachable(nodes, 2, {"b", "e"}) == (1, 4)

@@ -261,6 +261,11 @@ def test_split_pin_wins_without_data() -> None:
     d = _planner().decide(_view(2, 8, now=5.0, pin=Pin(prefill_nodes=5)))
     assert d.acted and d.chosen_split == (5, 3) and d.reason.startswith("split pin")
     assert {a.to_phase for a in d.actions} == {Phase.PREFILL} and len(d.actions) == 3
+    view = _view(2, 8, now=6.0, pin=Pin(prefill_nodes=5))
+    draining = (dataclasses.replace(view.nodes[2], draining=True),)  # a decode node on its way to prefill
+    view = dataclasses.replace(view, nodes=view.nodes[:2] + draining + view.nodes[3:])
+    held = _planner().decide(view)
+    assert not held.acted and held.reason == "hold: split pin; a switch is in progress"
 
 
 def test_split_pin_beats_model_and_node_pins_never_move() -> None:

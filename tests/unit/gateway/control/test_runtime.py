@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from core import Phase
 from gateway.control.phase_switch import PhaseSwitcher
 from gateway.control.registry import WorkerRegistry
-from gateway.control.runtime import ClusterRuntime
+from gateway.control.runtime import PIN_RETRY_S, ClusterRuntime
 from gateway.http.errors import Conflict, InvalidRequest
 from gateway.kv.directory import GatewayDirectory
 from kvpool.directory import MemoryDirectory
@@ -17,7 +19,7 @@ from testing.fake_worker import FakeWorker, InProcessWorkerClient
 # The pin rule itself: planner.decision.pin_actions (tests/unit/planner/test_decision.py).
 
 
-async def runtime(phases: list[Phase]) -> tuple[ClusterRuntime, dict[str, FakeWorker], list]:
+async def runtime(phases: list[Phase], **kw: Any) -> tuple[ClusterRuntime, dict[str, FakeWorker], list]:
     workers = {f"http://w{i}": FakeWorker(f"w{i}", phase=p) for i, p in enumerate(phases)}
     client = InProcessWorkerClient(workers)
     directory = GatewayDirectory(MemoryDirectory(), block_size=16)
@@ -26,7 +28,7 @@ async def runtime(phases: list[Phase]) -> tuple[ClusterRuntime, dict[str, FakeWo
         await registry.add(url)
     events: list = []
     switcher = PhaseSwitcher(registry, client, sinks=[lambda o, r, w: events.append((o, r, w))])
-    return ClusterRuntime(registry, switcher, directory), workers, events
+    return ClusterRuntime(registry, switcher, directory, **kw), workers, events
 
 
 async def test_switch_records_outcome_and_flips_phase():
@@ -64,6 +66,34 @@ async def test_pins_win():
         await rt.set_mode("chaos")
     await rt.set_mode("auto")
     assert (await rt.planner_state()).mode is PlannerMode.AUTO
+
+
+async def test_a_split_pin_met_while_a_node_drains_is_realised_once_it_settles():
+    rt, workers, _ = await runtime([Phase.PREFILL, Phase.DECODE, Phase.DECODE, Phase.DECODE])
+    rt.registry.mark_draining("w1", Phase.PREFILL)  # a switch this replica does not drive: its predecessor's
+    assert await rt.restore_pins(3, {}, who="leader") == []  # w1 counted as decode would move w2 and w3
+    assert await rt.realise_due_pins() == [] and rt.split() == (1, 3)  # still draining
+    workers["http://w1"].phase = Phase.PREFILL
+    rt.registry.finish_switch("w1", Phase.PREFILL)
+    out = await rt.realise_due_pins()
+    assert [(o.node_id, o.outcome) for o in out] == [("w2", "ok")] and rt.split() == (3, 1)
+    rt.registry.finish_switch("w2", Phase.DECODE)  # realised, then changed by hand: not enforced again
+    assert await rt.realise_due_pins() == [] and rt.split() == (2, 2)
+
+
+async def test_pins_a_failed_switch_left_are_retried_after_a_pause():
+    now = [1000.0]
+    rt, workers, _ = await runtime([Phase.PREFILL, Phase.DECODE], clock=lambda: now[0])
+    workers["http://w1"].dead = True  # refuses the switch; the registry has not noticed yet
+    await rt.pin_node("w1", Phase.PREFILL)
+    assert rt.registry.get("w1").phase is Phase.DECODE and not rt.pins_realised()
+    workers["http://w1"].dead = False
+    assert await rt.realise_due_pins() == []
+    now[0] += PIN_RETRY_S - 0.5
+    assert await rt.realise_due_pins() == []  # not yet
+    now[0] += 0.5
+    assert [o.outcome for o in await rt.realise_due_pins()] == ["ok"]
+    assert rt.split() == (2, 0) and rt.pins_realised()
 
 
 async def test_split_history_samples():
