@@ -21,7 +21,10 @@ heartbeat with the engine alive again (restarted in place by the worker, or
 the process relaunched by the supervisor) brings the node back.
 
 Draining is set by the switch orchestrator (`mark_draining`) before it asks
-the worker to change phase, so the router stops sending at once.
+the worker to change phase, so the router stops sending at once; while it
+drives the switch its mark wins over the heartbeat. A drain this replica
+does not drive (another replica's order, its predecessor's as leader) is
+the worker's to report: the heartbeat sets it and clears it.
 
 Fencing (`workers.fence`): `term_source()` is the newest leadership term this
 replica knows (its own while it leads, else the one it last read from the
@@ -61,6 +64,7 @@ class WorkerNode:
     url: str
     phase: Phase = Phase.DECODE
     draining_to: Phase | None = None
+    switching: bool = False  # this replica drives a switch of the node (`mark_draining`)
     healthy: bool = False
     failures: int = 0
     last_seen: float = 0.0
@@ -177,12 +181,13 @@ class WorkerRegistry:
 
     # -- state set by the orchestrator / switcher -----------------------------
     def mark_draining(self, node_id: str, to_phase: Phase) -> None:
-        self.get(node_id).draining_to = to_phase
+        node = self.get(node_id)
+        node.draining_to, node.switching = to_phase, True
 
     def finish_switch(self, node_id: str, phase: Phase) -> None:
         node = self.get(node_id)
         node.phase = phase
-        node.draining_to = None
+        node.draining_to, node.switching = None, False
 
     def report_failure(self, node_id: str, why: str, *, certain: bool = True) -> None:
         """The orchestrator could not reach the node. `certain` (connection
@@ -304,8 +309,8 @@ class WorkerRegistry:
                 log.warning("worker %s reports its engine %s: %s", node.node_id, stats.engine.value, stats.engine_error)
                 await self._directory.drop_node(node.node_id)
             return  # nothing it reports now is about a serving engine
-        if node.draining_to is None or stats.draining_to is not None:
-            # While the gateway drives a switch its own mark wins.
+        if not node.switching or stats.draining_to is not None:
+            # While this replica drives a switch its own mark wins; else the worker's report does.
             node.phase, node.draining_to = stats.phase, stats.draining_to
         node.num_running, node.num_waiting = stats.num_running, stats.num_waiting
         node.fence_term, node.refused_orders = stats.fence_term, stats.refused_orders

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from functools import partial
+from typing import Any
 
 import httpx
 import pytest
@@ -125,6 +126,34 @@ def test_limits_hold_across_replicas(cluster: ReplicaCluster) -> None:
         assert cluster.chat(2, slow).status_code == 200  # the slots came back
 
 
+def _node_on(cluster: ReplicaCluster, replica: int, node_id: str) -> dict[str, Any]:
+    nodes = cluster.admin(replica, "GET", "/cluster").json()["nodes"]
+    return next(n for n in nodes if n["node_id"] == node_id)
+
+
+def _draining_on(cluster: ReplicaCluster, replica: int, node_id: str, to: str) -> bool:
+    return bool(_node_on(cluster, replica, node_id)["draining_to"] == to)
+
+
+def _settled_on(cluster: ReplicaCluster, replica: int, node_id: str, phase: str) -> bool:
+    node = _node_on(cluster, replica, node_id)
+    return bool(node["phase"] == phase and node["draining_to"] is None)
+
+
+def test_every_replica_follows_the_leaders_switch(cluster: ReplicaCluster) -> None:
+    leader = cluster.wait_leader()
+    followers = [i for i in range(3) if i != leader]
+    for to in ("prefill", "decode"):  # there and back: the next test starts from every node decode
+        order = {"node_id": "w3", "to_phase": to, "reason": "test"}
+        switching = threading.Thread(target=partial(cluster.admin, leader, "POST", "/switch", order), daemon=True)
+        switching.start()
+        for i in followers:  # a follower learns of the drain from the worker's heartbeat (every 0.2 s; it takes 1 s)
+            wait_until(partial(_draining_on, cluster, i, "w3", to), 3, what=f"the drain on g{i}")
+        switching.join(10)
+        for i in range(3):  # ... and of its end the same way
+            wait_until(partial(_settled_on, cluster, i, "w3", to), 3, what=f"w3 {to} on g{i}")
+
+
 def test_a_paused_leaders_orders_are_refused(cluster: ReplicaCluster) -> None:
     old = cluster.wait_leader()
     term = cluster.planner(old)["leadership"]["term"]
@@ -153,6 +182,9 @@ def test_a_paused_leaders_orders_are_refused(cluster: ReplicaCluster) -> None:
     assert all(s["t"] < paused_at + 0.5 for s in stale), stale
     # the new leader realised the pin
     wait_until(lambda: cluster.admin(new, "GET", "/cluster").json()["split"] == [3, 1], 15, what="split 3/1")
+    # every replica sees it: a drain another replica drove ends with the worker's report, not with a switch of its own
+    for i in range(3):
+        wait_until(lambda i=i: cluster.admin(i, "GET", "/cluster").json()["split"] == [3, 1], 5, what=f"3/1 on g{i}")
     fenced = wait_until(
         lambda: cluster.admin(new, "GET", "/switches?outcome=fenced").json()["items"], 5, what="the fenced switch"
     )

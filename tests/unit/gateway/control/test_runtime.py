@@ -68,13 +68,30 @@ async def test_pins_win():
     assert (await rt.planner_state()).mode is PlannerMode.AUTO
 
 
+async def test_a_drain_another_replica_drives_is_the_workers_to_report():
+    rt, workers, _ = await runtime([Phase.DECODE, Phase.DECODE])
+    w0, w1 = workers["http://w0"], workers["http://w1"]
+    w0.draining_to = Phase.PREFILL  # an order of another replica (a leader before this one) under way
+    await rt.registry.poll_once()
+    assert rt.registry.get("w0").draining_to is Phase.PREFILL
+    w0.phase, w0.draining_to = Phase.PREFILL, None  # done: the next heartbeat says so
+    await rt.registry.poll_once()
+    node = rt.registry.get("w0")
+    assert node.phase is Phase.PREFILL and not node.draining and rt.split() == (1, 1)
+    rt.registry.mark_draining("w1", Phase.PREFILL)  # this replica's own switch, not started on the worker yet
+    await rt.registry.poll_once()
+    assert rt.registry.get("w1").draining_to is Phase.PREFILL and w1.draining_to is None  # its mark wins
+
+
 async def test_a_split_pin_met_while_a_node_drains_is_realised_once_it_settles():
     rt, workers, _ = await runtime([Phase.PREFILL, Phase.DECODE, Phase.DECODE, Phase.DECODE])
-    rt.registry.mark_draining("w1", Phase.PREFILL)  # a switch this replica does not drive: its predecessor's
+    w1 = workers["http://w1"]
+    w1.draining_to = Phase.PREFILL  # a switch this replica does not drive: its predecessor's
+    await rt.registry.poll_once()
     assert await rt.restore_pins(3, {}, who="leader") == []  # w1 counted as decode would move w2 and w3
     assert await rt.realise_due_pins() == [] and rt.split() == (1, 3)  # still draining
-    workers["http://w1"].phase = Phase.PREFILL
-    rt.registry.finish_switch("w1", Phase.PREFILL)
+    w1.phase, w1.draining_to = Phase.PREFILL, None
+    await rt.registry.poll_once()
     out = await rt.realise_due_pins()
     assert [(o.node_id, o.outcome) for o in out] == [("w2", "ok")] and rt.split() == (3, 1)
     rt.registry.finish_switch("w2", Phase.DECODE)  # realised, then changed by hand: not enforced again
