@@ -88,7 +88,7 @@ class ClusterRuntime:
         # Pins this replica was told to realise (a pin, a restore, its election)
         # and has not seen realised yet: a node was draining, a switch failed.
         self._pins_due = False
-        self._pins_retry_at = 0.0  # no attempt before: a switch of the last one failed
+        self._pins_retry_at = 0.0  # the loop's next attempt no sooner (set when a switch of one failed)
 
     def leads(self) -> bool:
         """Does this replica's planner act (decide, switch, realise pins) now?"""
