@@ -131,6 +131,10 @@ def _node_on(cluster: ReplicaCluster, replica: int, node_id: str) -> dict[str, A
     return next(n for n in nodes if n["node_id"] == node_id)
 
 
+def _split_is(cluster: ReplicaCluster, replica: int, split: list[int]) -> bool:
+    return bool(cluster.admin(replica, "GET", "/cluster").json()["split"] == split)
+
+
 def _draining_on(cluster: ReplicaCluster, replica: int, node_id: str, to: str) -> bool:
     return bool(_node_on(cluster, replica, node_id)["draining_to"] == to)
 
@@ -184,7 +188,7 @@ def test_a_paused_leaders_orders_are_refused(cluster: ReplicaCluster) -> None:
     wait_until(lambda: cluster.admin(new, "GET", "/cluster").json()["split"] == [3, 1], 15, what="split 3/1")
     # every replica sees it: a drain another replica drove ends with the worker's report, not with a switch of its own
     for i in range(3):
-        wait_until(lambda i=i: cluster.admin(i, "GET", "/cluster").json()["split"] == [3, 1], 5, what=f"3/1 on g{i}")
+        wait_until(partial(_split_is, cluster, i, [3, 1]), 5, what=f"3/1 on g{i}")
     fenced = wait_until(
         lambda: cluster.admin(new, "GET", "/switches?outcome=fenced").json()["items"], 5, what="the fenced switch"
     )
