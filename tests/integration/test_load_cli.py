@@ -59,6 +59,8 @@ def test_load_runs_both_phases_with_branch_headers_and_finishes_its_branches(tmp
                 "2",
                 "--max-gap-s",
                 "0.05",
+                "--timeout-s",
+                "60",  # a request that hangs fails the phase with its error, not the whole run silently
                 "--json",
             ],
             cwd=ROOT,
