@@ -65,13 +65,13 @@ class PhaseSwitcher:
         self._deadline_s = deadline_s
         self._rpc_margin_s = rpc_margin_s
         self._sinks: list[SwitchSink] = list(sinks or [])
-        self._busy: set[str] = set()
 
     def add_sink(self, sink: SwitchSink) -> None:
         self._sinks.append(sink)
 
     def switching(self) -> set[str]:
-        return set(self._busy)
+        """The nodes this replica is switching (the registry's `mark_draining` .. `finish_switch`)."""
+        return {n.node_id for n in self._registry.nodes() if n.switching}
 
     async def switch(self, node_id: str, to_phase: Phase, *, reason: str, who: str) -> SwitchOutcome:
         target = Phase(to_phase)  # the member itself, also for an untyped caller that passed its value
@@ -86,7 +86,7 @@ class PhaseSwitcher:
         target = to_phase
         node = self._registry.get(node_id)
         from_phase = node.phase
-        if node_id in self._busy:
+        if node.switching:
             raise Conflict(f"node {node_id} is already switching", code="switch_in_progress")
         if node.phase is target and not node.draining:
             return await self._emit(
@@ -96,7 +96,6 @@ class PhaseSwitcher:
             )
         if not node.healthy:
             raise Conflict(f"node {node_id} is unhealthy", code="node_unhealthy")
-        self._busy.add(node_id)
         start = time.monotonic()
         term = self.term_source()
         self._registry.mark_draining(node_id, target)
@@ -127,7 +126,7 @@ class PhaseSwitcher:
                 log.warning("switch of %s to %s failed: %s", node_id, target.value, exc)
             return await self._emit(outcome, reason, who)
         finally:
-            self._busy.discard(node_id)
+            self._registry.release_switch(node_id)  # cancelled, say: the worker's heartbeat reports where it is
         self._registry.finish_switch(node_id, result.to_phase)
         trace.migrated(result.migrated)
         outcome = SwitchOutcome(

@@ -189,6 +189,13 @@ class WorkerRegistry:
         node.phase = phase
         node.draining_to, node.switching = None, False
 
+    def release_switch(self, node_id: str) -> None:
+        """This replica no longer drives the node's switch (done, failed or
+        cancelled): from now on the heartbeat says where the node is."""
+        node = self.find(node_id)
+        if node is not None:
+            node.switching = False
+
     def report_failure(self, node_id: str, why: str, *, certain: bool = True) -> None:
         """The orchestrator could not reach the node. `certain` (connection
         refused): dead now. Otherwise (a timeout, a broken stream from a busy

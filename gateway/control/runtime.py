@@ -238,9 +238,12 @@ class ClusterRuntime:
         self._pins_due = not self._pins_settled()
         return out
 
+    def _draining(self) -> bool:
+        return any(n.draining for n in self.registry.nodes() if n.healthy)
+
     def _pins_settled(self) -> bool:
-        """No node drains and the pins call for no switch."""
-        return not any(n.draining for n in self.registry.nodes() if n.healthy) and not self.pin_switches()
+        """No node drains (the split pin waits for it) and the pins call for no switch."""
+        return not self._draining() and not self.pin_switches()
 
     async def realise_due_pins(self) -> list[SwitchOutcome]:
         """The leader's loop, each tick: pins it was told to realise and has
@@ -249,11 +252,9 @@ class ClusterRuntime:
         it); an attempt with a failed switch is retried after `PIN_RETRY_S`.
         Once realised, they are not enforced again until the next pin,
         restore or election."""
-        if not self._pins_due or not self.leads() or self.switcher.switching():
+        if not self._pins_due or not self.leads() or self.switcher.switching() or self._draining():
             return []
-        if any(n.draining for n in self.registry.nodes() if n.healthy):
-            return []
-        if self._pins_settled():
+        if not self.pin_switches():
             self._pins_due = False
             return []
         if self._clock() < self._pins_retry_at:
