@@ -11,7 +11,8 @@ Each record carries the CPU share its engine got (`cpu_share`, measured
 by the worker itself, `workers.iterations`, as in production): what shares
 the cores is a feature of the model (`planner.share`).
 (2) Times one planner decision on synthetic clusters of 16, 256 and 3,072
-nodes (`decide_ms`).
+nodes, on open-loop traffic (`decide_ms`) and on agent traffic, three turns
+in four closing a loop (`decide_ms_closed_loop`).
 """
 
 from __future__ import annotations
@@ -34,36 +35,45 @@ from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.fit_check import fit_mape
 from planner.profile import Profile
 from planner.types import IterationRecord
-from testing.planner_records import synthetic_records, synthetic_samples, synthetic_view
+from testing.planner_records import closed_loop, synthetic_records, synthetic_samples, synthetic_view
 from testing.worker_process import WorkerProcess
 
 
 def decide_bench(node_counts: Iterable[int] = (16, 256, 3072), repeats: int = 20) -> dict[str, dict[str, float]]:
     """Median time of one ``decide`` in ms, keyed by node count (as str):
     ``decide_ms`` wall clock (the target), ``decide_cpu_ms`` this process's
-    CPU time (the same number on an idle machine; stable on a busy one)."""
+    CPU time (the same number on an idle machine; stable on a busy one), on
+    open-loop traffic; ``decide_ms_closed_loop`` and
+    ``decide_cpu_ms_closed_loop`` the same on agent traffic, where most
+    turns follow the branch's previous one after a think time (the
+    estimator then solves each split's closed-loop fixed point)."""
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     profile = Profile.from_records(synthetic_records(2000, seed=1))
-    wall: dict[str, float] = {}
-    cpu: dict[str, float] = {}
-    for n in node_counts:
-        planner = EvolvingPlanner(EvolvingConfig(), profile)
-        # Traffic scaled to the cluster so every size runs near the same utilisation.
-        planner.observe_requests(
-            synthetic_samples(0.0, 180.0, 0.25 * n, uncached=2000, cached=6000, output=400, seed=2, local_share=0.3)
-        )
-        view = synthetic_view(n, now=180.0)
-        planner.decide(view)  # warm caches
-        walls, cpus = [], []
-        for _ in range(repeats):
-            t0, c0 = time.perf_counter(), time.process_time()
-            planner.decide(view)
-            walls.append((time.perf_counter() - t0) * 1000.0)
-            cpus.append((time.process_time() - c0) * 1000.0)
-        wall[str(n)] = float(np.median(walls))
-        cpu[str(n)] = float(np.median(cpus))
-    return {"decide_ms": wall, "decide_cpu_ms": cpu}
+    out: dict[str, dict[str, float]] = {}
+    for suffix, closed in (("", 0.0), ("_closed_loop", 0.75)):
+        wall: dict[str, float] = {}
+        cpu: dict[str, float] = {}
+        for n in node_counts:
+            planner = EvolvingPlanner(EvolvingConfig(), profile)
+            # Traffic scaled to the cluster so every size runs near the same utilisation.
+            samples = synthetic_samples(
+                0.0, 180.0, 0.25 * n, uncached=2000, cached=6000, output=400, seed=2, local_share=0.3
+            )
+            planner.observe_requests(closed_loop(samples, closed, think_s=5.0, e2e_s=8.0, seed=3))
+            view = synthetic_view(n, now=180.0)
+            planner.decide(view)  # warm caches
+            walls, cpus = [], []
+            for _ in range(repeats):
+                t0, c0 = time.perf_counter(), time.process_time()
+                planner.decide(view)
+                walls.append((time.perf_counter() - t0) * 1000.0)
+                cpus.append((time.process_time() - c0) * 1000.0)
+            wall[str(n)] = float(np.median(walls))
+            cpu[str(n)] = float(np.median(cpus))
+        out["decide_ms" + suffix] = wall
+        out["decide_cpu_ms" + suffix] = cpu
+    return out
 
 
 def fit_mape_from_records(records: Iterable[IterationRecord], holdout_fraction: float = 0.3) -> dict[str, Any]:

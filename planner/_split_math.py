@@ -105,14 +105,28 @@ def scenarios(
     return {"p": np.stack(rows_p), "d": np.stack(rows_d), "w": wcols}
 
 
-def _wait(
-    rho: np.ndarray, servers: np.ndarray, service_s: np.ndarray, cs2: np.ndarray | float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """M/G/c queue (Allen-Cunneen with Sakasegawa's P(wait)): (P(wait), mean
-    wait, P95 wait) for `servers` servers at utilisation `rho` < 1."""
+def _queue(name: str, servers: np.ndarray, service_s: np.ndarray, cs2: np.ndarray | float) -> dict[str, np.ndarray]:
+    """The rate-independent terms of an M/G/c queue (`_wait_mean`), keyed under `name`."""
     c = np.maximum(servers, 1.0)
-    p_wait = np.clip(rho, 0.0, 1.0) ** (np.sqrt(2.0 * (c + 1.0)) - 1.0)
-    theta = service_s * (1.0 + cs2) / (2.0 * c * np.maximum(1.0 - rho, _EPS))  # mean wait of one that waits
+    return {
+        f"{name}_exponent": np.sqrt(2.0 * (c + 1.0)) - 1.0,
+        f"{name}_work": service_s * (1.0 + cs2),
+        f"{name}_two_c": 2.0 * c,
+    }
+
+
+def _wait_mean(rho: np.ndarray, x: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """M/G/c queue (Allen-Cunneen with Sakasegawa's P(wait)): (P(wait), mean
+    wait of one that waits) at utilisation `rho` < 1 (the queue: `_queue`'s
+    terms `name` in `x`)."""
+    p_wait = np.clip(rho, 0.0, 1.0) ** x[f"{name}_exponent"]
+    theta = x[f"{name}_work"] / (x[f"{name}_two_c"] * np.maximum(1.0 - rho, _EPS))
+    return p_wait, theta
+
+
+def _wait(rho: np.ndarray, x: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P(wait), mean wait, P95 wait) of `_wait_mean`'s queue."""
+    p_wait, theta = _wait_mean(rho, x, name)
     p95 = np.where(p_wait > 0.05, theta * np.log(np.maximum(p_wait, 0.05) / 0.05), 0.0)
     return p_wait, p_wait * theta, p95
 
@@ -195,51 +209,92 @@ def _fixed(
         "own_ms": own_ms,
         "cs2": _col(w, _CS2),
         "kv_ok": kv_ok,
+        # Rate-independent parts of `_at_rate`'s terms (the closed loop's fixed point evaluates it 17 times).
+        "D1": np.maximum(D, 1.0),
+        "has_d": D > 0,
+        "m_max": f * b_max / o,
+        "bc": bd + cd * ctx,
+        "dec_cap_pos": dec_cap > 0,
+        "dec_cap_eps": np.maximum(dec_cap, _EPS),
+        **_queue("slot", D * b_max, o * td_max, 1.0),
+        **_queue("prefill", P, s_req, _col(w, _CS2)),
+        "has_p": P > 0,
+        "P1": np.maximum(P, 1.0),
     }
+
+
+def _decode_side(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]:
+    """Decode nodes at arrival rate `lam`: TPOT, batch, local work, slot wait."""
+    o, b_max, has_d = x["o"], x["b_max"], x["has_d"]
+    ad, bd, cd, ctx = x["ad"], x["bd"], x["cd"], x["ctx"]
+    served = np.minimum(lam, x["cap"])
+    lam_d = served / x["D1"]
+    # Local prompts per iteration (m) need the iteration's length (TPOT), which needs their
+    # work: a few fixed-point steps from a full-batch iteration.
+    f_lam, lam_o = x["f_loc"] * lam_d, lam_d * o
+    drain, fill = lam_o * x["bc"] / 1000.0, lam_o * ad / 1000.0
+    tpot = x["td_max"]
+    for _ in range(_LOCAL_STEPS):
+        m = np.minimum(f_lam * np.minimum(tpot, 1e3), x["m_max"])
+        loc_work = x["loc_work"] - x["loc_int"] * (1.0 - shared_intercept(m))
+        rho_loc = np.where(has_d, lam_d * loc_work, 1.0)
+        denom = (1.0 - rho_loc) - drain
+        batch = np.where(denom > 0, fill / np.maximum(denom, _EPS), b_max)
+        batch = np.minimum(batch, b_max)
+        step_ms = np.maximum(ad + bd * batch + cd * batch * ctx, x["step_floor"])
+        tpot = step_ms / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
+    tpot = np.where(has_d & (rho_loc < 1.0), tpot, UNSTABLE_S)
+    # A decode slot frees after o iterations at full batch: D·B_max slots near saturation.
+    rho_d = np.where(x["dec_cap_pos"], served / x["dec_cap_eps"], np.inf)
+    p_wait, theta = _wait_mean(rho_d, x, "slot")
+    wait_d = np.where(rho_d < 1.0, p_wait * theta, UNSTABLE_S)
+    return {"tpot": tpot, "batch": batch, "rho_loc": rho_loc, "loc_work": loc_work, "wait_d": wait_d}
+
+
+def _prefill_load(x: dict[str, np.ndarray], lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill nodes as one M/G/P queue (the router sends a prompt to a
+    least-loaded node): (utilisation, the prompt-mates' work in its own
+    iterations, ms). Shorter prompts share an iteration with what arrived
+    during one full-budget iteration (ρ·k, at most k)."""
+    rho = np.where(x["has_p"], lam * x["rf"] * x["s_req"] / x["P1"], np.inf)
+    k = x["k"]
+    mates = (np.clip(np.nan_to_num(rho * k, posinf=1e9), 1.0, k) - 1.0) * x["work_ms"]
+    return rho, mates
+
+
+def _e2e(x: dict[str, np.ndarray], lam: np.ndarray, dec: dict[str, np.ndarray]) -> np.ndarray:
+    """Mean response time: mean wait (not P95) + own iterations, a decode slot, o tokens at TPOT."""
+    rho, mates = _prefill_load(x, lam)
+    p_wait, theta = _wait_mean(rho, x, "prefill")
+    own = (x["own_ms"] + mates) / 1000.0
+    tpot = dec["tpot"]
+    # No prefill node: prompts queue for the decode nodes' prefill work (M/G/1 at ρ_loc).
+    solo = local_split_mean(dec["rho_loc"], dec["loc_work"], x["cs2"], tpot)
+    local_mean = np.where(x["none"], solo, x["s_loc"] + tpot)
+    ttft_mean = np.where(x["rf"] >= 0.05, np.where(rho < 1.0, p_wait * theta + own, UNSTABLE_S), local_mean)
+    return np.minimum(ttft_mean + dec["wait_d"] + x["o"] * tpot, UNSTABLE_S)
+
+
+def _e2e_at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> np.ndarray:
+    """`_at_rate(x, lam)["e2e"]` alone (the closed loop's fixed point needs no more)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _e2e(x, lam, _decode_side(x, lam))
 
 
 def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]:
     """Queues, batch and latencies at arrival rate `lam`."""
-    P, D, rf, o, s_req, s_loc = x["P"], x["D"], x["rf"], x["o"], x["s_req"], x["s_loc"]
-    ad, bd, cd, ctx, b_max, dec_cap = x["ad"], x["bd"], x["cd"], x["ctx"], x["b_max"], x["dec_cap"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        served = np.minimum(lam, x["cap"])
-        lam_d = served / np.maximum(D, 1.0)
-        # Local prompts per iteration (m) need the iteration's length (TPOT), which needs their
-        # work: a few fixed-point steps from a full-batch iteration.
-        tpot = x["td_max"]
-        for _ in range(_LOCAL_STEPS):
-            m = np.minimum(x["f_loc"] * lam_d * np.minimum(tpot, 1e3), x["f_loc"] * b_max / o)
-            loc_work = x["loc_work"] - x["loc_int"] * (1.0 - shared_intercept(m))
-            rho_loc = np.where(D > 0, lam_d * loc_work, 1.0)
-            denom = (1.0 - rho_loc) - lam_d * o * (bd + cd * ctx) / 1000.0
-            batch = np.where(denom > 0, lam_d * o * ad / 1000.0 / np.maximum(denom, _EPS), b_max)
-            batch = np.minimum(batch, b_max)
-            step_ms = np.maximum(ad + bd * batch + cd * batch * ctx, x["step_floor"])
-            tpot = step_ms / 1000.0 / np.maximum(1.0 - rho_loc, _EPS)
-        tpot = np.where((D > 0) & (rho_loc < 1.0), tpot, UNSTABLE_S)
-        # A decode slot frees after o iterations at full batch: D·B_max slots near saturation.
-        rho_d = np.where(dec_cap > 0, served / np.maximum(dec_cap, _EPS), np.inf)
-        wait_d = np.where(rho_d < 1.0, _wait(rho_d, D * b_max, o * x["td_max"], 1.0)[1], UNSTABLE_S)
-        # Prefill nodes as one M/G/P queue (the router sends a prompt to a least-loaded node).
-        rho = np.where(P > 0, lam * rf * s_req / np.maximum(P, 1.0), np.inf)
-        _, wq, wq95 = _wait(rho, P, s_req, x["cs2"])
-        # Own iterations: the prompt's chunks, each with the intercept; shorter prompts share
-        # an iteration with what arrived during one full-budget iteration (ρ·k, at most k).
-        k = x["k"]
-        mates = (np.clip(np.nan_to_num(rho * k, posinf=1e9), 1.0, k) - 1.0) * x["work_ms"]
+        dec = _decode_side(x, lam)
+        tpot = dec["tpot"]
+        rho, mates = _prefill_load(x, lam)
+        _, _, wq95 = _wait(rho, x, "prefill")
         own95 = (x["own95_ms"] + mates) / 1000.0
-        own = (x["own_ms"] + mates) / 1000.0
         ttft_remote = np.where(rho < 1.0, wq95 + own95, UNSTABLE_S)
-        # No prefill node: prompts queue for the decode nodes' prefill work (M/G/1 at ρ_loc).
-        solo, solo_mean = local_split(rho_loc, loc_work, x["cs2"], tpot)
-        ttft_local = np.minimum(np.where(x["none"], solo, s_loc + tpot) + wait_d, UNSTABLE_S)
-        ttft = np.where(rf >= 0.05, ttft_remote, ttft_local)
-        # Mean response time: mean wait (not P95) + own iterations, a decode slot, o tokens at TPOT.
-        ttft_local_mean = np.where(x["none"], solo_mean, s_loc + tpot)
-        ttft_mean = np.where(rf >= 0.05, np.where(rho < 1.0, wq + own, UNSTABLE_S), ttft_local_mean)
-        e2e = np.minimum(ttft_mean + wait_d + o * tpot, UNSTABLE_S)
-    return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "batch": batch}
+        solo, _ = local_split(dec["rho_loc"], dec["loc_work"], x["cs2"], tpot)
+        ttft_local = np.minimum(np.where(x["none"], solo, x["s_loc"] + tpot) + dec["wait_d"], UNSTABLE_S)
+        ttft = np.where(x["rf"] >= 0.05, ttft_remote, ttft_local)
+        e2e = _e2e(x, lam, dec)
+    return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "batch": dec["batch"]}
 
 
 def evaluate(
@@ -297,11 +352,11 @@ def served(
     if (agents > 0).any():
         for _ in range(_BISECT):
             mid = (lo + hi) / 2.0
-            r = _at_rate(fx, open_rate + mid)["e2e"]
+            r = _e2e_at_rate(fx, open_rate + mid)
             short = mid * (think + r) < agents  # the loop would send more than mid
             lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
     x = open_rate + lo  # the bound that is never above the fixed point
-    return x, _at_rate(fx, x)["e2e"]
+    return x, _e2e_at_rate(fx, x)
 
 
 def local_split(
@@ -313,12 +368,22 @@ def local_split(
     Khinchine wait, exponential tail as for prefill nodes), then the own
     prompt and one decode step."""
     stable = rho_loc < 1.0
-    rho = np.clip(rho_loc, 0.0, 1.0 - 1e-9)
-    wq = rho * work_s * (1.0 + cs2) / (2.0 * (1.0 - rho))
+    rho, wq = _local_wait(rho_loc, work_s, cs2)
     wq95 = np.where(20.0 * rho > 1.0, wq * np.log(np.maximum(20.0 * rho, 1.0)) / np.maximum(rho, _EPS), 0.0)
     p95 = np.where(stable, np.minimum(wq95 + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
     mean = np.where(stable, np.minimum(wq + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
     return p95, mean
+
+
+def local_split_mean(rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray, tpot: np.ndarray) -> np.ndarray:
+    """`local_split`'s mean alone."""
+    _, wq = _local_wait(rho_loc, work_s, cs2)
+    return np.where(rho_loc < 1.0, np.minimum(wq + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
+
+
+def _local_wait(rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rho = np.clip(rho_loc, 0.0, 1.0 - 1e-9)
+    return rho, rho * work_s * (1.0 + cs2) / (2.0 * (1.0 - rho))
 
 
 def shared_intercept(m: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@ from known coefficients, Poisson request samples, cluster views. Seeded."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,22 @@ def synthetic_samples(
     return [
         RequestSample(t=float(t), uncached_prompt_tokens=int(a), cached_prompt_tokens=int(b), output_tokens=int(d))
         for t, a, b, d in zip(ts.tolist(), u.tolist(), c.tolist(), o.tolist(), strict=True)
+    ]
+
+
+def closed_loop(
+    samples: list[RequestSample], share: float, *, think_s: float, e2e_s: float, seed: int = 0
+) -> list[RequestSample]:
+    """``samples`` with ``share`` of them turned into agent turns: each
+    carries the think time before it (exponential around ``think_s``) and
+    its response time (``e2e_s``), as a branch's later turns do; the rest
+    are left as they are (open-loop arrivals)."""
+    rng = np.random.default_rng(seed)
+    turn = rng.random(len(samples)) < share
+    gaps = rng.exponential(think_s, len(samples))
+    return [
+        dataclasses.replace(s, gap_s=float(g), e2e_s=e2e_s) if closed else s
+        for s, closed, g in zip(samples, turn.tolist(), gaps.tolist(), strict=True)
     ]
 
 
