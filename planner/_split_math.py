@@ -135,10 +135,11 @@ def _col(a: np.ndarray, i: int) -> np.ndarray:  # one column, kept 2-D (J × 1)
     return a[:, i : i + 1]
 
 
-def _fixed(
+def fixed_terms(
     sc: dict[str, np.ndarray], p_nodes: np.ndarray, n_nodes: int, kv_tokens: float, cfg: EstimatorConfig
 ) -> dict[str, np.ndarray]:
-    """The terms that do not depend on the arrival rate (J × 1 or J × S)."""
+    """The terms that do not depend on the arrival rate (J × 1 or J × S),
+    shared by `evaluate` and `served`."""
     w = sc["w"]
     ap, bp, cp, dp = (_col(sc["p"], i) for i in range(4))
     ad, bd, cd = (_col(sc["d"], i) for i in range(3))
@@ -298,16 +299,10 @@ def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]
 
 
 def evaluate(
-    sc: dict[str, np.ndarray],
-    p_nodes: np.ndarray,
-    n_nodes: int,
-    kv_tokens: float,
-    cfg: EstimatorConfig,
-    slo: SLO,
-    rate: np.ndarray | None = None,
+    sc: dict[str, np.ndarray], x: dict[str, np.ndarray], slo: SLO, rate: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
-    """Every output (J × S) at arrival rate `rate` (J × S; default: the rows' demand)."""
-    x = _fixed(sc, p_nodes, n_nodes, kv_tokens, cfg)
+    """Every output (J × S) at arrival rate `rate` (J × S; default: the rows'
+    demand); `x`: `fixed_terms` of the same rows."""
     lam = _col(sc["w"], _RATE) if rate is None else rate
     r = _at_rate(x, lam)
     feasible = (lam <= x["cap"]) & (r["ttft"] <= slo.ttft_s) & (r["tpot"] <= slo.tpot_s) & x["kv_ok"] & (x["D"] > 0)
@@ -324,22 +319,16 @@ def evaluate(
     }
 
 
-def served(
-    sc: dict[str, np.ndarray],
-    p_nodes: np.ndarray,
-    n_nodes: int,
-    kv_tokens: float,
-    cfg: EstimatorConfig,
-) -> tuple[np.ndarray, np.ndarray]:
+def served(sc: dict[str, np.ndarray], fx: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(throughput X, mean response time at X), J × S, of the offered load on each split.
 
     Open-loop arrivals (no known gap) come at their rate whatever the split;
     a closed loop of N = X_obs·(Z + R_obs) agents (Little's law on what was
     observed) sends N / (Z + R(X)). X solves X = open + N / (Z + R(X)),
     capped by capacity: by bisection on the closed part, whose left side
-    grows with X while R(X) does (R diverges at capacity).
+    grows with X while R(X) does (R diverges at capacity). `fx`:
+    `fixed_terms` of the same rows.
     """
-    fx = _fixed(sc, p_nodes, n_nodes, kv_tokens, cfg)
     cap = fx["cap"]
     w = sc["w"]
     demand, cf, think, resp = (w[:, i : i + 1] for i in (_RATE, _CF, _Z, _R))

@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from planner._split_math import UNSTABLE_S, evaluate, scenarios, sd, served
+from planner._split_math import UNSTABLE_S, evaluate, fixed_terms, scenarios, sd, served
 from planner.estimator_config import EstimatorConfig
 from planner.profile import Profile
 from planner.types import SLO, SplitPrediction
@@ -146,8 +146,9 @@ def _run(
 ) -> list[SplitEstimate]:
     sc = scenarios(profile, workloads, with_uncertainty, config.prefill_token_budget)
     splits = np.append(p_arr, reference)
-    r = evaluate(sc, splits, total_nodes, kv, config, slo)
-    x, resp = served(sc, splits, total_nodes, kv, config)
+    fx = fixed_terms(sc, splits, total_nodes, kv, config)
+    r = evaluate(sc, fx, slo)
+    x, resp = served(sc, fx)
     cap, xf = _finite(r["cap"]), _finite(x)
     zeros = np.zeros(p_arr.size)
     if with_uncertainty:
