@@ -263,23 +263,26 @@ def _prefill_load(x: dict[str, np.ndarray], lam: np.ndarray) -> tuple[np.ndarray
     return rho, mates
 
 
-def _e2e(x: dict[str, np.ndarray], lam: np.ndarray, dec: dict[str, np.ndarray]) -> np.ndarray:
-    """Mean response time: mean wait (not P95) + own iterations, a decode slot, o tokens at TPOT."""
-    rho, mates = _prefill_load(x, lam)
-    p_wait, theta = _wait_mean(rho, x, "prefill")
+def _e2e(
+    x: dict[str, np.ndarray], dec: dict[str, np.ndarray], rho: np.ndarray, mates: np.ndarray, wq: np.ndarray
+) -> np.ndarray:
+    """Mean response time: mean wait `wq` (not P95) + own iterations, a decode
+    slot, o tokens at TPOT (`rho`, `mates`: `_prefill_load`'s; `dec`: `_decode_side`'s)."""
     own = (x["own_ms"] + mates) / 1000.0
     tpot = dec["tpot"]
     # No prefill node: prompts queue for the decode nodes' prefill work (M/G/1 at ρ_loc).
     solo = local_split_mean(dec["rho_loc"], dec["loc_work"], x["cs2"], tpot)
     local_mean = np.where(x["none"], solo, x["s_loc"] + tpot)
-    ttft_mean = np.where(x["rf"] >= 0.05, np.where(rho < 1.0, p_wait * theta + own, UNSTABLE_S), local_mean)
+    ttft_mean = np.where(x["rf"] >= 0.05, np.where(rho < 1.0, wq + own, UNSTABLE_S), local_mean)
     return np.minimum(ttft_mean + dec["wait_d"] + x["o"] * tpot, UNSTABLE_S)
 
 
 def _e2e_at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> np.ndarray:
     """`_at_rate(x, lam)["e2e"]` alone (the closed loop's fixed point needs no more)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _e2e(x, lam, _decode_side(x, lam))
+        rho, mates = _prefill_load(x, lam)
+        p_wait, theta = _wait_mean(rho, x, "prefill")
+        return _e2e(x, _decode_side(x, lam), rho, mates, p_wait * theta)
 
 
 def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]:
@@ -288,13 +291,13 @@ def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]
         dec = _decode_side(x, lam)
         tpot = dec["tpot"]
         rho, mates = _prefill_load(x, lam)
-        _, _, wq95 = _wait(rho, x, "prefill")
+        _, wq, wq95 = _wait(rho, x, "prefill")
         own95 = (x["own95_ms"] + mates) / 1000.0
         ttft_remote = np.where(rho < 1.0, wq95 + own95, UNSTABLE_S)
         solo, _ = local_split(dec["rho_loc"], dec["loc_work"], x["cs2"], tpot)
         ttft_local = np.minimum(np.where(x["none"], solo, x["s_loc"] + tpot) + dec["wait_d"], UNSTABLE_S)
         ttft = np.where(x["rf"] >= 0.05, ttft_remote, ttft_local)
-        e2e = _e2e(x, lam, dec)
+        e2e = _e2e(x, dec, rho, mates, wq)
     return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "batch": dec["batch"]}
 
 
