@@ -157,7 +157,7 @@ def fixed_terms(
     own_ms = ap * np.maximum(1.0, np.ceil(u / budget)) + work_ms
     # With no prefill node the router runs every request on a decode node
     # (routing.picker: "no separate prefill node"): all traffic is local
-    # there, long prompts chunk by chunk (`local_split`).
+    # there, long prompts chunk by chunk (`local_split_p95`).
     none = P == 0
     loc_work = np.where(none, f * s_loc + (1.0 - f) * np.maximum(own_ms, 0.0) / 1000.0, f * s_loc)
     # Its intercepts: local prompts that join the same decode iteration share one (`shared_intercept`).
@@ -294,7 +294,7 @@ def _at_rate(x: dict[str, np.ndarray], lam: np.ndarray) -> dict[str, np.ndarray]
         _, wq, wq95 = _wait(rho, x, "prefill")
         own95 = (x["own95_ms"] + mates) / 1000.0
         ttft_remote = np.where(rho < 1.0, wq95 + own95, UNSTABLE_S)
-        solo, _ = local_split(dec["rho_loc"], dec["loc_work"], x["cs2"], tpot)
+        solo = local_split_p95(dec["rho_loc"], dec["loc_work"], x["cs2"], tpot)
         ttft_local = np.minimum(np.where(x["none"], solo, x["s_loc"] + tpot) + dec["wait_d"], UNSTABLE_S)
         ttft = np.where(x["rf"] >= 0.05, ttft_remote, ttft_local)
         e2e = _e2e(x, dec, rho, mates, wq)
@@ -351,24 +351,19 @@ def served(sc: dict[str, np.ndarray], fx: dict[str, np.ndarray]) -> tuple[np.nda
     return x, _e2e_at_rate(fx, x)
 
 
-def local_split(
-    rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray, tpot: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(P95, mean) TTFT on a split without prefill nodes: each decode node
-    also computes every prompt routed to it, `work_s` seconds per request
-    at utilisation `rho_loc` of that work, queued as an M/G/1 (Pollaczek–
+def local_split_p95(rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray, tpot: np.ndarray) -> np.ndarray:
+    """P95 TTFT on a split without prefill nodes: each decode node also
+    computes every prompt routed to it, `work_s` seconds per request at
+    utilisation `rho_loc` of that work, queued as an M/G/1 (Pollaczek–
     Khinchine wait, exponential tail as for prefill nodes), then the own
     prompt and one decode step."""
-    stable = rho_loc < 1.0
     rho, wq = _local_wait(rho_loc, work_s, cs2)
     wq95 = np.where(20.0 * rho > 1.0, wq * np.log(np.maximum(20.0 * rho, 1.0)) / np.maximum(rho, _EPS), 0.0)
-    p95 = np.where(stable, np.minimum(wq95 + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
-    mean = np.where(stable, np.minimum(wq + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
-    return p95, mean
+    return np.where(rho_loc < 1.0, np.minimum(wq95 + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
 
 
 def local_split_mean(rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray, tpot: np.ndarray) -> np.ndarray:
-    """`local_split`'s mean alone."""
+    """Mean TTFT of `local_split_p95`'s queue."""
     _, wq = _local_wait(rho_loc, work_s, cs2)
     return np.where(rho_loc < 1.0, np.minimum(wq + work_s + tpot, UNSTABLE_S), UNSTABLE_S)
 

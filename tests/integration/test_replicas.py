@@ -185,7 +185,7 @@ def test_a_paused_leaders_orders_are_refused(cluster: ReplicaCluster) -> None:
     assert all(s["t"] < resumed_at for s in stale), stale  # no order of the old term carried out after it resumed
     assert all(s["t"] < paused_at + 0.5 for s in stale), stale
     # the new leader realised the pin
-    wait_until(lambda: cluster.admin(new, "GET", "/cluster").json()["split"] == [3, 1], 15, what="split 3/1")
+    wait_until(partial(_split_is, cluster, new, [3, 1]), 15, what="split 3/1")
     # every replica sees it: a drain another replica drove ends with the worker's report, not with a switch of its own
     for i in range(3):
         wait_until(partial(_split_is, cluster, i, [3, 1]), 5, what=f"3/1 on g{i}")
