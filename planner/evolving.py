@@ -3,7 +3,9 @@
 Per tick (``decide``), in order; the first rule that applies wins:
 
 1. Node pins: a node pinned to a phase it is not in is switched to it.
-2. Split pin: move toward the pinned prefill count (pins beat every gate).
+2. Split pin: move toward the pinned prefill count (pins beat every gate),
+   counting the nodes after rule 1's switches; both in one decision, by
+   ``planner.decision.pin_actions``, the rule the gateway enforces pins by.
 3. Not enough data (models before warm-up, too few requests, or less than
    ``min_history_s`` of traffic history): hold.
 4. A switch in progress (some node draining) or the cooldown: hold.
@@ -131,15 +133,9 @@ class EvolvingPlanner:
         tick = self._new_tick(view)
         p_cur = tick.current[0]
         self._estimate(tick)
-        pin_moves = rule.node_pin_actions(nodes, view.pin)
-        if pin_moves:
-            return self._finish(tick, tuple(pin_moves), "node pin: " + ", ".join(a.node_id for a in pin_moves), 1.0)
-        if view.pin and view.pin.prefill_nodes is not None:
-            if any(n.draining for n in nodes):  # a draining node still counts in the phase it leaves
-                return self._finish(tick, (), "hold: split pin; a switch is in progress", 1.0)
-            lo, hi = rule.reachable(nodes, p_cur, tick.protected)
-            target = int(np.clip(view.pin.prefill_nodes, lo, hi))
-            return self._move(tick, target, f"split pin: {view.pin.prefill_nodes} prefill nodes", 1.0)
+        pinned = self._pinned(tick)
+        if pinned is not None:
+            return pinned
         verdict = None
         if self.verifier is not None:
             verdict = self.verifier.check(view.now, any(n.draining for n in nodes), p_cur)
@@ -498,6 +494,28 @@ class EvolvingPlanner:
                 to_p = decision.chosen_split[0]
                 self.verifier.start(now, p_cur, to_p, kind, *predicted, repair_tolerance=repair_tolerance)
         return decision
+
+    def _pinned(self, tick: Tick) -> Decision | None:
+        """The pins' decision (`rule.pin_actions`, the one pin rule the
+        gateway's `enforce_pins` also follows): node pins first, then the
+        split pin, which holds while a switch runs; None without a pin."""
+        nodes, pin = tick.view.nodes, tick.view.pin
+        if pin is None:
+            return None
+        actions = tuple(rule.pin_actions(nodes, pin))
+        node_moves = [a.node_id for a in actions if a.node_id in pin.node_phases]
+        why = f"split pin: {pin.prefill_nodes} prefill nodes"
+        if node_moves:
+            split_too = len(node_moves) < len(actions)
+            reason = "node pin: " + ", ".join(node_moves) + (f"; {why}" if split_too else "")
+            return self._finish(tick, actions, reason, 1.0)
+        if pin.prefill_nodes is None:
+            return None
+        if any(n.draining for n in nodes):  # a draining node still counts in the phase it leaves
+            return self._finish(tick, (), "hold: split pin; a switch is in progress", 1.0)
+        if not actions:
+            return self._finish(tick, (), f"hold: {why}; already there or nothing movable", 1.0)
+        return self._finish(tick, actions, why, 1.0)
 
     def _move(self, tick: Tick, target: int, why: str, confidence: float) -> Decision:
         actions = rule.move_actions(tick.view.nodes, tick.current[0], target, tick.protected)

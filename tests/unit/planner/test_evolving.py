@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 
 from core import Phase
+from planner import decision as rule
 from planner.evolving import EvolvingConfig, EvolvingPlanner
 from planner.profile import Profile
-from planner.types import SLO, ClusterView, Decision, NodeState, Pin, PlannerMode, RequestSample
+from planner.types import SLO, ClusterView, Decision, NodeState, Pin, PlannerMode, RequestSample, SwitchAction
 from testing.planner_records import synthetic_samples
 
 COEFFS = {"prefill": (10.0, 0.05, 0.002, 0.01), "decode": (10.0, 0.5, 0.0002)}
@@ -288,6 +289,20 @@ def test_node_pin_to_other_phase_is_applied() -> None:
     d = _planner().decide(view)
     assert d.acted and [(a.node_id, a.to_phase) for a in d.actions] == [("n3", Phase.PREFILL)]
     assert d.chosen_split == (3, 1)
+
+
+def test_node_and_split_pins_follow_the_one_pin_rule() -> None:
+    # n3 pinned to prefill and a split pin of 4: both in one decision, the split
+    # counted after the node pin, the same switches as the gateway's enforce_pins.
+    pin = Pin(prefill_nodes=4, node_phases={"n3": Phase.PREFILL})
+    view = _view(2, 8, now=1.0, pin=pin)
+    d = _planner().decide(view)
+    assert d.acted and d.actions == tuple(rule.pin_actions(view.nodes, pin))
+    assert d.actions[0] == SwitchAction("n3", Phase.PREFILL) and len(d.actions) == 2
+    assert d.chosen_split == (4, 4) and d.reason == "node pin: n3; split pin: 4 prefill nodes"
+    there = _view(4, 8, now=1.0, pin=Pin(prefill_nodes=4))
+    held = _planner().decide(there)
+    assert not held.acted and held.reason == "hold: split pin: 4 prefill nodes; already there or nothing movable"
 
 
 def test_config_validation() -> None:
