@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 UNSTABLE_S = 1e6  # reported TTFT/TPOT of a queue that never drains
 _EPS = 1e-12
 _BISECT = 16  # fixed-point steps: the closed loop's rate to 1.5e-5 of capacity
+_OPEN_STEPS = 2  # of them, plain steps before the root is estimated (`_closed_loop`)
+_ESTIMATES = 1  # probes at estimates of the root before the path to the next is checked (`_closed_loop`)
+_ROUNDS = 4  # paths checked on the elements where the last one failed, before plain steps (`_close`)
 _LOCAL_STEPS = 3  # fixed-point steps: local prompts per decode iteration and the iteration's length
 
 _W_COLS = ("u", "c", "o", "f", "rate", "cs2", "ul", "cl", "u95", "pi", "op", "o2", "cf", "z", "r")
@@ -210,7 +213,7 @@ def fixed_terms(
         "own_ms": own_ms,
         "cs2": _col(w, _CS2),
         "kv_ok": kv_ok,
-        # Rate-independent parts of `_at_rate`'s terms (the closed loop's fixed point evaluates it 17 times).
+        # Rate-independent parts of `_at_rate`'s terms (the closed loop's fixed point evaluates it several times).
         "D1": np.maximum(D, 1.0),
         "has_d": D > 0,
         "m_max": f * b_max / o,
@@ -329,8 +332,8 @@ def served(sc: dict[str, np.ndarray], fx: dict[str, np.ndarray]) -> tuple[np.nda
     a closed loop of N = X_obs·(Z + R_obs) agents (Little's law on what was
     observed) sends N / (Z + R(X)). X solves X = open + N / (Z + R(X)),
     capped by capacity: by bisection on the closed part, whose left side
-    grows with X while R(X) does (R diverges at capacity). `fx`:
-    `fixed_terms` of the same rows.
+    grows with X while R(X) does (R diverges at capacity), `_BISECT` steps
+    from [0, room] (`_closed_loop`). `fx`: `fixed_terms` of the same rows.
     """
     cap = fx["cap"]
     w = sc["w"]
@@ -340,15 +343,150 @@ def served(sc: dict[str, np.ndarray], fx: dict[str, np.ndarray]) -> tuple[np.nda
     room = np.maximum(cap - open_rate, 0.0)
     hi = np.where(think > 0, np.minimum(room, agents / np.maximum(think, _EPS)), room)
     hi = np.where(agents > 0, hi, 0.0)
+    if not (agents > 0).any():
+        x = open_rate + np.zeros_like(hi)
+        return x, _e2e_at_rate(fx, x)
+    return _closed_loop(fx, open_rate, agents, think, hi)
+
+
+class _Bracket:
+    """The closed loop's root search over a set of elements (`_closed_loop`):
+    for each, the largest point found short (`a`: the loop would send more),
+    the smallest found not short (`b`), and the last three points (m, R)."""
+
+    def __init__(self, fx: dict[str, np.ndarray], open_rate: np.ndarray, agents: np.ndarray, think: np.ndarray):
+        self.fx, self.open_rate, self.agents, self.think = fx, open_rate, agents, think
+        shape = open_rate.shape
+        self.a = np.zeros(shape)  # 0 stands for short: no mid lies below it
+        self.b = np.where(agents > 0, np.inf, 0.0) + self.a  # a loop of no agents never sends more
+        nan = np.full(shape, np.nan)
+        # The last three points, oldest first.
+        self.m: tuple[np.ndarray, np.ndarray, np.ndarray] = (nan, nan, nan)
+        self.r: tuple[np.ndarray, np.ndarray, np.ndarray] = (nan, nan, nan)
+
+    def probe(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(short, R) at `m`, short by the bisection's own comparison."""
+        r = _e2e_at_rate(self.fx, self.open_rate + m)
+        short = m * (self.think + r) < self.agents
+        self.a = np.where(short & (m > self.a), m, self.a)
+        self.b = np.where(~short & (m < self.b), m, self.b)
+        # A point past a queue's saturation (R = UNSTABLE_S) says nothing of R's shape: not kept.
+        kept = r < UNSTABLE_S
+        (m0, m1, m2), (r0, r1, r2) = self.m, self.r
+        self.m = (np.where(kept, m1, m0), np.where(kept, m2, m1), np.where(kept, m, m2))
+        self.r = (np.where(kept, r1, r0), np.where(kept, r2, r1), np.where(kept, r, r2))
+        return short, r
+
+    def estimate(self, hi: np.ndarray) -> np.ndarray:
+        """The next estimate of the root of m·(Z + R) = N inside the bracket
+        (else its middle), with R through the last three points taken as
+        A + B / (K − m), the shape of a queue's wait towards saturation (a
+        flat R is B = 0); through the last two, K is the room below capacity."""
+        top = np.minimum(self.b, hi)
+        (m0, m1, m2), (r0, r1, r2) = self.m, self.r
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # (R_i − A)(K − m_i) = B at each point: two linear equations in K and A.
+            det = (r2 - r1) * (m2 - m0) - (r2 - r0) * (m2 - m1)
+            rhs1, rhs2 = r2 * m2 - r1 * m1, r2 * m2 - r0 * m0
+            k3 = (rhs1 * (m2 - m0) - rhs2 * (m2 - m1)) / det
+            a3 = ((r2 - r1) * rhs2 - (r2 - r0) * rhs1) / det
+            k2 = self.fx["cap"] - self.open_rate
+            a2 = r2 - (r2 - r1) / (1.0 / (k2 - m2) - 1.0 / (k2 - m1)) / (k2 - m2)
+            three = np.isfinite(k3) & np.isfinite(a3) & (k3 > m2)
+            k, a = np.where(three, k3, k2), np.where(three, a3, a2)
+            b = (r2 - a) * (k - m2)
+            za, n = self.think + a, self.agents
+            s = za * k + b + n
+            root = 2.0 * n * k / (s + np.sqrt(s * s - 4.0 * za * n * k))  # the smaller root, stable form
+        usable = (root > self.a) & (root < top)
+        return np.where(usable, root, (self.a + top) / 2.0)
+
+    def subset(self, keep: np.ndarray) -> _Bracket:
+        """The search over the elements where `keep` (flat: R is elementwise)."""
+        if keep.ndim == 1:
+
+            def take(v: np.ndarray) -> np.ndarray:
+                return v[keep]
+
+        else:  # J × S, its terms J × S, J × 1 or 1 × S
+            rows, cols = np.nonzero(keep)
+
+            def take(v: np.ndarray) -> np.ndarray:
+                return v[rows if v.shape[0] > 1 else 0, cols if v.shape[1] > 1 else 0]
+
+        sub = _Bracket.__new__(_Bracket)
+        sub.fx = {key: take(v) for key, v in self.fx.items()}
+        sub.open_rate, sub.agents, sub.think = take(self.open_rate), take(self.agents), take(self.think)
+        sub.a, sub.b = self.a[keep], self.b[keep]
+        (m0, m1, m2), (r0, r1, r2) = self.m, self.r
+        sub.m, sub.r = (take(m0), take(m1), take(m2)), (take(r0), take(r1), take(r2))
+        return sub
+
+
+def _closed_loop(
+    fx: dict[str, np.ndarray], open_rate: np.ndarray, agents: np.ndarray, think: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`served`'s (X, R(X)) with X = open + the `lo` of `_BISECT` bisection
+    steps on [0, hi] of "the loop would send more than mid" (`mid·(Z +
+    R(open + mid)) < N`), to the bit, in 5 evaluations of R over the whole
+    array and a few over subsets, where the bisection took 17 (one is
+    ~0.6-0.9 ms at 256 nodes: the decision's cost on agent traffic).
+
+    A step's answer is known without evaluating R where its mid lies at or
+    below a point found short or at or above one found not short: R grows
+    with the rate, so the comparison is monotone in mid (in floating point
+    too: tests/unit/planner/test_closed_loop.py compares every output with
+    the bisection's). After `_OPEN_STEPS` plain steps and `_ESTIMATES`
+    probes at estimates of the root (`_Bracket.estimate`), `_close` replays
+    the bisection's path to the next estimate without R and evaluates the
+    two ends of its last interval: where one is short and the other is not,
+    every mid on the path is on its known side, and the path is the
+    bisection's. Every answer comes from the bisection's own comparison, so
+    X is its value."""
+    br = _Bracket(fx, open_rate, agents, think)
     lo = np.zeros_like(hi)
-    if (agents > 0).any():
-        for _ in range(_BISECT):
-            mid = (lo + hi) / 2.0
-            r = _e2e_at_rate(fx, open_rate + mid)
-            short = mid * (think + r) < agents  # the loop would send more than mid
-            lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
-    x = open_rate + lo  # the bound that is never above the fixed point
-    return x, _e2e_at_rate(fx, x)
+    for _ in range(_OPEN_STEPS):
+        mid = (lo + hi) / 2.0
+        short = br.probe(mid)[0]
+        lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+    for _ in range(_ESTIMATES):
+        br.probe(br.estimate(hi))
+    lo, r = _close(br, lo, hi, _BISECT - _OPEN_STEPS, _ROUNDS)
+    return open_rate + lo, r
+
+
+def _close(br: _Bracket, lo: np.ndarray, hi: np.ndarray, steps: int, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo after `steps` more bisection steps from [lo, hi], R at open + lo).
+    The path to the next estimate, checked at its two ends; the elements
+    where the check fails go on alone (a flat subset: R is elementwise),
+    `rounds` more times, then by plain steps."""
+    end, top = lo, hi
+    est = br.estimate(hi)
+    for _ in range(steps):  # the path to `est`, without R
+        mid = (end + top) / 2.0
+        below = mid < est
+        end, top = np.where(below, mid, end), np.where(below, top, mid)
+    r = br.probe(end)[1]
+    br.probe(top)
+    # Checked: an end the path moved to is on its known side (an end it never moved from needs no check).
+    left = ((br.a < end) & (end > lo)) | ((br.b > top) & (top < hi))
+    if not left.any():
+        return end, r
+    sub, sub_lo, sub_hi = br.subset(left), lo[left], hi[left]
+    sub_lo, sub_r = _close(sub, sub_lo, sub_hi, steps, rounds - 1) if rounds else _bisect(sub, sub_lo, sub_hi, steps)
+    end, r = end.copy(), r.copy()
+    end[left], r[left] = sub_lo, sub_r
+    return end, r
+
+
+def _bisect(br: _Bracket, lo: np.ndarray, hi: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_close`'s result by plain steps, R evaluated where a mid's answer is not known yet."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2.0
+        unknown = (mid > br.a) & (mid < br.b)
+        short = np.where(unknown, br.probe(mid)[0], mid <= br.a) if unknown.any() else mid <= br.a
+        lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+    return lo, _e2e_at_rate(br.fx, br.open_rate + lo)
 
 
 def local_split_p95(rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray, tpot: np.ndarray) -> np.ndarray:
