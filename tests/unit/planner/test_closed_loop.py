@@ -60,7 +60,7 @@ def _workload(rate: float, closed: float, think: float, local: float, output: fl
     )
 
 
-# Prefill t = 15 + 0.05·u + 1e-6·pairs ms; decode t = 8 + 0.2·B + 2e-5·B·ctx ms.
+# Prefill t = 15 + 0.05·uncached + 1e-6·cached ms; decode t = 8 + 0.2·batch + 2e-5·context ms.
 PROFILE = Profile.from_coefficients((15.0, 0.05, 1e-6, 0.0), (8.0, 0.2, 2e-5))
 CONFIG = EstimatorConfig()
 CASES = list(
