@@ -444,11 +444,7 @@ def _closed_loop(
     bisection's. Every answer comes from the bisection's own comparison, so
     X is its value."""
     br = _Bracket(fx, open_rate, agents, think)
-    lo = np.zeros_like(hi)
-    for _ in range(_OPEN_STEPS):
-        mid = (lo + hi) / 2.0
-        short = br.probe(mid)[0]
-        lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+    lo, hi = _steps(br, np.zeros_like(hi), hi, _OPEN_STEPS)
     for _ in range(_ESTIMATES):
         br.probe(br.estimate(hi))
     lo, r = _close(br, lo, hi, _BISECT - _OPEN_STEPS, _ROUNDS)
@@ -464,8 +460,7 @@ def _close(br: _Bracket, lo: np.ndarray, hi: np.ndarray, steps: int, rounds: int
     est = br.estimate(hi)
     for _ in range(steps):  # the path to `est`, without R
         mid = (end + top) / 2.0
-        below = mid < est
-        end, top = np.where(below, mid, end), np.where(below, top, mid)
+        end, top = _halve(end, top, mid, mid < est)
     r = br.probe(end)[1]
     br.probe(top)
     # Checked: an end the path moved to is on its known side (an end it never moved from needs no check).
@@ -473,20 +468,29 @@ def _close(br: _Bracket, lo: np.ndarray, hi: np.ndarray, steps: int, rounds: int
     if not left.any():
         return end, r
     sub, sub_lo, sub_hi = br.subset(left), lo[left], hi[left]
-    sub_lo, sub_r = _close(sub, sub_lo, sub_hi, steps, rounds - 1) if rounds else _bisect(sub, sub_lo, sub_hi, steps)
+    if rounds:
+        sub_lo, sub_r = _close(sub, sub_lo, sub_hi, steps, rounds - 1)
+    else:
+        sub_lo = _steps(sub, sub_lo, sub_hi, steps)[0]
+        sub_r = _e2e_at_rate(sub.fx, sub.open_rate + sub_lo)
     end, r = end.copy(), r.copy()
     end[left], r[left] = sub_lo, sub_r
     return end, r
 
 
-def _bisect(br: _Bracket, lo: np.ndarray, hi: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_close`'s result by plain steps, R evaluated where a mid's answer is not known yet."""
+def _steps(br: _Bracket, lo: np.ndarray, hi: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi] after `steps` plain bisection steps, R evaluated where a mid's answer is not known yet."""
     for _ in range(steps):
         mid = (lo + hi) / 2.0
         unknown = (mid > br.a) & (mid < br.b)
         short = np.where(unknown, br.probe(mid)[0], mid <= br.a) if unknown.any() else mid <= br.a
-        lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
-    return lo, _e2e_at_rate(br.fx, br.open_rate + lo)
+        lo, hi = _halve(lo, hi, mid, short)
+    return lo, hi
+
+
+def _halve(lo: np.ndarray, hi: np.ndarray, mid: np.ndarray, up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One bisection step: [mid, hi] where `up`, else [lo, mid]."""
+    return np.where(up, mid, lo), np.where(up, hi, mid)
 
 
 def local_split_p95(rho_loc: np.ndarray, work_s: np.ndarray, cs2: np.ndarray, tpot: np.ndarray) -> np.ndarray:
