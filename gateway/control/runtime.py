@@ -89,6 +89,7 @@ class ClusterRuntime:
         # and has not seen realised yet: a node was draining, a switch failed.
         self._pins_due = False
         self._pins_retry_at = 0.0  # the loop's next attempt no sooner (set when a switch of one failed)
+        self._members: frozenset[str] = frozenset()  # the healthy workers at the loop's last tick
 
     def leads(self) -> bool:
         """Does this replica's planner act (decide, switch, realise pins) now?"""
@@ -251,7 +252,8 @@ class ClusterRuntime:
         finds its predecessor's switch still running; the pin rule waits for
         it); an attempt with a failed switch is retried after `PIN_RETRY_S`.
         Once realised, they are not enforced again until the next pin,
-        restore or election."""
+        restore or election, or until a worker joins the healthy ones."""
+        self._note_joined()
         if not self._pins_due or not self.leads() or self.switcher.switching() or self._draining():
             return []
         if not self.pin_switches():
@@ -264,6 +266,18 @@ class ClusterRuntime:
         except GatewayError as exc:
             log.warning("could not realise the pins: %s", exc.message)
             return []
+
+    def _note_joined(self) -> None:
+        """A worker that joined the healthy ones since the last tick (new, or
+        back after a restart, in whatever phase it came up in) makes the pins
+        due again: they hold for it too. Without this a node pinned to prefill
+        that restarted as decode stayed decode until the next pin or election
+        (a planner in auto mode enforced it on its own; advisory or manual
+        did not)."""
+        members = frozenset(n.node_id for n in self.registry.nodes() if n.healthy)
+        if members - self._members and self.pin() is not None:
+            self._pins_due = True
+        self._members = members
 
     async def on_elected(self, term: int) -> None:
         """Leadership hook: tell the workers the new term, realise pins, decide now."""

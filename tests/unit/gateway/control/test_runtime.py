@@ -113,6 +113,32 @@ async def test_pins_a_failed_switch_left_are_retried_after_a_pause():
     assert rt.split() == (2, 0) and rt.pins_realised()
 
 
+async def test_a_pinned_node_back_from_a_restart_in_the_other_phase_is_switched_back():
+    rt, workers, _ = await runtime([Phase.PREFILL, Phase.DECODE, Phase.DECODE])
+    await rt.pin_node("w1", Phase.PREFILL)
+    assert rt.split() == (2, 1) and await rt.realise_due_pins() == []  # realised: nothing due
+    w1 = workers["http://w1"]
+    w1.dead = True
+    for _ in range(3):
+        await rt.registry.poll_once()
+    assert not rt.registry.get("w1").healthy
+    assert await rt.realise_due_pins() == []  # gone: nothing to switch
+    w1.dead, w1.phase = False, Phase.DECODE  # restarted in the phase it was launched with
+    await rt.registry.poll_once()
+    assert rt.registry.get("w1").phase is Phase.DECODE
+    out = await rt.realise_due_pins()
+    assert [(o.node_id, o.to_phase, o.outcome) for o in out] == [("w1", Phase.PREFILL, "ok")]
+    assert rt.split() == (2, 1) and await rt.realise_due_pins() == []
+
+
+async def test_a_worker_joining_without_pins_switches_nothing():
+    rt, workers, _ = await runtime([Phase.PREFILL, Phase.DECODE])
+    assert await rt.realise_due_pins() == []
+    workers["http://w2"] = FakeWorker("w2", phase=Phase.DECODE)
+    await rt.registry.add("http://w2")
+    assert await rt.realise_due_pins() == [] and rt.split() == (1, 2)
+
+
 async def test_split_history_samples():
     rt, _, _ = await runtime([Phase.PREFILL, Phase.DECODE])
     rt.sample()
