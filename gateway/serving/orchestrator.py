@@ -163,7 +163,10 @@ class Orchestrator:
         token passes through one generator between the worker client and
         the caller, not two. With `lane`, a decode stream's plain token
         chunks go to it as they arrive, while this frame waits (`_lane`),
-        when it is ready: those deltas are not yielded."""
+        when it is ready: those deltas are not yielded. The branch's blocks
+        (prompt and output) are referenced when the caller closes the stream
+        after its `Finished`, so the answer's last bytes never wait on the
+        directory (a Redis round trip with several replicas)."""
         t0 = time.monotonic()
         progress = RequestProgress(
             job.request_id,
@@ -214,8 +217,7 @@ class Orchestrator:
                 break
         if self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value):
             self.quarantine.acquit(fingerprint.value)  # it finished on an engine: a bystander, not the poison
-        await self._remember_branch(job, progress.generated)
-        yield Finished(
+        finished = Finished(
             finish_reason=progress.finish,
             prompt_tokens=len(job.prompt_token_ids),
             cached_tokens=progress.cached or 0,
@@ -226,6 +228,10 @@ class Orchestrator:
             resumes=progress.resumes,
             nodes=progress.nodes,
         )
+        try:
+            yield finished
+        finally:  # once the caller has the end and closes the stream: its last bytes do not wait for this
+            await self._remember_branch(job, progress.generated)
 
     async def _next_call(self, run: _JobRun) -> tuple[str, GenerateRequest, bool]:
         """Decide the job's next worker call: (node, its request, whether the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 
 import pytest
@@ -68,14 +69,16 @@ def job(prompt: list[int], max_tokens: int, rid: str = "r1", branch: str | None 
 
 
 async def collect(orch: Orchestrator, j: Job, on_token=None) -> tuple[list[int], Finished]:
+    """The job's tokens and `Finished`, the stream closed after it (as every caller does)."""
     tokens: list[int] = []
-    async for ev in orch.stream(j):
-        if isinstance(ev, TokenDelta):
-            tokens.extend(ev.token_ids)
-            if on_token is not None:
-                await on_token(len(tokens))
-        else:
-            return tokens, ev
+    async with contextlib.aclosing(orch.stream(j)) as events:
+        async for ev in events:
+            if isinstance(ev, TokenDelta):
+                tokens.extend(ev.token_ids)
+                if on_token is not None:
+                    await on_token(len(tokens))
+            else:
+                return tokens, ev
     raise AssertionError("no Finished event")
 
 
@@ -238,6 +241,21 @@ async def test_known_prompt_hashes_are_reused_for_lookup_and_references():
     assert tokens == expected(follow, 3) and done.cached_tokens == 40
     refs = [await c.directory.references(h) for h in c.directory.block_hashes(follow + tokens, "t")]
     assert refs and all(r == 1 for r in refs)
+
+
+async def test_a_branch_is_referenced_once_the_caller_closes_the_stream_after_finished():
+    c = await Cluster([Phase.DECODE]).start()
+    assert await c.directory.open_branch("t/b3", tenant_id="t")
+    events = c.orch.stream(job(PROMPT, 8, branch="t/b3"))
+    tokens: list[int] = []
+    async for ev in events:
+        if isinstance(ev, Finished):
+            break
+        tokens.extend(ev.token_ids)
+    hashes = c.directory.block_hashes(PROMPT + tokens, "t")
+    assert [await c.directory.references(h) for h in hashes] == [0] * 12  # the end is out first
+    await events.aclose()
+    assert [await c.directory.references(h) for h in hashes] == [1] * 12
 
 
 async def test_a_branch_that_ends_with_its_request_references_nothing():
