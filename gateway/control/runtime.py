@@ -270,10 +270,7 @@ class ClusterRuntime:
     def _note_joined(self) -> None:
         """A worker that joined the healthy ones since the last tick (new, or
         back after a restart, in whatever phase it came up in) makes the pins
-        due again: they hold for it too. Without this a node pinned to prefill
-        that restarted as decode stayed decode until the next pin or election
-        (a planner in auto mode enforced it on its own; advisory or manual
-        did not)."""
+        due again, in every planner mode: they hold for it too."""
         members = frozenset(n.node_id for n in self.registry.nodes() if n.healthy)
         if members - self._members and self.pin() is not None:
             self._pins_due = True
