@@ -163,10 +163,8 @@ class Orchestrator:
         token passes through one generator between the worker client and
         the caller, not two. With `lane`, a decode stream's plain token
         chunks go to it as they arrive, while this frame waits (`_lane`),
-        when it is ready: those deltas are not yielded. The branch's blocks
-        (prompt and output) are referenced when the caller closes the stream
-        after its `Finished`, so the answer's last bytes never wait on the
-        directory (a Redis round trip with several replicas)."""
+        when it is ready: those deltas are not yielded. The branch's blocks are
+        referenced once the caller closes the stream after `Finished`."""
         t0 = time.monotonic()
         progress = RequestProgress(
             job.request_id,
@@ -217,20 +215,19 @@ class Orchestrator:
                 break
         if self.quarantine.any_deaths and self.quarantine.deaths(fingerprint.value):
             self.quarantine.acquit(fingerprint.value)  # it finished on an engine: a bystander, not the poison
-        finished = Finished(
-            finish_reason=progress.finish,
-            prompt_tokens=len(job.prompt_token_ids),
-            cached_tokens=progress.cached or 0,
-            completion_tokens=len(progress.generated),
-            ttft_s=progress.ttft_s,
-            e2e_s=time.monotonic() - t0,
-            first_phase=progress.first_phase,
-            resumes=progress.resumes,
-            nodes=progress.nodes,
-        )
-        try:
-            yield finished
-        finally:  # once the caller has the end and closes the stream: its last bytes do not wait for this
+        try:  # the answer's last bytes do not wait on the directory (a Redis round trip with replicas)
+            yield Finished(
+                finish_reason=progress.finish,
+                prompt_tokens=len(job.prompt_token_ids),
+                cached_tokens=progress.cached or 0,
+                completion_tokens=len(progress.generated),
+                ttft_s=progress.ttft_s,
+                e2e_s=time.monotonic() - t0,
+                first_phase=progress.first_phase,
+                resumes=progress.resumes,
+                nodes=progress.nodes,
+            )
+        finally:
             await self._remember_branch(job, progress.generated)
 
     async def _next_call(self, run: _JobRun) -> tuple[str, GenerateRequest, bool]:
