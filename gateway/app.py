@@ -234,6 +234,7 @@ def create_app(  # noqa: C901 - a route table: each handler is its own small fun
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             try:
+                await directory.flush_stats()  # before the shared client closes (cp.stop)
                 for stop in reversed(on_shutdown):
                     await stop()
             finally:

@@ -131,6 +131,7 @@ class Directory(Protocol):
     async def expire(self, now: float | None = None) -> list[str]: ...
     async def stats(self) -> DirectoryStatus: ...
     async def top_branches(self, limit: int = 10) -> list[BranchSummary]: ...
+    async def flush_stats(self) -> None: ...
 
 
 class GatewayDirectory:
@@ -324,6 +325,10 @@ class GatewayDirectory:
         own = any(branch_id in b for b in self._own.values())
         info: BranchInfo | bool | None = await self._call("branch", lambda: self.backend.branch(branch_id), False)
         return own if info is False else info is not None
+
+    async def flush_stats(self) -> None:
+        """The backend's held-back counters sent (at shutdown: no lookup's hits lost)."""
+        await self._call("flush_stats", self.backend.flush_stats, None)
 
     async def references(self, block_hash: str) -> int:
         counts = await self._call("ref_counts", lambda: self.backend.ref_counts([block_hash]), [0])

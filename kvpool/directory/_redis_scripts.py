@@ -78,7 +78,9 @@ end
 """
 
 # ARGV[7]: the tenant's max active branches ('' = no cap). Returns -2 (and
-# opens nothing) for a new branch past the cap, else 0.
+# opens nothing) for a new branch past the cap, else the branch as read
+# right after (its fields as HGETALL's flat list, then 'size' and its
+# score): one round trip, and no replica can finish it in between.
 OPEN_BRANCH = (
     """
 local p, id, tenant, now, parent, session, cap = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
@@ -95,7 +97,10 @@ else
     + _TOUCH_BODY
     + """
 end
-return 0
+local f = redis.call('HGETALL', k)
+f[#f + 1] = 'size'
+f[#f + 1] = redis.call('ZSCORE', p..':size', id) or '0'
+return f
 """
 )
 

@@ -90,3 +90,6 @@ class AsyncDirectory:
 
     async def stats(self) -> DirectoryStats:
         return self.inner.stats()
+
+    async def flush_stats(self) -> None:
+        return None  # an in-process directory counts at once

@@ -288,6 +288,11 @@ class AsyncBlockDirectory(Protocol):
 
     async def stats(self) -> DirectoryStats: ...
 
+    async def flush_stats(self) -> None:
+        """Send the counters the backend still holds back (the Redis one: the
+        hits of its last lookups, which go out with the next one); `stats`
+        includes them. A replica calls it when it stops."""
+
 
 # -- pure helpers shared by the backends ----------------------------------
 

@@ -3,7 +3,10 @@
 `AsyncRedisDirectory` implements `AsyncBlockDirectory` over `redis.asyncio`,
 so a slow Redis delays only the requests waiting on it, never the gateway's
 event loop. Mutations are single Lua scripts (atomic per call across
-replicas); reads are pipelined. Key layout: see `_redis_scripts`. Every
+replicas); reads are pipelined. One round trip per call: opening a branch
+returns it as the script read it; a lookup's counters ride with its reads,
+the blocks it hit with the next lookup (`flush_stats`, `stats` send them
+sooner). Key layout: see `_redis_scripts`. Every
 Redis failure (refused, reset, past the client's socket timeout) surfaces as
 `DirectoryUnavailable`; losing Redis loses cache hits, never correctness.
 """
@@ -50,6 +53,9 @@ class AsyncRedisDirectory:
             raise ValueError("AsyncRedisDirectory needs a client with decode_responses=True")
         self._r = client
         self._p = prefix
+        # Blocks hit by lookups whose counters went out before their result: sent with the next
+        # lookup's round trip (or by `flush_stats`), so a lookup costs one round trip, not two.
+        self._unsent_hits = 0
         self._scripts = {
             name: client.register_script(getattr(lua, name))
             for name in (
@@ -114,22 +120,44 @@ class AsyncRedisDirectory:
         exclude: Sequence[str] = (),
         record: bool = True,
     ) -> PrefixHit:
-        async with self._guard():
-            raw: list[dict[str, str]] = []
-            if block_hashes:
-                pipe = self._r.pipeline(transaction=False)
-                for h in block_hashes:
-                    pipe.hgetall(self._k("loc", h))
-                raw = await pipe.execute()
-            per_block = [{n: int(s) for n, s in m.items()} for m in raw]
-            hit = build_prefix_hit(per_block, prefer=prefer, exclude=exclude)
-            if record:
-                pipe = self._r.pipeline(transaction=True)
-                pipe.hincrby(self._k("stats"), "lookups", 1)
-                pipe.hincrby(self._k("stats"), "looked_up_blocks", len(block_hashes))
-                pipe.hincrby(self._k("stats"), "hit_blocks", hit.num_blocks)
-                await pipe.execute()
-            return hit
+        pipe = self._r.pipeline(transaction=False)
+        hits = self._unsent_hits if record else 0
+        if record:  # the counters ride with the reads: one round trip
+            self._unsent_hits = 0
+            self._count(pipe, len(block_hashes), hits)
+        for h in block_hashes:
+            pipe.hgetall(self._k("loc", h))
+        try:
+            async with self._guard():
+                replies = await pipe.execute() if len(pipe) else []
+        except DirectoryUnavailable:
+            self._unsent_hits += hits
+            raise
+        raw: list[dict[str, str]] = replies[len(replies) - len(block_hashes) :]
+        per_block = [{n: int(s) for n, s in m.items()} for m in raw]
+        hit = build_prefix_hit(per_block, prefer=prefer, exclude=exclude)
+        if record:
+            self._unsent_hits += hit.num_blocks
+        return hit
+
+    def _count(self, pipe: Any, blocks: int, hits: int) -> None:
+        """A lookup's counters (`stats`): the hits known so far go with it."""
+        pipe.hincrby(self._k("stats"), "lookups", 1)
+        pipe.hincrby(self._k("stats"), "looked_up_blocks", blocks)
+        if hits:
+            pipe.hincrby(self._k("stats"), "hit_blocks", hits)
+
+    async def flush_stats(self) -> None:
+        """Send the hit counts not sent yet (`stats` does it first; a replica
+        that stops does it last)."""
+        hits, self._unsent_hits = self._unsent_hits, 0
+        if hits:
+            try:
+                async with self._guard():
+                    await self._r.hincrby(self._k("stats"), "hit_blocks", hits)
+            except DirectoryUnavailable:
+                self._unsent_hits += hits
+                raise
 
     async def touch_blocks(self, node_id: str, block_hashes: Sequence[str], now: float) -> None:
         if block_hashes:
@@ -146,15 +174,10 @@ class AsyncRedisDirectory:
         max_active: int | None = None,
     ) -> BranchInfo:
         cap = "" if max_active is None else str(int(max_active))
-        while True:
-            opened = await self._run(
-                "OPEN_BRANCH", branch_id, tenant_id, _t(now), parent_id or "", session_id or "", cap
-            )
-            if opened == -2:
-                raise BranchLimitReached(tenant_id, await self.active_branch_count(tenant_id))
-            info = await self.branch(branch_id)
-            if info is not None:  # else finished by another replica in between: open it again
-                return info
+        opened = await self._run("OPEN_BRANCH", branch_id, tenant_id, _t(now), parent_id or "", session_id or "", cap)
+        if opened == -2:
+            raise BranchLimitReached(tenant_id, await self.active_branch_count(tenant_id))
+        return _info(branch_id, _pairs(opened), BranchState.ACTIVE)  # as the script read it, atomically
 
     def _not_active(self, branch_id: str, event: BranchEvent) -> None:
         next_branch_state(None, event, branch_id)  # raises BranchStateError
@@ -243,6 +266,7 @@ class AsyncRedisDirectory:
         return order_victims(list(zip(unique, times, refs, strict=False)))
 
     async def stats(self) -> DirectoryStats:
+        await self.flush_stats()
         async with self._guard():
             pipe = self._r.pipeline(transaction=True)
             pipe.get(self._k("nblocks"))

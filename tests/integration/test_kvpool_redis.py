@@ -132,3 +132,51 @@ async def test_an_unreachable_redis_is_directory_unavailable() -> None:
 def test_requires_decoded_responses() -> None:
     with pytest.raises(ValueError, match="decode_responses=True"):
         AsyncRedisDirectory(aioredis.Redis.from_url(URL))
+
+
+async def test_opening_a_branch_and_a_lookup_are_one_round_trip_each(prefix: str) -> None:
+    """What the request path pays in Redis: opening a branch returns it as
+    its script read it, and a lookup's counters ride with its reads; the
+    blocks a lookup hit go with the next one, and `stats` (or
+    `flush_stats`, when a replica stops) sends them first, so none is lost."""
+    _fresh(prefix)  # skips without Redis; the fixture clears the prefix after
+    d = AsyncRedisDirectory.from_url(URL, prefix)
+    pool = d._r.connection_pool
+    taken = 0
+    get_connection = pool.get_connection
+
+    async def counted(*args: object, **kwargs: object) -> object:  # one per command or pipeline sent
+        nonlocal taken
+        taken += 1
+        return await get_connection(*args, **kwargs)
+
+    pool.get_connection = counted  # type: ignore[method-assign]  # counting the round trips
+    try:
+        await d.publish("n1", [(H[0], 4), (H[1], 5)], BB, now=1.0)
+        await d.open_branch("warm", "t", now=1.0)  # the scripts loaded, if this Redis had none
+        taken = 0
+        info = await d.open_branch("b", "t", now=2.0, parent_id="p", session_id="s")
+        assert taken == 1
+        assert (info.tenant_id, info.parent_id, info.session_id, info.opened_at, info.num_blocks) == (
+            "t",
+            "p",
+            "s",
+            2.0,
+            0,
+        )
+        await d.reference("b", [H[0]], now=3.0)
+        again = await d.open_branch("b", "t", now=4.0)  # an open branch is touched, and read back
+        assert (again.opened_at, again.last_active_at, again.num_blocks) == (2.0, 4.0, 1)
+        taken = 0
+        assert (await d.longest_prefix([H[0], H[1], H[2]])).num_blocks == 2
+        assert (await d.longest_prefix([H[1]])).num_blocks == 1
+        assert taken == 2
+        raw = redis.Redis.from_url(URL, decode_responses=True)
+        assert raw.hgetall(prefix + ":stats") == {"lookups": "2", "looked_up_blocks": "4", "hit_blocks": "2"}
+        await d.flush_stats()
+        assert raw.hget(prefix + ":stats", "hit_blocks") == "3"
+        await d.longest_prefix([H[0]])
+        st = await d.stats()
+        assert (st.lookups, st.looked_up_blocks, st.hit_blocks) == (3, 5, 4)
+    finally:
+        await d._r.aclose()
