@@ -16,7 +16,9 @@ its request finishes, so turns of one branch reach the script in order.
 
 Offered load: each replica counts the requests it admitted and refused
 (`count_arrival`, `count_rejection`) and adds them to two cluster-wide
-counters (`<p>:arrived`, `<p>:rejected`, INCRBY in the writer's round trip);
+counters (`<p>:arrived`, `<p>:rejected`, INCRBY in the writer's round trip,
+which they wait for up to `COUNTS_EVERY_S`: an arrival costs no round trip
+of its own);
 `counts()` answers the cluster's totals as last read (the INCRBY replies and
 a GET after every stream read) plus this replica's counts not yet sent, never
 less than it answered before (the planner's `ArrivalHistory` takes a counter
@@ -24,7 +26,9 @@ that went down for a restart). While Redis is unreachable the totals grow by
 this replica's own counts only.
 
 Request path: `add` only appends to a bounded local queue (never blocks). A
-writer task sends what is queued in one pipelined round trip; a reader task
+writer task sends what is queued in one pipelined round trip (the script
+by its SHA: no SCRIPT EXISTS before each one; loaded again, and the rows it
+refused sent again, after Redis lost it); a reader task
 follows the stream with a blocking XREAD. While Redis is unreachable a
 replica keeps its own samples (gaps from a local `TurnGaps`) and its planner
 sees its own traffic only, like a lone gateway; those samples are not
@@ -43,13 +47,14 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from planner.offered import TurnGaps
 from planner.types import RequestSample
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0  # the longest stop() waits for its loops
+COUNTS_EVERY_S = 0.5  # the longest a replica's counts wait for a sample to travel with
 
 # ARGV: p, branch ('' none), last ('1'/'0'), t, e2e, uncached, cached, output, gap_ttl_s, maxlen, replica,
 #       ttft ('' unknown)
@@ -149,12 +154,10 @@ class RedisWorkloadFeed:
         return list(self._inbox)
 
     def count_arrival(self) -> None:
-        self._unsent[0] += 1
-        self._wake.set()
+        self._unsent[0] += 1  # sent with the next sample, or by the writer's tick
 
     def count_rejection(self) -> None:
         self._unsent[1] += 1
-        self._wake.set()
 
     def counts(self) -> tuple[int, int]:
         now = (self._totals[0] + self._unsent[0], self._totals[1] + self._unsent[1])
@@ -198,37 +201,63 @@ class RedisWorkloadFeed:
         if not batch and not any(counted):
             return 0
         self._unsent = [0, 0]
-        pipe = self._r.pipeline(transaction=False)
-        pipe.incrby(f"{self._p}:arrived", counted[0])
-        pipe.incrby(f"{self._p}:rejected", counted[1])
-        for f in batch:
-            s = f.sample
-            await self._script(
-                args=[
-                    self._p,
-                    f.branch or "",
-                    "1" if f.last else "0",
-                    repr(float(s.t)),
-                    repr(float(s.e2e_s or 0.0)),
-                    s.uncached_prompt_tokens,
-                    s.cached_prompt_tokens,
-                    s.output_tokens,
-                    self._gap_ttl,
-                    self._maxlen,
-                    self.replica,
-                    "" if s.ttft_s is None else repr(float(s.ttft_s)),
-                ],
-                client=pipe,
-            )
         try:
-            replies = await pipe.execute()
+            replies = await self._send(counted, [self._finish_args(f) for f in batch])
         except (RedisError, OSError):
             self._unsent = [self._unsent[0] + counted[0], self._unsent[1] + counted[1]]
             self._keep_local(batch)
             raise
-        self._read_totals(replies[0], replies[1])
-        self.sent += len(batch)
+        if isinstance(replies[0], Exception) or isinstance(replies[1], Exception):
+            self._unsent = [self._unsent[0] + counted[0], self._unsent[1] + counted[1]]
+        else:
+            self._read_totals(replies[0], replies[1])
+        refused = [(f, r) for f, r in zip(batch, replies[2:], strict=True) if isinstance(r, Exception)]
+        if refused:  # each row ran alone: those that went are in the stream, these stay here
+            log.warning(
+                "workload stream: Redis refused %d samples (%s): kept on this replica", len(refused), refused[0][1]
+            )
+            self._keep_local([f for f, _ in refused])
+        self.sent += len(batch) - len(refused)
         return len(batch)
+
+    def _finish_args(self, f: _Finished) -> list[str | int]:
+        s = f.sample
+        return [
+            self._p,
+            f.branch or "",
+            "1" if f.last else "0",
+            repr(float(s.t)),
+            repr(float(s.e2e_s or 0.0)),
+            s.uncached_prompt_tokens,
+            s.cached_prompt_tokens,
+            s.output_tokens,
+            self._gap_ttl,
+            self._maxlen,
+            self.replica,
+            "" if s.ttft_s is None else repr(float(s.ttft_s)),
+        ]
+
+    async def _send(self, counted: tuple[int, ...], rows: list[list[str | int]]) -> list[Any]:
+        """Both counters and one FINISH per row in one pipeline; the replies,
+        a failed command's as its exception. The script goes by its SHA
+        (redis-py's script objects ask SCRIPT EXISTS before every pipeline:
+        a round trip per flush); rows a Redis that lost its scripts refused
+        (NOSCRIPT: nothing of them ran) go again once it is loaded."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.incrby(f"{self._p}:arrived", counted[0])
+        pipe.incrby(f"{self._p}:rejected", counted[1])
+        for args in rows:
+            pipe.evalsha(self._script.sha, 0, *args)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        lost = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if lost:
+            await self._r.script_load(FINISH)
+            pipe = self._r.pipeline(transaction=False)
+            for i in lost:
+                pipe.evalsha(self._script.sha, 0, *rows[i - 2])
+            for i, r in zip(lost, await pipe.execute(raise_on_error=False), strict=True):
+                replies[i] = r
+        return replies
 
     def _keep_local(self, batch: list[_Finished]) -> None:
         """Redis unreachable: this replica's planner gets its own samples."""
@@ -242,7 +271,9 @@ class RedisWorkloadFeed:
 
     async def _write_loop(self) -> None:
         while not self._stopping.is_set():
-            await self._wake.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(COUNTS_EVERY_S):  # counts alone go out at this tick
+                    await self._wake.wait()
             self._wake.clear()
             while (self._outbox or any(self._unsent)) and not self._stopping.is_set():
                 try:

@@ -5,6 +5,7 @@ the workload stream with cluster-wide turn gaps, the overrides bus."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 
@@ -223,3 +224,59 @@ async def test_bus_reaches_the_other_replicas_and_the_publisher_at_once(base: st
     finally:
         for bus in buses:
             await bus.stop()
+
+
+async def test_a_redis_that_lost_the_script_gets_every_sample_once() -> None:
+    """The writer sends the script by its SHA. A Redis restarted without
+    persistence has no scripts: it refuses those rows (NOSCRIPT, nothing of
+    them ran), the writer loads the script and sends them again; counts
+    that went in the same round trip are not sent twice."""
+    with own_redis() as server:
+        feed = RedisWorkloadFeed(client(server.url), "{lost}", "g0")
+        reader = RedisWorkloadFeed(client(server.url), "{lost}", "g1")
+        await feed.start()
+        await reader.start()
+        try:
+            sample = RequestSample(
+                t=100.0, uncached_prompt_tokens=64, cached_prompt_tokens=0, output_tokens=8, e2e_s=1.0
+            )
+            feed.count_arrival()
+            feed.add(sample, branch="t/a")
+            assert len(await _drain_until(reader, 1)) == 1
+            await client(server.url).script_flush()
+            for _ in range(2):
+                feed.count_arrival()
+            feed.add(dataclasses.replace(sample, t=103.0), branch="t/a", last_in_branch=True)
+            got = await _drain_until(reader, 2, timeout_s=2.0)
+            assert [(s.t, s.gap_s) for s in got] == [(103.0, 2.0)]  # once, its gap from the branch's first turn
+            assert feed.sent == 2 and feed.kept_local == 0
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 3.0
+            while reader.counts() != (3, 0) and loop.time() < deadline:
+                await asyncio.sleep(0.02)
+            assert reader.counts() == (3, 0)
+        finally:
+            await feed.stop()
+            await reader.stop()
+
+
+async def test_counts_alone_reach_the_other_replicas_within_the_writers_tick(base: str) -> None:
+    """An arrival costs no round trip of its own: counts travel with the next
+    sample, or at the writer's tick (`COUNTS_EVERY_S`) when none finishes."""
+    from gateway.control.workload_stream import COUNTS_EVERY_S
+
+    feeds = [RedisWorkloadFeed(client(), base, f"g{i}") for i in range(2)]
+    for f in feeds:
+        await f.start()
+    try:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        feeds[0].count_arrival()
+        while feeds[1].counts() != (1, 0) and loop.time() < t0 + 5.0:
+            await asyncio.sleep(0.01)
+        assert feeds[1].counts() == (1, 0)
+        # the tick, plus the reader's blocking XREAD (500 ms) before it reads the totals again
+        assert loop.time() - t0 < COUNTS_EVERY_S + 0.5 + 0.5
+    finally:
+        for f in feeds:
+            await f.stop()
