@@ -17,7 +17,12 @@ replaced; SIGTERM stops them all, each releasing what it holds).
 
 The children read their settings from the environment (`GatewaySettings.from_env`,
 in `gateway.compose.app_from_env`); the parent puts the command line's
-values there first, so flags win as they do with one process.
+values there first, so flags win as they do with one process. Each child
+serves as one gateway process does (`gateway.http.server`): uvloop, the
+gateway's HTTP protocol, the collector tuned; uvicorn's defaults would
+give it none of the request path's server work (an SSE response then
+watches for disconnects with a task per stream and sends every token as an
+ASGI message).
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from typing import TYPE_CHECKING
 
 from gateway.settings import GatewaySettings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 def child_environment(settings: GatewaySettings) -> dict[str, str]:
@@ -62,15 +71,29 @@ def run(args: argparse.Namespace, settings: GatewaySettings) -> int:
     """Serve `settings` with `args.workers` processes (the caller built the control plane once)."""
     import uvicorn
 
+    from gateway.http.server import server_options
+
     os.environ.update(child_environment(settings))
     uvicorn.run(
-        "gateway.compose:app_from_env",
+        "cli.gateway_procs:child_app",
         factory=True,
         workers=args.workers,
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,
-        access_log=False,
         timeout_graceful_shutdown=math.ceil(settings.drain_s),
+        **server_options(),
     )
     return 0
+
+
+def child_app() -> FastAPI:
+    """One child's app (uvicorn's factory, called in the child): built from
+    the environment, the process then prepared as one gateway's is
+    (`gateway.http.server.prepare_process`)."""
+    from gateway.compose import app_from_env
+    from gateway.http.server import prepare_process
+
+    app = app_from_env()
+    prepare_process()
+    return app

@@ -1,6 +1,7 @@
-"""Serving one gateway process: uvicorn on uvloop and httptools, the process
+"""Serving a gateway process: uvicorn on uvloop and httptools, the process
 tuned for the request path. What `evolving-infra gateway` / `up` and
-`bench gateway` run.
+`bench gateway` run, and each child of `gateway --workers N`
+(`server_options` and `prepare_process`, the same in both).
 
 - uvloop and httptools are named, not left to uvicorn's "auto" (which falls
   back to asyncio and h11 without a word when they are missing: 1.3-1.6x
@@ -12,8 +13,8 @@ tuned for the request path. What `evolving-infra gateway` / `up` and
   waiting on `receive()`, and writes the events between its first and its
   last straight to the connection (`gateway.http.sse.BODY_WRITE`): one
   call a token, not an ASGI message, a coroutine and uvicorn's checks.
-  Both hold the request's cycle weakly (`CycleExtensions`): a request
-  leaves no reference cycle for the garbage collector.
+  Both hold the request's cycle weakly (`gateway.http.protocol`): a
+  request leaves no reference cycle for the garbage collector.
 - Writes gathered per event-loop turn (`gateway.http.coalesce`): one
   `writev` for a response's head and the body messages ready with it, not
   one `send` per message.
@@ -26,106 +27,83 @@ tuned for the request path. What `evolving-infra gateway` / `up` and
   import of torch) is moved out of the collector's sight (`gc.freeze()`)
   and the young generation collected less often. Full collections over
   that heap paused the loop 136-464 ms under load (p99 at concurrency 32:
-  310-445 ms before, 38-44 ms after; docs/benchmarks.md).
+  310-445 ms before, 38-44 ms after; docs/benchmarks.md). At exit the
+  heap goes back to the collector (no extension module reports a leak).
+- A request uvicorn's shutdown cancels (the graceful window over) is one
+  warning line (`ShutdownCutLog`), not a traceback per request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import gc
+import logging
 import os
-import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
-
-from gateway.http.sse import BODY_WRITE, CLIENT_GONE
 
 # (gen0 allocations, gen1 and gen2 collections) between collections; CPython's default is (700, 10, 10).
 GC_THRESHOLDS = (20_000, 20, 50)
 
 
 def tune_gc() -> int:
-    """Freeze what is alive now and raise the thresholds; returns the frozen object count."""
+    """Freeze what is alive now and raise the thresholds; returns the frozen
+    object count. At exit the frozen heap goes back to the collector, so the
+    interpreter's last collection frees it: extension modules then see their
+    objects released (Triton's bindings, imported through vLLM, otherwise
+    print nanobind's leak report of ~600 lines when the gateway stops)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    atexit.unregister(gc.unfreeze)  # once, however often it is tuned
+    atexit.register(gc.unfreeze)
     return gc.get_freeze_count()
 
 
-class CycleExtensions:
-    """The scope extensions of one uvicorn request cycle: whether its client
-    is gone (`CLIENT_GONE`) and how to write a body message without `send`
-    (`BODY_WRITE`).
-
-    The cycle is held by a weak reference: the scope they sit in is the
-    cycle's own, and closures over the cycle made a reference cycle per
-    request (cycle -> scope -> extensions -> closure -> cycle) that only
-    the garbage collector could free: ~20 objects a request, a young
-    collection every ~1,000 requests at ~9 ms each (2.7 % of the CPU at
-    concurrency 32; docs/benchmarks-history.md, seventh pass). A cycle
-    that is gone counts as a client gone, with nothing to write to."""
-
-    __slots__ = ("_cycle",)
-
-    def __init__(self, cycle: Any) -> None:
-        self._cycle = weakref.ref(cycle)
-
-    def as_dict(self) -> dict[str, Any]:
-        # ASGI types extension values as dicts; ours are callables
-        return {CLIENT_GONE: self.client_gone, BODY_WRITE: self.writer_for}
-
-    def client_gone(self) -> bool:
-        cycle = self._cycle()
-        return cycle is None or bool(cycle.disconnected)
-
-    def write(self, body: bytes) -> bool:
-        """Write a body message chunk-framed when the cycle is where uvicorn's
-        `send` would write it at once (response started and not complete,
-        chunked, client there, writing not paused); False when it is not:
-        the caller then sends the message the ASGI way."""
-        cycle = self._cycle()
-        if (
-            cycle is None
-            or cycle.disconnected
-            or cycle.flow.write_paused
-            or not cycle.chunked_encoding
-            or cycle.response_complete
-            or not cycle.response_started
-        ):
-            return False
-        if body:  # an empty chunk would end the body
-            cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-        return True
-
-    def writer_for(self, send: Any) -> Callable[[bytes], bool] | None:
-        """`BODY_WRITE`: given the `send` a response was called with, `write`
-        when that `send` is the cycle's own (None when a middleware wraps it:
-        every message must then pass through it)."""
-        cycle = self._cycle()
-        return self.write if cycle is not None and send == cycle.send else None
+# The HTTP protocol every gateway process serves with, by name (`server_options`).
+PROTOCOL = "gateway.http.protocol:GatewayHttpToolsProtocol"
 
 
 def gateway_protocol() -> type:
-    """uvicorn's httptools protocol over a `CoalescingTransport`, telling the
-    app whether the client is gone (`CLIENT_GONE`) and how to write a body
-    message without `send` (`BODY_WRITE`), both read by the SSE response."""
-    import asyncio
-
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    from gateway.http.coalesce import CoalescingTransport
-
-    class GatewayHttpToolsProtocol(HttpToolsProtocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
-            super().connection_made(CoalescingTransport(transport, self.loop))
-
-        def on_headers_complete(self) -> None:
-            super().on_headers_complete()
-            cycle = self.cycle
-            if cycle is not None and cycle.scope is self.scope:  # not an upgrade: a request the app will see
-                self.scope["extensions"] = CycleExtensions(cycle).as_dict()
+    """`PROTOCOL`'s class (tests and in-process servers pass it to uvicorn themselves)."""
+    from gateway.http.protocol import GatewayHttpToolsProtocol
 
     return GatewayHttpToolsProtocol
+
+
+def server_options() -> dict[str, Any]:
+    """The uvicorn settings of every gateway process, one or each of
+    `--workers N`: uvloop, the gateway's protocol, no access log, no
+    `server` header, no proxy-header rewriting."""
+    return {"loop": "uvloop", "http": PROTOCOL, "access_log": False, "proxy_headers": False, "server_header": False}
+
+
+class ShutdownCutLog(logging.Filter):
+    """uvicorn's error log, for a request its shutdown cancelled (still running
+    when the graceful window closed): one warning line, not "Exception in
+    ASGI application" and the CancelledError's traceback. The request's own
+    log says which it was (a stream: "cut by the gateway's shutdown", and its
+    client got a typed error event)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            record.msg = "a request still running when the shutdown's grace ended was cut"
+            record.args, record.exc_info, record.exc_text = (), None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def prepare_process() -> None:
+    """What a gateway process does once its app is built, before it serves:
+    the tokenizer's thread pool off unless the environment says otherwise,
+    the collector tuned (`tune_gc`), shutdown cuts logged in one line."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    tune_gc()
+    errors_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ShutdownCutLog) for f in errors_log.filters):
+        errors_log.addFilter(ShutdownCutLog())
 
 
 def build_server(
@@ -137,9 +115,9 @@ def build_server(
     on_exit: Callable[[], None] | None = None,
     **uvicorn_options: Any,
 ) -> Any:
-    """The uvicorn server for `app` (not started): uvloop, httptools, no access
-    log; `on_exit` runs first thing when SIGINT/SIGTERM arrives, before
-    uvicorn stops taking requests."""
+    """The uvicorn server for `app` (not started), with `server_options()`
+    unless `uvicorn_options` say otherwise; `on_exit` runs first thing when
+    SIGINT/SIGTERM arrives, before uvicorn stops taking requests."""
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -148,18 +126,7 @@ def build_server(
                 on_exit()
             super().handle_exit(sig, frame)
 
-    uvicorn_options.setdefault("proxy_headers", False)  # nothing here reads the client's address
-    uvicorn_options.setdefault("server_header", False)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        loop="uvloop",
-        http=gateway_protocol(),
-        access_log=False,
-        **uvicorn_options,
-    )
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **{**server_options(), **uvicorn_options})
     return _Server(config)
 
 
@@ -167,9 +134,8 @@ def serve_app(app: Any, *, host: str, port: int, log_level: str = "info", **opti
     """Run `app` until SIGINT/SIGTERM (blocking); `options` as `build_server`'s.
     Exits with status 3 when the server never started (its lifespan start-up
     failed), as `uvicorn.run` does."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    tune_gc()
     server = build_server(app, host=host, port=port, log_level=log_level, **options)
+    prepare_process()  # after the server's logging is set up (its filter stays)
     server.run()
     if not server.started:
         raise SystemExit(3)

@@ -33,7 +33,10 @@ def test_two_processes_on_one_port_act_as_two_replicas_of_one_cluster(tmp_path: 
             seen[lead["replica"]] = lead["leading"]
         assert len(seen) == 2 and sorted(seen.values()) == [False, True], seen
         key = c.tenant("limited", {"requests_per_minute": 10})
-        codes = [c.chat(0, key, max_tokens=1).status_code for _ in range(16)]
+        answers = [c.chat(0, key, max_tokens=1) for _ in range(16)]
+        codes = [r.status_code for r in answers]
         assert codes.count(200) == 10 and codes.count(429) == 6  # one limit across both processes
+        # Each process serves as one gateway does (gateway.http.server.server_options): no `server` header.
+        assert all("server" not in r.headers for r in answers)
     finally:
         c.close()

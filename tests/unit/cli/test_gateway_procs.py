@@ -70,3 +70,29 @@ def test_open_streams_get_the_drain_setting_on_shutdown(monkeypatch: pytest.Monk
     gateway_procs.run(argparse.Namespace(workers=2, log_level="warning"), settings)
     assert seen["one"]["timeout_graceful_shutdown"] == 42  # whole seconds, rounded up
     assert seen["several"]["timeout_graceful_shutdown"] == 42
+
+
+def test_each_child_serves_as_one_gateway_process_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The children get the one process's server settings (uvloop, the
+    gateway's protocol by name, no access log or `server` header) and build
+    their app through `child_app`, which prepares the process as
+    `serve_app` does (the collector tuned, the tokenizer's pool off)."""
+    import argparse
+
+    import uvicorn
+
+    import gateway.compose
+    import gateway.http.server
+
+    runs: list[tuple[tuple[object, ...], dict[str, object]]] = []
+    monkeypatch.setattr(gateway_procs.os, "environ", {})
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: runs.append((a, kw)))
+    gateway_procs.run(argparse.Namespace(workers=3, log_level="warning"), GatewaySettings())
+    ((args, kw),) = runs
+    assert args == ("cli.gateway_procs:child_app",) and kw["factory"] is True and kw["workers"] == 3
+    assert {k: kw[k] for k in gateway.http.server.server_options()} == gateway.http.server.server_options()
+    app = object()
+    prepared: list[bool] = []
+    monkeypatch.setattr(gateway.compose, "app_from_env", lambda: app)
+    monkeypatch.setattr(gateway.http.server, "prepare_process", lambda: prepared.append(True))
+    assert gateway_procs.child_app() is app and prepared == [True]

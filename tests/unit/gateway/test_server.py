@@ -7,13 +7,16 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import weakref
 from typing import Any
 
 import pytest
+from uvicorn.importer import import_from_string
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from gateway.http import server
+from gateway.http import protocol, server
 
 
 @pytest.fixture
@@ -37,13 +40,54 @@ def test_the_server_names_uvloop_and_httptools_and_runs_on_exit_first() -> None:
     app = object()
     srv = server.build_server(app, host="127.0.0.1", port=1234, log_level="warning", on_exit=lambda: calls.append("x"))
     assert srv.config.app is app and srv.config.loop == "uvloop"
-    assert issubclass(srv.config.http, HttpToolsProtocol)  # httptools, its writes gathered (gateway.http.coalesce)
-    assert srv.config.access_log is False and srv.config.proxy_headers is False
+    assert srv.config.http == server.PROTOCOL  # by name: `--workers N` children import it too
+    assert issubclass(server.gateway_protocol(), HttpToolsProtocol)  # httptools, its writes gathered
+    assert import_from_string(server.PROTOCOL) is server.gateway_protocol()
+    assert srv.config.access_log is False and srv.config.proxy_headers is False and srv.config.server_header is False
     srv.handle_exit(signal.SIGTERM, None)
     assert calls == ["x"] and srv.should_exit
     plain = server.build_server(app, host="127.0.0.1", port=1234, timeout_graceful_shutdown=5)
     plain.handle_exit(signal.SIGTERM, None)
     assert plain.should_exit and plain.config.timeout_graceful_shutdown == 5
+
+
+def test_the_frozen_heap_goes_back_to_the_collector_at_exit() -> None:
+    """An interpreter that ends with its heap frozen never frees it: extension
+    modules then report leaks (nanobind's ~600 lines for Triton's bindings,
+    imported through vLLM, each time the gateway stopped)."""
+    probe = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen at exit', gc.get_freeze_count()))\n"  # runs after tune_gc's
+        "from gateway.http.server import tune_gc\n"
+        "print('frozen', tune_gc() > 1000)\n"
+        "tune_gc()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split("\n")[:2] == ["frozen True", "frozen at exit 0"]
+
+
+def test_a_request_the_shutdown_cut_is_one_warning_line(caplog: pytest.LogCaptureFixture) -> None:
+    """uvicorn logs a request its shutdown cancelled as an ASGI exception with
+    the CancelledError's traceback; the gateway's process logs one warning.
+    Every other exception keeps its error and its traceback."""
+    import asyncio
+    import logging
+
+    log = logging.getLogger("uvicorn.error.test-cut")
+    log.addFilter(server.ShutdownCutLog())
+    with caplog.at_level(logging.INFO, logger=log.name):
+        for exc in (asyncio.CancelledError("Task cancelled, timeout graceful shutdown exceeded"), ValueError("x")):
+            try:
+                raise exc
+            except BaseException as e:  # as uvicorn's run_asgi catches it
+                log.error("Exception in ASGI application\n", exc_info=e)
+    cut, other = caplog.records
+    assert (cut.levelname, cut.getMessage(), cut.exc_info) == (
+        "WARNING",
+        "a request still running when the shutdown's grace ended was cut",
+        None,
+    )
+    assert other.levelname == "ERROR" and other.exc_info is not None and "ASGI" in other.getMessage()
 
 
 async def _failing_start_up(scope, receive, send) -> None:
@@ -160,7 +204,7 @@ def test_a_cycles_extensions_hold_it_weakly() -> None:
             raise AssertionError("not called")
 
     cycle = StandInCycle()
-    ext = server.CycleExtensions(cycle)
+    ext = protocol.CycleExtensions(cycle)
     cycle.scope["extensions"] = ext.as_dict()  # as uvicorn's protocol sets it
     assert ext.client_gone() is False and ext.writer_for(cycle.send) is not None
     assert ext.writer_for(lambda message: None) is None  # a middleware's send
