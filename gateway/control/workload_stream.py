@@ -242,7 +242,8 @@ class RedisWorkloadFeed:
         a failed command's as its exception. The script goes by its SHA
         (redis-py's script objects ask SCRIPT EXISTS before every pipeline:
         a round trip per flush); rows a Redis that lost its scripts refused
-        (NOSCRIPT: nothing of them ran) go again once it is loaded."""
+        (NOSCRIPT: nothing of them ran) go again once it is loaded, and
+        come back refused when that fails too."""
         pipe = self._r.pipeline(transaction=False)
         pipe.incrby(f"{self._p}:arrived", counted[0])
         pipe.incrby(f"{self._p}:rejected", counted[1])
@@ -251,11 +252,16 @@ class RedisWorkloadFeed:
         replies: list[Any] = await pipe.execute(raise_on_error=False)
         lost = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if lost:
-            await self._r.script_load(FINISH)
-            pipe = self._r.pipeline(transaction=False)
-            for i in lost:
-                pipe.evalsha(self._script.sha, 0, *rows[i - 2])
-            for i, r in zip(lost, await pipe.execute(raise_on_error=False), strict=True):
+            again: list[Any]
+            try:
+                await self._r.script_load(FINISH)
+                pipe = self._r.pipeline(transaction=False)
+                for i in lost:
+                    pipe.evalsha(self._script.sha, 0, *rows[i - 2])
+                again = await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError) as exc:  # the counts and the other rows went: only these are refused
+                again = [exc] * len(lost)
+            for i, r in zip(lost, again, strict=True):
                 replies[i] = r
         return replies
 

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from gateway.control.bus import ClusterEvent, KeyRevoked, RedisBus
 from gateway.control.workload_feed import LocalWorkloadFeed
@@ -258,6 +259,26 @@ async def test_a_redis_that_lost_the_script_gets_every_sample_once() -> None:
         finally:
             await feed.stop()
             await reader.stop()
+
+
+async def test_rows_a_lost_script_could_not_resend_stay_on_this_replica_once() -> None:
+    """Redis lost the script and the reload fails too: the counts went in the
+    first round trip (counted once, not sent again), the refused row is this
+    replica's own sample (its planner still sees it)."""
+    with own_redis() as server:
+        feed = RedisWorkloadFeed(client(server.url), "{lost2}", "g0")
+        await client(server.url).script_flush()
+
+        async def gone(*args: object, **kwargs: object) -> str:
+            raise redis.exceptions.ConnectionError("gone between the two round trips")
+
+        feed._r.script_load = gone  # type: ignore[method-assign]  # Redis dies right after its restart
+        sample = RequestSample(t=100.0, uncached_prompt_tokens=64, cached_prompt_tokens=0, output_tokens=8, e2e_s=1.0)
+        feed.count_arrival()
+        feed.add(sample, branch="t/a")
+        assert await feed.flush() == 1
+        assert (feed.sent, feed.kept_local, feed.drain()) == (0, 1, [sample])
+        assert await client(server.url).get("{lost2}:arrived") == "1" and feed.counts() == (1, 0)
 
 
 async def test_counts_alone_reach_the_other_replicas_within_the_writers_tick(base: str) -> None:
