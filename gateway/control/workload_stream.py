@@ -195,7 +195,8 @@ class RedisWorkloadFeed:
             await self.flush()
 
     async def flush(self) -> int:
-        """Send what is queued now (one round trip); returns how many went."""
+        """Send what is queued now (one round trip; two after Redis lost its
+        script: `_send`); returns how many went."""
         batch = [self._outbox.popleft() for _ in range(min(self._batch, len(self._outbox)))]
         counted = tuple(self._unsent)
         if not batch and not any(counted):
@@ -204,11 +205,11 @@ class RedisWorkloadFeed:
         try:
             replies = await self._send(counted, [self._finish_args(f) for f in batch])
         except (RedisError, OSError):
-            self._unsent = [self._unsent[0] + counted[0], self._unsent[1] + counted[1]]
+            self._count_again(counted)
             self._keep_local(batch)
             raise
         if isinstance(replies[0], Exception) or isinstance(replies[1], Exception):
-            self._unsent = [self._unsent[0] + counted[0], self._unsent[1] + counted[1]]
+            self._count_again(counted)
         else:
             self._read_totals(replies[0], replies[1])
         refused = [(f, r) for f, r in zip(batch, replies[2:], strict=True) if isinstance(r, Exception)]
@@ -219,6 +220,10 @@ class RedisWorkloadFeed:
             self._keep_local([f for f, _ in refused])
         self.sent += len(batch) - len(refused)
         return len(batch)
+
+    def _count_again(self, counted: tuple[int, ...]) -> None:
+        """Counts that did not reach Redis go with the next flush."""
+        self._unsent = [self._unsent[0] + counted[0], self._unsent[1] + counted[1]]
 
     def _finish_args(self, f: _Finished) -> list[str | int]:
         s = f.sample

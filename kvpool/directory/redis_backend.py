@@ -121,9 +121,9 @@ class AsyncRedisDirectory:
         record: bool = True,
     ) -> PrefixHit:
         pipe = self._r.pipeline(transaction=False)
-        hits = self._unsent_hits if record else 0
+        hits = 0
         if record:  # the counters ride with the reads: one round trip
-            self._unsent_hits = 0
+            hits, self._unsent_hits = self._unsent_hits, 0
             self._count(pipe, len(block_hashes), hits)
         for h in block_hashes:
             pipe.hgetall(self._k("loc", h))
