@@ -43,7 +43,7 @@ STAGES: tuple[str, ...] = (
     "gateway.kv.directory:GatewayDirectory.block_hashes",
     "gateway.serving.turn.prepare:sampling_options",
     "routing.picker:route",
-    "gateway.serving.tokenize:IncrementalDetokenizer.push",
+    "gateway.serving.detokenize:ByteDetokenizer.push",
     "gateway.serving.turn.accounting:Accounting.job_finished",
     "gateway.upstream.wire:encode_generate",
     "gateway.upstream.raw_client:_Connection.send",
