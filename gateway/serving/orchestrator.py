@@ -433,14 +433,19 @@ class Orchestrator:
         refused untouched, for `stream`'s own loop. Not for a suspect's
         call (its first step is watched in the loop)."""
         phase = role.value
-        ready, take = lane.ready, lane.__call__  # bound once: two plain calls a token
+        ready, take, absorb = lane.ready, lane.__call__, progress.absorb  # bound once: plain calls a token
+        monotonic = time.monotonic
 
         def offer(chunk: GenerateChunk) -> bool:
             if chunk.finish_reason is not None or chunk.saved_blocks or chunk.logprobs is not None or not ready():
                 return False
-            delta, _ = self._apply_chunk(node_id, role, phase, progress, t0, chunk)
-            if delta is not None:
-                take(delta)
+            # `_apply_chunk` for what is left: no finish (so no error), no logprobs
+            cached = max(chunk.cached_tokens, chunk.external_cached_tokens)
+            _, tokens = absorb(
+                chunk.token_ids, cached_tokens=cached, finish=None, role=role, elapsed_s=monotonic() - t0
+            )
+            if tokens:
+                take(TokenDelta(tokens, progress.cached or 0, phase))
             return True
 
         return offer

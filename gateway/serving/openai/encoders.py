@@ -10,7 +10,7 @@ first byte is an OpenAI-shaped `error` event and no `[DONE]`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway.http.errors import GatewayError
@@ -25,13 +25,12 @@ class PlainChunks:
     def __init__(self, p: Prepared, model: str, *, chat: bool) -> None:
         self._include_usage = p.include_usage
         self._enc = (sse.ChatChunkEncoder if chat else sse.CompletionChunkEncoder)(p.request_id, p.created, model)
+        # One text delta's event: the chunk encoder's own method, bound once (a call less a relayed token).
+        self.text: Callable[[str], bytes] = self._enc.content
 
     def start(self) -> bytes:
         enc = self._enc
         return enc.role() if isinstance(enc, sse.ChatChunkEncoder) else b""
-
-    def text(self, delta: str) -> bytes:
-        return self._enc.content(delta)
 
     def end(self, tail: str, done: Finished) -> bytes:
         # The end of the stream in one write: the held-back text, finish, usage, [DONE].

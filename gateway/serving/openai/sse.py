@@ -57,7 +57,7 @@ class _ChunkEncoder:
 
     def content(self, text: str) -> bytes:
         """One text delta's chunk (what `_choice` would give for it, pre-rendered around the text)."""
-        return self._content_before + _text(text).encode() + self._content_after
+        return self._content_before + encode_basestring_ascii(text).encode() + self._content_after  # `_text`, inline
 
     def usage(self, usage: dict[str, Any]) -> bytes:
         """The final chunk of `stream_options.include_usage`: no choices, usage set."""

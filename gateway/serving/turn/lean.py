@@ -43,6 +43,12 @@ class TextAssembler:
     def push(self, token_ids: list[int]) -> str:
         return self._cut(self._detok.push(token_ids))
 
+    @property
+    def pusher(self) -> Callable[[list[int]], str]:
+        """`push`, or the detokenizer's own where no stop string can cut the
+        text (the same text, two calls less a relayed token)."""
+        return self._detok.push if self._stops is None else self.push
+
     def flush(self) -> str:
         text = self._cut(self._detok.flush())
         return text if self._stops is None else text + self._stops.flush()
@@ -82,10 +88,11 @@ class LeanText:
     """One plain job's text, event by event (the lean strategy's state):
     text deltas cut at the first stop string, then the job's `Finished`."""
 
-    __slots__ = ("_clock", "_prompt_tokens", "_text")
+    __slots__ = ("_clock", "_prompt_tokens", "_push", "_text")
 
     def __init__(self, tokenizer: PromptTokenizer, p: Prepared) -> None:
         self._text = TextAssembler(tokenizer, p.stops)
+        self._push = self._text.pusher
         self._clock = JobClock()
         self._prompt_tokens = len(p.job.prompt_token_ids)
 
@@ -102,7 +109,7 @@ class LeanText:
     def delta(self, ev: TokenDelta) -> str:
         """The text `ev` adds ("" while held back)."""
         self._clock.seen(ev)
-        return self._text.push(ev.token_ids)
+        return self._push(ev.token_ids)
 
     def tail(self) -> str:
         """The text still held back when the worker finished the job."""
@@ -112,6 +119,15 @@ class LeanText:
         """The job's `Finished` when the text ended before the worker finished it."""
         return self._clock.stopped(self._prompt_tokens)
 
+    @property
+    def uncut(self) -> Callable[[list[int]], str]:
+        """Token ids -> the text they add, for a job no stop string can cut
+        (`cuts` False): `delta` without the clock, which only a stop string's
+        early end reads (the worker's `Finished` ends every other job)."""
+        if self.cuts:
+            raise ValueError("a job with stop strings reads its text through delta()")
+        return self._push
+
 
 class PlainLane:
     """A plain stream's `DeltaLane` (`Orchestrator.stream(job, lane=...)`):
@@ -120,16 +136,14 @@ class PlainLane:
     read's callback. Only for a request without stop strings (nothing can
     end its text early) and only while the response's direct way is open."""
 
-    __slots__ = ("_encode", "_out", "_text_of")
+    __slots__ = ("_encode", "_out", "_text_of", "ready")
 
     def __init__(self, lean: LeanText, encode: Callable[[str], bytes], out: DirectBody) -> None:
-        self._text_of, self._encode, self._out = lean.delta, encode, out
-
-    def ready(self) -> bool:
-        return self._out.ready()
+        self._text_of, self._encode, self._out = lean.uncut, encode, out
+        self.ready: Callable[[], bool] = out.ready  # `DeltaLane.ready`: the response's own check, bound once
 
     def __call__(self, delta: TokenDelta) -> None:
-        text = self._text_of(delta)
+        text = self._text_of(delta.token_ids)
         if text:
             self._out.write(self._encode(text))
 
