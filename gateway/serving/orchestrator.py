@@ -421,29 +421,25 @@ class Orchestrator:
         worker's stream, its plain chunks offered to `lane` (`_lane`)."""
         if req.role is Role.PREFILL:
             return _one(self._client.generate(url, req))
-        offer = None if lane is None else self._lane(lane, node_id, req.role, progress, t0)
+        offer = None if lane is None else self._lane(lane, req.role, progress, t0)
         return self._client.generate_stream(url, req, lane=offer)
 
     def _lane(
-        self, lane: DeltaLane, node_id: str, role: Role, progress: RequestProgress, t0: float
+        self, lane: DeltaLane, role: Role, progress: RequestProgress, t0: float
     ) -> Callable[[GenerateChunk], bool]:
         """The `ChunkLane` of one decode call: a chunk with tokens and nothing
-        else to act on (no finish, saved blocks or logprobs) is applied and
-        its delta handed to `lane`, when `lane` is ready; any other chunk is
-        refused untouched, for `stream`'s own loop. Not for a suspect's
-        call (its first step is watched in the loop)."""
+        else to act on (no finish, saved blocks or logprobs: `_apply_chunk`'s
+        one branch left, applied here) has its delta handed to `lane`, when
+        `lane` is ready; any other chunk is refused untouched, for `stream`'s
+        own loop. Not for a suspect's call (its first step is watched in the loop)."""
         phase = role.value
         ready, take, absorb = lane.ready, lane.__call__, progress.absorb  # bound once: plain calls a token
-        monotonic = time.monotonic
 
         def offer(chunk: GenerateChunk) -> bool:
             if chunk.finish_reason is not None or chunk.saved_blocks or chunk.logprobs is not None or not ready():
                 return False
-            # `_apply_chunk` for what is left: no finish (so no error), no logprobs
-            cached = max(chunk.cached_tokens, chunk.external_cached_tokens)
-            _, tokens = absorb(
-                chunk.token_ids, cached_tokens=cached, finish=None, role=role, elapsed_s=monotonic() - t0
-            )
+            cached, elapsed = max(chunk.cached_tokens, chunk.external_cached_tokens), time.monotonic() - t0
+            _, tokens = absorb(chunk.token_ids, cached_tokens=cached, finish=None, role=role, elapsed_s=elapsed)
             if tokens:
                 take(TokenDelta(tokens, progress.cached or 0, phase))
             return True
