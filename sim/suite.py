@@ -137,16 +137,50 @@ def _probe(
     return out, done
 
 
-def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:  # noqa: C901 - to split (issue 32)
+Group = tuple[Spec, list[int], dict[str, Any]]  # a case, its starting splits, {"nodes", "horizon_s", ...}
+Runs = dict[tuple[int, str, int], dict[str, Any]]  # (group, planner, prefill nodes) -> result
+
+
+def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     gpu = GpuProfile.from_json(profile)
     planned, same, every_unit = plan_trace_cases(cfg, gpu)
     trace_cases, probed = _probe(cfg, planned, profile=profile, jobs=jobs, extra=extra)
-    groups: list[tuple[Spec, list[int], dict[str, Any]]] = []
+    groups, without_form = _groups(cfg, trace_cases)
+    by, ran = _main_runs(cfg, groups, probed, profile=profile, jobs=jobs, extra=extra)
+    placebos, more = _placebo_runs(cfg, groups, by, profile=profile, jobs=jobs, extra=extra)
+    tuning, holdout = split_units(every_unit)
+    cases = _rows(groups, by, placebos, same, tuning)
+    from_best = _moves_from_best(groups, by)
+    return {
+        "cases": cases,
+        **_summary(cases, _convergences(groups, by)),
+        "tuning_units": tuning,
+        "holdout_units": holdout,
+        "perturbations": list(cfg.perturbations),
+        "perturbations_without_form": without_form,
+        **_totals(cases),
+        "moves_from_best_start": sum(from_best.values()),
+        "moves_from_best_start_cases": from_best,
+        "below_target": [c["case"] for c in cases if (c["vs_static_best"] or 0) < 0.98 or (c["vs_dynamo"] or 0) < 1.0],
+        "below_target_beyond_placebo": [c["case"] for c in cases if _beyond_noise(c)],
+        "metric": METRIC,
+        "same_workload": same,
+        "simulations": ran + more + sum(len(v) for v in probed.values()),
+        "jobs": jobs,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _groups(cfg: SuiteConfig, trace_cases: list[TraceCase]) -> tuple[list[Group], list[str]]:
+    """The synthetic scenarios, the trace cases, then their perturbed forms
+    (from the first start only); and the perturbations without a form."""
+    groups: list[Group] = []
     for name, load in cfg.synthetic:
         sc = build(name, seed=cfg.seed, nodes=cfg.nodes, scale=load)
-        info: dict[str, Any] = {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s}
-        groups.append((("synthetic", name, load), [sc.prefill_nodes], info))
+        groups.append(
+            (("synthetic", name, load), [sc.prefill_nodes], {"nodes": sc.nodes, "horizon_s": sc.workload.duration_s})
+        )
     every = set(cfg.convergence)
     for case in trace_cases:
         info = {"nodes": cfg.nodes, "every_start": (case.unit, case.level) in every, "horizon_s": cfg.window_s}
@@ -154,9 +188,24 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
     forms, without_form = perturbed_specs(cfg, trace_cases)
     for pc in forms:
         groups.append((("trace", pc, None), [cfg.starts[0]], {"nodes": cfg.nodes, "horizon_s": cfg.window_s}))
+    return groups, without_form
+
+
+def _main_runs(
+    cfg: SuiteConfig,
+    groups: list[Group],
+    probed: dict[int, dict[int, dict[str, Any]]],
+    *,
+    profile: str,
+    jobs: int,
+    extra: dict[str, Any],
+) -> tuple[Runs, int]:
+    """Every static split of each group (those `_probe` ran are reused),
+    evolving and Dynamo-like from its starts, evolving from every other
+    split where the group asks for convergence; the runs and how many ran."""
     tasks: list[Task] = []
-    index: list[tuple[int, str, int]] = []  # (group, planner, prefill nodes)
-    by: dict[tuple[int, str, int], dict[str, Any]] = {}
+    index: list[tuple[int, str, int]] = []
+    by: Runs = {}
     for g, (spec, starts, info) in enumerate(groups):
         known = probed.get(id(spec[1]), {}) if spec[0] == "trace" else {}
         for p in range(1, info["nodes"]):
@@ -172,17 +221,29 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
             for planner in ("evolving", "dynamo"):
                 tasks.append((cfg, spec, planner, p, profile, extra))
                 index.append((g, planner, p))
-    outs = run_all(_task, tasks, jobs)
-    by.update(zip(index, outs, strict=True))
-    # Placebo: the best static split with one node away for 10 s at mid-run. How far that alone
-    # moves throughput is how far the case's measurement can be trusted (queue-order chaos).
-    # Evolving started at the best static split of each stationary case: staying put is right there.
+    by.update(zip(index, run_all(_task, tasks, jobs), strict=True))
+    return by, len(tasks)
+
+
+def _statics(g: int, info: dict[str, Any], by: Runs) -> dict[int, dict[str, Any]]:
+    return {p: by[(g, "static", p)] for p in range(1, info["nodes"])}
+
+
+def _placebo_runs(
+    cfg: SuiteConfig, groups: list[Group], by: Runs, *, profile: str, jobs: int, extra: dict[str, Any]
+) -> tuple[dict[int, dict[str, Any]], int]:
+    """Placebo: the best static split with one node away for 10 s at
+    mid-run, per unperturbed group ({group: result}); how far that alone
+    moves throughput is how far the case's measurement can be trusted
+    (queue-order chaos). With them, evolving started at the best static
+    split of each stationary case (staying put is right there), added to
+    `by`. Returns the placebos and how many runs both took."""
     placebo_tasks: list[Task] = []
     best_tasks: list[Task] = []
     placebo_of: dict[int, int] = {}
     best_of: dict[int, int] = {}
     for g, (spec, _, info) in enumerate(groups):
-        best = best_split({p: by[(g, "static", p)] for p in range(1, info["nodes"])})
+        best = best_split(_statics(g, info, by))
         if _stationary(spec) and (g, "evolving", best) not in by:
             best_of[g] = len(best_tasks)
             best_tasks.append((cfg, spec, "evolving", best, profile, extra))
@@ -192,35 +253,57 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
         other = best - 1 if best > 1 else best + 1
         placebo_of[g] = len(placebo_tasks)
         placebo_tasks.append((cfg, spec, f"schedule:0={best},{mid}={other},{mid + 10}={best}", best, profile, extra))
-    placebos = run_all(_task, placebo_tasks + best_tasks, jobs)
+    outs = run_all(_task, placebo_tasks + best_tasks, jobs)
     for g, k in best_of.items():
-        by[(g, "evolving", best_tasks[k][3])] = placebos[len(placebo_tasks) + k]
-    tuning, holdout = split_units(every_unit)
+        by[(g, "evolving", best_tasks[k][3])] = outs[len(placebo_tasks) + k]
+    return {g: outs[k] for g, k in placebo_of.items()}, len(placebo_tasks) + len(best_tasks)
+
+
+def _rows(
+    groups: list[Group],
+    by: Runs,
+    placebos: dict[int, dict[str, Any]],
+    same: dict[str, str],
+    tuning: list[str],
+) -> list[dict[str, Any]]:
+    """One row per group and start (`_row`), with its placebo, perturbation and half."""
     cases = []
     for g, (spec, starts, info) in enumerate(groups):
-        statics = {p: by[(g, "static", p)] for p in range(1, info["nodes"])}
+        statics = _statics(g, info, by)
         top = max(r[METRIC] for r in statics.values())
         for start in starts:
             row = _row(spec, start, statics, by[(g, "evolving", start)], by[(g, "dynamo", start)], same)
-            row["placebo_vs_static_best"] = _ratio(placebos[placebo_of[g]][METRIC], top) if g in placebo_of else None
+            row["placebo_vs_static_best"] = _ratio(placebos[g][METRIC], top) if g in placebos else None
             row["perturbation"] = _perturbation(spec)
             row["half"] = "tuning" if spec[0] == "synthetic" or spec[1].unit in tuning else "holdout"
             cases.append(row)
-    from_best = {}
-    for g, (spec, _, info) in enumerate(groups):
-        best = best_split({p: by[(g, "static", p)] for p in range(1, info["nodes"])})
-        if _stationary(spec):
-            from_best[f"{spec[1].unit} {spec[1].level} from {best}P"] = by[(g, "evolving", best)]["moves"]
-    convergence = [
-        _convergence(spec, {p: by[(g, "static", p)] for p in range(1, info["nodes"])}, by, g)
+    return cases
+
+
+def _convergences(groups: list[Group], by: Runs) -> list[dict[str, Any]]:
+    return [
+        _convergence(spec, _statics(g, info, by), by, g)
         for g, (spec, _, info) in enumerate(groups)
         if info.get("every_start")
     ]
+
+
+def _moves_from_best(groups: list[Group], by: Runs) -> dict[str, int]:
+    """Evolving's moves on each stationary case when started at its best static split."""
+    from_best = {}
+    for g, (spec, _, info) in enumerate(groups):
+        best = best_split(_statics(g, info, by))
+        if _stationary(spec):
+            from_best[f"{spec[1].unit} {spec[1].level} from {best}P"] = by[(g, "evolving", best)]["moves"]
+    return from_best
+
+
+def _summary(cases: list[dict[str, Any]], convergence: list[dict[str, Any]]) -> dict[str, Any]:
+    """The worst ratios: over the base cases, each half, the perturbed cases and all."""
     base = [c for c in cases if c["perturbation"] is None]
     perturbed = [c for c in cases if c["perturbation"] is not None]
     settled = [c["max_settled_s"] for c in convergence]
     return {
-        "cases": cases,
         "convergence": convergence,
         "max_settled_s": None if None in settled else max(settled, default=None),
         "min_vs_static_best": _min(base, "vs_static_best"),
@@ -231,25 +314,15 @@ def run_suite(cfg: SuiteConfig, *, profile: str, jobs: int, extra: dict[str, Any
         "min_vs_static_best_perturbed": _min(perturbed, "vs_static_best"),
         "min_vs_dynamo_perturbed": _min(perturbed, "vs_dynamo"),
         "min_vs_static_best_all": _min(cases, "vs_static_best"),
-        "tuning_units": tuning,
-        "holdout_units": holdout,
-        "perturbations": list(cfg.perturbations),
-        "perturbations_without_form": without_form,
-        "flaps": sum(c["evolving"]["flaps"] for c in cases),
-        "switches": sum(c["evolving"]["switches"] for c in cases),
-        "verified_moves": sum(c["evolving"]["verified_moves"] or 0 for c in cases),
-        "delivered_moves": sum(c["evolving"]["delivered_moves"] or 0 for c in cases),
-        "reverted_moves": sum(c["evolving"]["reverted_moves"] or 0 for c in cases),
-        "moves_from_best_start": sum(from_best.values()),
-        "moves_from_best_start_cases": from_best,
-        "below_target": [c["case"] for c in cases if (c["vs_static_best"] or 0) < 0.98 or (c["vs_dynamo"] or 0) < 1.0],
-        "below_target_beyond_placebo": [c["case"] for c in cases if _beyond_noise(c)],
-        "metric": METRIC,
-        "same_workload": same,
-        "simulations": len(tasks) + len(placebo_tasks) + len(best_tasks) + sum(len(v) for v in probed.values()),
-        "jobs": jobs,
-        "wall_s": round(time.perf_counter() - t0, 1),
     }
+
+
+def _totals(cases: list[dict[str, Any]]) -> dict[str, int]:
+    """Evolving's flaps, switches and checked moves over every case."""
+    out = {key: sum(c["evolving"][key] for c in cases) for key in ("flaps", "switches")}
+    for key in ("verified_moves", "delivered_moves", "reverted_moves"):
+        out[key] = sum(c["evolving"][key] or 0 for c in cases)
+    return out
 
 
 def perturbed_specs(cfg: SuiteConfig, cases: list[TraceCase]) -> tuple[list[TraceCase], list[str]]:
