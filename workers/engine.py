@@ -420,13 +420,9 @@ class WorkerEngine:
         kv.update(rid=req.request_id, salt=req.tenant_salt)
         return kv
 
-    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:  # noqa: C901 - to split (issue 32)
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         """Run one request; yields delta chunks, the last with finish_reason."""
-        if self._llm is None and not self.started:
-            raise EngineError("engine not ready", status=503, retryable=True)
-        if self.state in (EngineState.DEAD, EngineState.RESTARTING):
-            raise self._engine_dead()
-        self.validate(req)
+        self._check_serving(req)
         from vllm.inputs import TokensPrompt
 
         params = self._sampling_params(req)
@@ -445,24 +441,11 @@ class WorkerEngine:
             loop = asyncio.get_running_loop()
             async for out in stream:
                 last = out
-                comp = out.outputs[0]
-                if not state.generated and comp.token_ids:
-                    state.first_token = self._first_token_timing(req, out)
-                state.generated += len(comp.token_ids)
-                chunk = GenerateChunk(
-                    request_id=req.request_id,
-                    token_ids=list(comp.token_ids),
-                    text=comp.text,
-                    prompt_tokens=len(req.prompt_token_ids),
-                    cached_tokens=out.num_cached_tokens or 0,
-                    logprobs=token_logprobs(comp.token_ids, comp.logprobs, params.logprobs)
-                    if params.logprobs is not None
-                    else None,
-                )
+                chunk = self._chunk(req, out, state, params.logprobs)
                 if out.finished:
                     finished = True
                     self._log_timing(state, out)
-                    chunk.finish_reason = FinishReason(comp.finish_reason or "stop")
+                    chunk.finish_reason = FinishReason(out.outputs[0].finish_reason or "stop")
                     await self._finish_chunk(chunk, state, req)
                 yield chunk
                 # When outputs pile up (a busy machine), neither vLLM's output
@@ -485,21 +468,11 @@ class WorkerEngine:
                 raise self._engine_dead(under_request=True)
         except EngineError:
             raise
-        except (ValueError, TypeError) as exc:  # input the engine refused
-            raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
         except Exception as exc:
-            from vllm.exceptions import VLLMClientError
-
-            if isinstance(exc, VLLMClientError):
-                raise EngineError(str(exc), kind=_refusal_kind(req)) from exc
-            from vllm.v1.engine.exceptions import EngineDeadError
-
-            # The core died under this request. Its error can reach the request
-            # before the client counts itself errored: never a plain 500, which
-            # the gateway would not count toward the request's quarantine.
-            if isinstance(exc, EngineDeadError) or await self._dead_soon():
-                raise self._engine_dead(under_request=True) from exc
-            raise
+            answer = await self._failure(req, exc)
+            if answer is None:
+                raise
+            raise answer from exc
         finally:
             reason = state.finish.value if state.finish is not None else None
             self.tracing.end(span, req.request_id, out=last, generated=state.generated, finish=reason)
@@ -510,6 +483,48 @@ class WorkerEngine:
             if not finished and self.ready:
                 # The client went away (or we failed): free the engine's slot.
                 await self._live().abort(req.request_id)
+
+    def _check_serving(self, req: GenerateRequest) -> None:
+        """Refuse `req` before the engine: not started (503, retryable), dead or restarting, bad input."""
+        if self._llm is None and not self.started:
+            raise EngineError("engine not ready", status=503, retryable=True)
+        if self.state in (EngineState.DEAD, EngineState.RESTARTING):
+            raise self._engine_dead()
+        self.validate(req)
+
+    def _chunk(self, req: GenerateRequest, out, state: Inflight, logprobs: int | None) -> GenerateChunk:
+        """The delta chunk of one engine output (its finish set by the caller), counted in `state`."""
+        comp = out.outputs[0]
+        if not state.generated and comp.token_ids:
+            state.first_token = self._first_token_timing(req, out)
+        state.generated += len(comp.token_ids)
+        return GenerateChunk(
+            request_id=req.request_id,
+            token_ids=list(comp.token_ids),
+            text=comp.text,
+            prompt_tokens=len(req.prompt_token_ids),
+            cached_tokens=out.num_cached_tokens or 0,
+            logprobs=token_logprobs(comp.token_ids, comp.logprobs, logprobs) if logprobs is not None else None,
+        )
+
+    async def _failure(self, req: GenerateRequest, exc: Exception) -> EngineError | None:
+        """The `EngineError` answering a failure under `req`: input the engine refused (ValueError,
+        TypeError, vLLM's client errors) or its death; None: raised as it is (a plain 500)."""
+        from vllm.exceptions import VLLMClientError
+
+        if isinstance(exc, (ValueError, TypeError, VLLMClientError)):
+            # Sampling options are validated by the protocol already: with a
+            # constraint present, vLLM refusing the request means the constraint.
+            constrained = req.sampling.structured_output is not None
+            return EngineError(str(exc), kind="invalid_structured_output" if constrained else "invalid_request")
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        # The core died under this request. Its error can reach the request
+        # before the client counts itself errored: never a plain 500, which
+        # the gateway would not count toward the request's quarantine.
+        if isinstance(exc, EngineDeadError) or await self._dead_soon():
+            return self._engine_dead(under_request=True)
+        return None
 
     def _first_token_timing(self, req: GenerateRequest, out) -> dict | None:
         ttft = getattr(out.metrics, "first_token_latency", None)  # None when vLLM keeps no request stats
@@ -580,9 +595,3 @@ class WorkerEngine:
                 return False
             await asyncio.sleep(0.01)
         return True
-
-
-def _refusal_kind(req: GenerateRequest) -> str:
-    # Sampling options are validated by the protocol already: with a
-    # constraint present, vLLM refusing the request means the constraint.
-    return "invalid_structured_output" if req.sampling.structured_output is not None else "invalid_request"
