@@ -15,7 +15,8 @@ one was. For the small streams and for /healthz:
 the machine itself is measured the same way.
 
 The client is raw asyncio + httptools (a few µs per request), so it adds
-almost nothing to the core it shares with the upstream.
+almost nothing to the core it shares with the upstream. `big_prompt(n)`
+writes the big request's text: ~n bytes that tokenize like prose.
 """
 
 from __future__ import annotations
@@ -167,3 +168,30 @@ async def stall_case(
         out["healthz"] = _summary(health_lat, base, window)
     out["stall_ms"] = max(out["small"]["stall_ms"], out.get("healthz", {}).get("stall_ms", 0.0))
     return out
+
+
+def big_prompt(nbytes: int) -> str:
+    """About `nbytes` of varied English-like text (tokenizes like prose, not like one repeated word)."""
+    words = [
+        "agents",
+        "call",
+        "tools",
+        "read",
+        "their",
+        "results",
+        "and",
+        "continue",
+        "the",
+        "conversation",
+        "with",
+        "a",
+        "cached",
+        "prefix",
+    ]
+    out, size, i = [], 0, 0
+    while size < nbytes:
+        w = f"{words[i % len(words)]}{i % 97}"
+        out.append(w)
+        size += len(w) + 1
+        i += 1
+    return " ".join(out)

@@ -69,7 +69,7 @@ from typing import Any
 import httpx
 
 from bench import _long_stream, _stages, _tracing
-from bench._stall import stall_case
+from bench._stall import big_prompt, stall_case
 from bench._wrk import POST_LUA, run_wrk, wrk_path
 
 MODEL = "bench"
@@ -113,33 +113,6 @@ def free_port() -> int:
 def chat_body(*, stream: bool, tokens: int, content: str | None = None) -> bytes:
     messages = MESSAGES if content is None else [{"role": "user", "content": content}]
     return json.dumps({"model": MODEL, "messages": messages, "max_tokens": tokens, "stream": stream}).encode()
-
-
-def big_prompt(nbytes: int) -> str:
-    """About `nbytes` of varied English-like text (tokenizes like prose, not like one repeated word)."""
-    words = [
-        "agents",
-        "call",
-        "tools",
-        "read",
-        "their",
-        "results",
-        "and",
-        "continue",
-        "the",
-        "conversation",
-        "with",
-        "a",
-        "cached",
-        "prefix",
-    ]
-    out, size, i = [], 0, 0
-    while size < nbytes:
-        w = f"{words[i % len(words)]}{i % 97}"
-        out.append(w)
-        size += len(w) + 1
-        i += 1
-    return " ".join(out)
 
 
 # -- the gateway process (re-entered through --serve gateway) ------------------------
@@ -324,137 +297,121 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to split per case (issue 32)
-    from testing.tiny_tokenizer import write_tiny_tokenizer
+class _Rig:
+    """The processes one run measures, started once and kept running: the
+    upstream, the proxies (`urls`, `procs`, `keys` by target name) and the
+    files wrk reads (`lua`, `bodies`), in `tmp`, stopped with `stack`."""
 
-    wrk_path()
-    levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
-    modes = [m for m in args.modes.split(",") if m]
-    wanted = [t for t in args.targets.split(",") if t]
-    pin = not args.no_pin and (os.cpu_count() or 1) >= 2
-    proxy_cpu, load_cpu = (PROXY_CPU, LOAD_CPU) if pin else (None, None)
-    notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp_s, contextlib.ExitStack() as stack:
-        tmp = pathlib.Path(tmp_s)
-        tok = str(write_tiny_tokenizer(tmp / "tokenizer"))
-        ids_file = tmp / "token_ids.json"
-        ids_file.write_text(json.dumps(whole_token_ids(tmp / "tokenizer" / "tokenizer.json")))
-        lua = tmp / "post.lua"
-        lua.write_text(POST_LUA)
-        bodies = {m: tmp / f"body_{m}.json" for m in ("stream", "plain")}
-        for m, path in bodies.items():
+    def __init__(self, args: argparse.Namespace, tmp: pathlib.Path, stack: contextlib.ExitStack) -> None:
+        from testing.tiny_tokenizer import write_tiny_tokenizer
+
+        self.args, self.tmp, self.stack = args, tmp, stack
+        pin = not args.no_pin and (os.cpu_count() or 1) >= 2
+        self.proxy_cpu: str | None = PROXY_CPU if pin else None
+        self.load_cpu: str | None = LOAD_CPU if pin else None
+        self.tok = str(write_tiny_tokenizer(tmp / "tokenizer"))
+        self.lua = tmp / "post.lua"
+        self.lua.write_text(POST_LUA)
+        self.bodies = {m: tmp / f"body_{m}.json" for m in ("stream", "plain")}
+        for m, path in self.bodies.items():
             path.write_bytes(chat_body(stream=m == "stream", tokens=args.tokens))
-        up_port = free_port()
-        upstream = f"http://127.0.0.1:{up_port}"
-        up_argv = [sys.executable, "-m", "bench.gateway_upstream", "--port", str(up_port)]
-        up_argv += ["--token-ids-file", str(ids_file)]
-        long_cfg = None
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.keys: dict[str, str] = {}
+        self.long_cfg: _long_stream.LongStreamConfig | None = None
         if not args.skip_long_stream:  # the same upstream paces the long streams only
-            long_cfg = _long_stream.LongStreamConfig(args.long_streams, args.long_tokens, args.long_interval_ms)
-            if args.tokens >= long_cfg.tokens:
+            self.long_cfg = _long_stream.LongStreamConfig(args.long_streams, args.long_tokens, args.long_interval_ms)
+            if args.tokens >= self.long_cfg.tokens:
                 raise SystemExit("--tokens must be below --long-tokens (the upstream paces streams that long)")
-            up_argv += ["--token-interval-ms", str(long_cfg.interval_ms), "--pace-from-tokens", str(long_cfg.tokens)]
-        up = stack.enter_context(process(up_argv, f"{upstream}/health", tmp / "upstream.log", cpu=load_cpu))
-        urls: dict[str, str] = {"direct": upstream}
-        procs: dict[str, subprocess.Popen[bytes]] = {}
-        keys: dict[str, str] = {}
+        self.upstream, self.up = self._start_upstream()
+        self.urls: dict[str, str] = {"direct": self.upstream}
 
-        def start_gateway(name: str, max_prompt_tokens: int | None = None, env: dict[str, str] | None = None) -> str:
-            port = free_port()
-            data = tmp / name
-            argv = [sys.executable, "-m", "bench.gateway_bench", "--serve", "gateway", "--port", str(port)]
-            argv += ["--tokenizer", tok, "--upstream", upstream, "--data-dir", str(data)]
-            argv += ["--max-prompt-tokens", str(max_prompt_tokens)] if max_prompt_tokens else []
-            url = f"http://127.0.0.1:{port}"
-            procs[name] = stack.enter_context(
-                process(argv, f"{url}/readyz", tmp / f"{name}.log", cpu=proxy_cpu, env=env)
-            )
-            keys[name] = (data / "demo-api-key").read_text().strip()
-            return url
+    def _start_upstream(self) -> tuple[str, subprocess.Popen[bytes]]:
+        ids_file = self.tmp / "token_ids.json"
+        ids_file.write_text(json.dumps(whole_token_ids(self.tmp / "tokenizer" / "tokenizer.json")))
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "bench.gateway_upstream", "--port", str(port), "--token-ids-file", str(ids_file)]
+        if self.long_cfg is not None:
+            argv += ["--token-interval-ms", str(self.long_cfg.interval_ms)]
+            argv += ["--pace-from-tokens", str(self.long_cfg.tokens)]
+        proc = self.stack.enter_context(process(argv, f"{url}/health", self.tmp / "upstream.log", cpu=self.load_cpu))
+        return url, proc
 
-        traced_url = receiver_url = None
-        if "gateway" in wanted:
-            urls["gateway"] = start_gateway("gateway")
-            if not args.skip_tracing:
-                rx_port = free_port()
-                receiver_url = f"http://127.0.0.1:{rx_port}"
-                rx_argv = _tracing.receiver_argv(rx_port)
-                stack.enter_context(process(rx_argv, f"{receiver_url}/stats", tmp / "otlp.log", cpu=load_cpu))
-                traced_url = start_gateway(_tracing.ON, env=_tracing.traced_env(receiver_url))
+    def start_gateway(self, name: str, max_prompt_tokens: int | None = None, env: dict[str, str] | None = None) -> str:
+        port = free_port()
+        data = self.tmp / name
+        argv = [sys.executable, "-m", "bench.gateway_bench", "--serve", "gateway", "--port", str(port)]
+        argv += ["--tokenizer", self.tok, "--upstream", self.upstream, "--data-dir", str(data)]
+        argv += ["--max-prompt-tokens", str(max_prompt_tokens)] if max_prompt_tokens else []
+        url = f"http://127.0.0.1:{port}"
+        log = self.tmp / f"{name}.log"
+        self.procs[name] = self.stack.enter_context(process(argv, f"{url}/readyz", log, cpu=self.proxy_cpu, env=env))
+        self.keys[name] = (data / "demo-api-key").read_text().strip()
+        return url
+
+    def start_tracing(self) -> tuple[str, str]:
+        """The OTLP receiver and a gateway tracing every request to it: (its URL, the receiver's)."""
+        rx_port = free_port()
+        receiver_url = f"http://127.0.0.1:{rx_port}"
+        rx_argv = _tracing.receiver_argv(rx_port)
+        self.stack.enter_context(process(rx_argv, f"{receiver_url}/stats", self.tmp / "otlp.log", cpu=self.load_cpu))
+        return self.start_gateway(_tracing.ON, env=_tracing.traced_env(receiver_url)), receiver_url
+
+    def start_peers(self, wanted: list[str], notes: list[str]) -> None:
         for name in PEERS:
             if name not in wanted:
                 continue
             port = free_port()
-            argv = peer_argv(name, port, upstream, free_port())
+            argv = peer_argv(name, port, self.upstream, free_port())
             if argv is None:
                 notes.append(f"{name} is not installed (pip install '.[bench]'): skipped")
                 continue
             url = f"http://127.0.0.1:{port}"
-            procs[name] = stack.enter_context(process(argv, f"{url}/readiness", tmp / f"{name}.log", cpu=proxy_cpu))
-            urls[name] = url
-        for name, url in urls.items():
-            check_target(f"{url}/v1/chat/completions", keys.get(name, "sk-bench"), args.tokens)
-        tracing_urls = {_tracing.OFF: urls.get("gateway", ""), _tracing.ON: traced_url or ""}
+            log = self.tmp / f"{name}.log"
+            self.procs[name] = self.stack.enter_context(process(argv, f"{url}/readiness", log, cpu=self.proxy_cpu))
+            self.urls[name] = url
 
-        def run_traced(name: str, concurrency: int, duration_s: float) -> dict[str, Any]:
-            pids = {"upstream": up.pid, "proxy": procs[name].pid}
-            target = f"{tracing_urls[name]}/v1/chat/completions"
-            body = bodies[_tracing.MODE]
-            kw: dict[str, Any] = {"pids": pids, "cpu": load_cpu, "api_key": keys[name]}
-            return run_wrk(target, body, lua, concurrency=concurrency, duration_s=duration_s, **kw)
+    def wrk(self, url: str, name: str, mode: str, concurrency: int, duration_s: float) -> dict[str, Any]:
+        """One wrk run against target `name` at `url` (the upstream's CPU and the proxy's counted)."""
+        pids = {"upstream": self.up.pid} | ({"proxy": self.procs[name].pid} if name in self.procs else {})
+        kw: dict[str, Any] = {"pids": pids, "cpu": self.load_cpu, "api_key": self.keys.get(name, "sk-bench")}
+        return run_wrk(
+            f"{url}/v1/chat/completions",
+            self.bodies[mode],
+            self.lua,
+            concurrency=concurrency,
+            duration_s=duration_s,
+            **kw,
+        )
 
-        rows: list[dict[str, Any]] = []
-        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        for rnd in range(args.rounds):
-            for mode in modes:
-                for c in levels:
-                    for name, url in urls.items():
-                        pids = {"upstream": up.pid} | ({"proxy": procs[name].pid} if name in procs else {})
-                        target = f"{url}/v1/chat/completions"
-                        kw: dict[str, Any] = {"pids": pids, "cpu": load_cpu, "api_key": keys.get(name, "sk-bench")}
-                        if rnd == 0:  # warm connections and caches
-                            run_wrk(target, bodies[mode], lua, concurrency=min(c, 8), duration_s=1, **kw)
-                        row = run_wrk(target, bodies[mode], lua, concurrency=c, duration_s=args.duration, **kw)
-                        row.update(target=name, mode=mode, c=c, round=rnd)
-                        rows.append(row)
-                        if not args.json:
-                            print(json.dumps(row), file=sys.stderr, flush=True)
-            if traced_url is not None:  # the tracing case: untraced and traced back to back
-                if rnd == 0:
-                    _tracing.warm_up(run_traced)
-                for pair in _tracing.run_pairs(run_traced, rnd, args.duration):
-                    pairs.append(pair)
-                    if not args.json:
-                        print(json.dumps({"tracing_pair": pair}), file=sys.stderr, flush=True)
-        summary = summarize(rows)
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    wrk_path()
+    levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    modes = [m for m in args.modes.split(",") if m]
+    wanted = [t for t in args.targets.split(",") if t]
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp_s, contextlib.ExitStack() as stack:
+        rig = _Rig(args, pathlib.Path(tmp_s), stack)
+        traced_url = receiver_url = None
+        if "gateway" in wanted:
+            rig.urls["gateway"] = rig.start_gateway("gateway")
+            if not args.skip_tracing:
+                traced_url, receiver_url = rig.start_tracing()
+        rig.start_peers(wanted, notes)
+        for name, url in rig.urls.items():
+            check_target(f"{url}/v1/chat/completions", rig.keys.get(name, "sk-bench"), args.tokens)
+        rows, pairs = run_rounds(rig, levels, modes, traced_url)
         stages: dict[str, Any] = {}
-        if args.stages and "gateway" in urls:
-            wrk = {"lua": lua, "body": bodies["stream"], "upstream_pid": up.pid, "cpu": load_cpu}
-            stages = run_stages(args, tmp, start_gateway, procs, keys, wrk)
-        tracing: dict[str, Any] = {}
-        if pairs and receiver_url is not None:
-            tracing = {"tracing_overhead_cpu": _tracing.overhead(pairs), **_tracing.completeness(receiver_url)}
-            tracing["cpu_us_per_request"] = {
-                name: [p[i].get("cpu_us_per_request", {}).get("proxy") for p in pairs]
-                for i, name in enumerate(("off", "on"))
-            }
+        if args.stages and "gateway" in rig.urls:
+            wrk = {"lua": rig.lua, "body": rig.bodies["stream"], "upstream_pid": rig.up.pid, "cpu": rig.load_cpu}
+            stages = run_stages(args, rig.tmp, rig.start_gateway, rig.procs, rig.keys, wrk)
+        tracing = tracing_result(pairs, receiver_url) if pairs and receiver_url is not None else {}
         stall: dict[str, Any] = {}
-        if not args.skip_stall and "gateway" in urls:
-            stall = run_stall(args, urls, keys, start_gateway)
-        long: dict[str, Any] = {}
-        if long_cfg is not None:
-            proxies = {n: (urls[n], procs[n].pid, keys.get(n, "sk-bench")) for n in urls if n in procs}
-            long_body = _long_stream.chat_stream_body(MODEL, MESSAGES, long_cfg.tokens)
-            long = _long_stream.run_targets(
-                proxies,
-                cfg=long_cfg,
-                body=long_body,
-                upstream_pid=up.pid,
-                cpu=load_cpu,
-                rounds=args.long_rounds,
-                log=not args.json,
-            )
-    out = report(args, summary, stall, notes, levels, modes)
+        if not args.skip_stall and "gateway" in rig.urls:
+            stall = run_stall(args, rig.urls, rig.keys, rig.start_gateway)
+        long = run_long(rig) if rig.long_cfg is not None else {}
+    out = report(args, summarize(rows), stall, notes, levels, modes)
     if stages:
         out["stages_c32"] = stages
     if long:
@@ -465,6 +422,67 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - to sp
         out["tracing_detail"] = {"level": _tracing.LEVEL, "mode": _tracing.MODE, **tracing}
         out["targets"] = {**out["targets"], "tracing_overhead_cpu": _tracing.TARGET}
     return out
+
+
+def run_rounds(
+    rig: _Rig, levels: list[int], modes: list[str], traced_url: str | None
+) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """`--rounds` rounds of every mode, level and target (wrk rows), and in
+    each the tracing case's pairs (untraced and traced back to back)."""
+    args = rig.args
+    tracing_urls = {_tracing.OFF: rig.urls.get("gateway", ""), _tracing.ON: traced_url or ""}
+
+    def run_traced(name: str, concurrency: int, duration_s: float) -> dict[str, Any]:
+        return rig.wrk(tracing_urls[name], name, _tracing.MODE, concurrency, duration_s)
+
+    rows: list[dict[str, Any]] = []
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for rnd in range(args.rounds):
+        for mode in modes:
+            for c in levels:
+                for name, url in rig.urls.items():
+                    if rnd == 0:  # warm connections and caches
+                        rig.wrk(url, name, mode, min(c, 8), 1)
+                    row = rig.wrk(url, name, mode, c, args.duration)
+                    row.update(target=name, mode=mode, c=c, round=rnd)
+                    rows.append(row)
+                    if not args.json:
+                        print(json.dumps(row), file=sys.stderr, flush=True)
+        if traced_url is not None:
+            if rnd == 0:
+                _tracing.warm_up(run_traced)
+            for pair in _tracing.run_pairs(run_traced, rnd, args.duration):
+                pairs.append(pair)
+                if not args.json:
+                    print(json.dumps({"tracing_pair": pair}), file=sys.stderr, flush=True)
+    return rows, pairs
+
+
+def tracing_result(pairs: list[tuple[dict[str, Any], dict[str, Any]]], receiver_url: str) -> dict[str, Any]:
+    """`tracing_overhead_cpu`, the receiver's completeness and each pair's CPU a request."""
+    cpu = {
+        name: [p[i].get("cpu_us_per_request", {}).get("proxy") for p in pairs] for i, name in enumerate(("off", "on"))
+    }
+    return {
+        "tracing_overhead_cpu": _tracing.overhead(pairs),
+        **_tracing.completeness(receiver_url),
+        "cpu_us_per_request": cpu,
+    }
+
+
+def run_long(rig: _Rig) -> dict[str, Any]:
+    """The long-stream case through every proxy (`bench._long_stream`)."""
+    assert rig.long_cfg is not None
+    proxies = {n: (rig.urls[n], rig.procs[n].pid, rig.keys.get(n, "sk-bench")) for n in rig.urls if n in rig.procs}
+    return _long_stream.run_targets(
+        proxies,
+        cfg=rig.long_cfg,
+        body=_long_stream.chat_stream_body(MODEL, MESSAGES, rig.long_cfg.tokens),
+        upstream_pid=rig.up.pid,
+        cpu=rig.load_cpu,
+        rounds=rig.args.long_rounds,
+        log=not rig.args.json,
+    )
 
 
 def run_stages(
