@@ -99,6 +99,11 @@ class ByteTable:
                 return False
         return True
 
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes `token_id` stands for, special tokens kept (None outside the vocabulary)."""
+        data = self._pieces[False, frozenset()].data
+        return data[token_id] if 0 <= token_id < len(data) else None
+
     def detokenizer(self, *, skip_special_tokens: bool, skip: frozenset[int] = frozenset()) -> ByteDetokenizer:
         pieces = self._pieces.get((skip_special_tokens, skip))
         if pieces is None:  # once per set of ids (EOS): not a copy of the table per request

@@ -160,7 +160,12 @@ class PromptTokenizer:
 
     def token_bytes(self, token_id: int) -> list[int]:
         """One token's raw bytes (logprobs entries): a byte-level BPE token
-        can be part of a UTF-8 character, which its text cannot show."""
+        can be part of a UTF-8 character, which its text cannot show. From
+        the byte table where the tokenizer has one (its bytes are checked
+        against the tokenizer's decode), else mapped here."""
+        data = self._byte_table.token_bytes(token_id) if self._byte_table is not None else None
+        if data is not None:
+            return list(data)
         if self._byte_decoder is not None:
             piece = self._hf.convert_ids_to_tokens(token_id)
             if isinstance(piece, str) and all(c in self._byte_decoder for c in piece):

@@ -105,3 +105,20 @@ def test_a_table_that_does_not_reproduce_the_decode_is_refused(tokenizer: Prompt
     a, b = (c for c, v in byte_decoder.items() if v in (ord("a"), ord("b")))
     byte_decoder[a], byte_decoder[b] = byte_decoder[b], byte_decoder[a]
     assert ByteTable.for_tokenizer(tokenizer.hf.backend_tokenizer, byte_decoder) is None
+
+
+def test_token_bytes_come_from_the_table_and_read_as_the_byte_map_does(tokenizer: PromptTokenizer) -> None:
+    """Logprobs' `bytes`: a vocabulary piece mapped back through the ByteLevel
+    byte map, an added token written as plain text as its UTF-8."""
+    for tok in _tokenizers(tokenizer):
+        size = tok._fast.get_vocab_size(with_added_tokens=True)
+        byte_map = tok._byte_decoder
+        assert byte_map is not None
+        for token_id in range(size):
+            piece = tok._fast.id_to_token(token_id)
+            if all(c in byte_map for c in piece):
+                expected = [byte_map[c] for c in piece]
+            else:
+                expected = list(tok.token_text(token_id).encode("utf-8"))
+            assert tok.token_bytes(token_id) == expected, token_id
+        assert tok._byte_table is not None and tok._byte_table.token_bytes(size) is None
