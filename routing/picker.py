@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.phase import Phase
 from routing.scorers import NodeLoad, RouteRequest, free_kv, prefix_locality, queue_load
 
 
@@ -71,11 +72,15 @@ class NoNodeAvailable(Exception):
 
 def _eligible(nodes: list[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoad]]:
     """Healthy, non-draining (prefill, decode) nodes."""
-    by_phase: dict[str, list[NodeLoad]] = {"prefill": [], "decode": []}
+    prefillers: list[NodeLoad] = []
+    decoders: list[NodeLoad] = []
     for n in nodes:
-        if n.healthy and not n.draining and n.phase in by_phase:
-            by_phase[n.phase].append(n)
-    return by_phase["prefill"], by_phase["decode"]
+        if n.healthy and not n.draining:
+            if n.phase == Phase.PREFILL:
+                prefillers.append(n)
+            elif n.phase == Phase.DECODE:
+                decoders.append(n)
+    return prefillers, decoders
 
 
 def within_load_slack(nodes: list[NodeLoad], slack: int | None) -> list[NodeLoad]:

@@ -12,13 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from core.phase import Phase
+
 
 class NodeLoad(NamedTuple):
     """One node as the router sees it (a plain record: the simulator builds
     tens of thousands per simulated second)."""
 
     node_id: str
-    phase: str  # "prefill" | "decode"
+    phase: Phase
     queue: int = 0
     running: int = 0
     kv_usage: float = 0.0  # 0..1

@@ -250,8 +250,8 @@ class SimNode:
             kv = 1.0
         if self.phase is Phase.PREFILL:
             pre = self.prefill
-            return NodeLoad(self.node_id, "prefill", pre.waiting, 1 if pre.running else 0, kv)
-        return NodeLoad(self.node_id, "decode", len(dec.waiting) + len(dec.transit), len(dec.batch), kv)
+            return NodeLoad(self.node_id, Phase.PREFILL, pre.waiting, 1 if pre.running else 0, kv)
+        return NodeLoad(self.node_id, Phase.DECODE, len(dec.waiting) + len(dec.transit), len(dec.batch), kv)
 
     @property
     def queue(self) -> int:

@@ -111,7 +111,7 @@ class WorkerNode:
     def load(self) -> NodeLoad:
         return NodeLoad(
             node_id=self.node_id,
-            phase=self.phase.value,
+            phase=self.phase,
             queue=self.num_waiting,
             running=self.running,
             kv_usage=self.kv_usage,
@@ -345,7 +345,7 @@ class WorkerRegistry:
             self._iterations.append(
                 IterationRecord(
                     node_id=node.node_id,
-                    phase=Phase(it.phase.value),
+                    phase=it.phase,
                     t=it.t,
                     batch_size=it.batch_size,
                     uncached_prompt_tokens=it.uncached_prompt_tokens,
