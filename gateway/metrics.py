@@ -176,7 +176,7 @@ class GatewayMetrics:
         child.inc()
 
     def observe_finished(self, tenant: str, done: Finished) -> None:
-        phase = done.first_phase or "decode"
+        phase = (done.first_phase or Phase.DECODE).value
         key = (tenant, phase)
         children = self._finished_children.get(key)
         if children is None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from core import FinishReason
+from core import FinishReason, Phase
 from workers.protocol import SamplingOptions, TokenLogprobs
 
 
@@ -35,7 +35,7 @@ class Job:
 class TokenDelta:
     token_ids: list[int]
     cached_tokens: int = 0  # prompt tokens served from cache (known from the first delta on)
-    phase: str = "decode"  # phase of the node that produced these tokens
+    phase: Phase = Phase.DECODE  # the phase of the call that produced these tokens
     logprobs: list[TokenLogprobs] | None = None  # one per token, when the job asked for them
 
 
@@ -61,6 +61,6 @@ class Finished:
     completion_tokens: int
     ttft_s: float
     e2e_s: float
-    first_phase: str  # node phase that produced the first token: "prefill" | "decode"
+    first_phase: Phase | None  # the phase of the call that produced the first token (None: no token)
     resumes: int = 0  # segments after the first decode (migrations, failovers)
     nodes: list[str] = field(default_factory=list)

@@ -51,7 +51,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import FinishReason, Role
+from core import FinishReason, Phase, Role
 from gateway.control.health import NodeHealth, Quarantine, SuspectIsolation, request_fingerprint
 from gateway.control.registry import WorkerRegistry
 from gateway.http.errors import InvalidRequest, RequestQuarantined, Unavailable, UpstreamFailed
@@ -186,7 +186,7 @@ class Orchestrator:
             first_step = suspect
             ended = False  # the worker sent its final chunk
             role = req.role
-            phase = role.value  # once a call, not an enum lookup a token
+            phase = role.phase  # once a call, not a conversion a token
             chunks = self._call(node_id, url, req, progress, t0, None if suspect else lane)
             try:
                 with self._registry.track(node_id):
@@ -432,7 +432,7 @@ class Orchestrator:
         one branch left, applied here) has its delta handed to `lane`, when
         `lane` is ready; any other chunk is refused untouched, for `stream`'s
         own loop. Not for a suspect's call (its first step is watched in the loop)."""
-        phase = role.value
+        phase = role.phase
         ready, take, absorb = lane.ready, lane.__call__, progress.absorb  # bound once: plain calls a token
 
         def offer(chunk: GenerateChunk) -> bool:
@@ -447,9 +447,9 @@ class Orchestrator:
         return offer
 
     def _apply_chunk(
-        self, node_id: str, role: Role, phase: str, progress: RequestProgress, t0: float, chunk: GenerateChunk
+        self, node_id: str, role: Role, phase: Phase, progress: RequestProgress, t0: float, chunk: GenerateChunk
     ) -> tuple[TokenDelta | None, _SegmentEnd | None]:
-        """One chunk of a worker call to `node_id` as `role` (`phase`: its value,
+        """One chunk of a worker call to `node_id` as `role` (`phase`: its phase,
         read once a call): the client's token delta (None: none new) and how
         the call ended (None: it goes on). Raises `UpstreamFailed` when the
         worker failed the request."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from core import FinishReason, Role
+from core import FinishReason, Phase, Role
 from gateway.http.errors import UpstreamFailed
 
 
@@ -90,7 +90,7 @@ class RequestProgress:
     resumes: int = 0  # segments after the first one that had to be routed again
     cached: int | None = None  # prompt tokens served from cache (set by the first segment that says)
     ttft_s: float = 0.0
-    first_phase: str = ""
+    first_phase: Phase | None = None
     just_prefilled: bool = False
     finish: FinishReason = FinishReason.LENGTH
     replay: bool = False  # continuations rerun the prompt (see the module docstring)
@@ -167,7 +167,7 @@ class RequestProgress:
         tokens = token_ids[start : start + self.max_tokens - len(self.generated)]  # `remaining`, no call a token
         if tokens:
             if not self.generated:
-                self.ttft_s, self.first_phase = elapsed_s, role.value
+                self.ttft_s, self.first_phase = elapsed_s, role.phase
             self.generated.extend(tokens)
             self.replayed = len(self.generated)
         return start, tokens

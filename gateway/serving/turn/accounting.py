@@ -61,7 +61,7 @@ class Accounting:
             cached_tokens=done.cached_tokens,
             completion_tokens=done.completion_tokens,
             finish_reason=done.finish_reason.value,
-            first_phase=done.first_phase,
+            first_phase=done.first_phase.value if done.first_phase is not None else "",
             nodes=done.nodes,
             resumes=done.resumes,
             ttft_s=done.ttft_s,

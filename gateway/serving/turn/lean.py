@@ -12,7 +12,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
-from core import FinishReason
+from core import FinishReason, Phase
 from gateway.http.sse import DirectBody
 from gateway.serving.jobs import Finished, TokenDelta
 from gateway.serving.orchestrator import Orchestrator
@@ -70,7 +70,7 @@ class JobClock:
         self._t0 = time.monotonic()
         self.count = self.cached = 0
         self.ttft = 0.0
-        self.phase = "decode"
+        self.phase = Phase.DECODE
 
     def seen(self, ev: TokenDelta) -> None:
         if not self.count:

@@ -8,7 +8,7 @@ import string
 
 import httpx
 
-from core import FinishReason
+from core import FinishReason, Phase
 from gateway.app import create_app, endpoint_label
 from gateway.metrics import OTHER, GatewayMetrics
 from gateway.serving.jobs import Finished
@@ -62,7 +62,7 @@ def test_route_templates_map_to_bounded_endpoint_names() -> None:
 
 
 def done() -> Finished:
-    return Finished(FinishReason.STOP, 3, 0, 2, 0.01, 0.02, "decode")
+    return Finished(FinishReason.STOP, 3, 0, 2, 0.01, 0.02, Phase.DECODE)
 
 
 def test_tenant_and_endpoint_labels_are_capped() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core import FinishReason, Role
+from core import FinishReason, Phase, Role
 from gateway.http.errors import UpstreamFailed
 from gateway.serving.segments import Next, RequestProgress, SegmentOutcome, segment_outcome
 
@@ -80,10 +80,10 @@ def test_absorb_cuts_tokens_to_the_budget() -> None:
 def test_first_tokens_set_ttft_and_first_phase_once() -> None:
     p = _progress()
     _absorb(p, [], role=Role.PREFILL, at=0.1)
-    assert (p.ttft_s, p.first_phase) == (0.0, "")
+    assert (p.ttft_s, p.first_phase) == (0.0, None)
     _absorb(p, [10], role=Role.PREFILL, at=0.5)
     _absorb(p, [11], role=Role.DECODE, at=0.9)
-    assert (p.ttft_s, p.first_phase) == (0.5, "prefill")
+    assert (p.ttft_s, p.first_phase) == (0.5, Phase.PREFILL)
 
 
 def test_cached_is_set_by_the_first_chunk_with_tokens() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core import FinishReason
+from core import FinishReason, Phase
 from gateway.serving.anthropic.events import MessageEvents
 from gateway.serving.jobs import Finished, Job
 from gateway.serving.policy.tenancy import TenantContext
@@ -106,7 +106,7 @@ def _call(index: int, *, id: str | None = None, name: str | None = None, args: s
     )
 
 
-DONE = Finished(FinishReason.STOP, len(PROMPT), 2, 6, 0.0, 0.0, "decode")
+DONE = Finished(FinishReason.STOP, len(PROMPT), 2, 6, 0.0, 0.0, Phase.DECODE)
 CASES = {
     "text": [
         ChoiceDelta(0, text="Hel"),
@@ -132,7 +132,7 @@ CASES = {
     ],
     "tool cut short": [
         _msg(tool_calls=[_call(0, id="call_1", name="ls", args='{"pa')]),
-        _msg(finished=Finished(FinishReason.LENGTH, 5, 0, 8, 0.0, 0.0, "decode"), finish_reason="length"),
+        _msg(finished=Finished(FinishReason.LENGTH, 5, 0, 8, 0.0, 0.0, Phase.DECODE), finish_reason="length"),
     ],
 }
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from core import FinishReason
+from core import FinishReason, Phase
 from gateway.http.errors import UpstreamFailed
 from gateway.serving.jobs import Finished
 from gateway.serving.turn.choices import ChoiceDelta
 from gateway.serving.turn.relay import deltas
 
-DONE = Finished(FinishReason.STOP, 3, 0, 2, 0.0, 0.0, "decode")
+DONE = Finished(FinishReason.STOP, 3, 0, 2, 0.0, 0.0, Phase.DECODE)
 
 
 class _Output:
