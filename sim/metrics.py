@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from core import Phase
 from sim.state import SimRequest
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def split_moves(switch_events: list[Any], initial_prefill: int) -> list[tuple[fl
     """One move per tick that switched nodes: (time, prefill nodes before, after)."""
     net: dict[float, int] = {}
     for e in switch_events:
-        net[e.t] = net.get(e.t, 0) + (1 if e.to_phase == "prefill" else -1)
+        net[e.t] = net.get(e.t, 0) + (1 if e.to_phase is Phase.PREFILL else -1)
     moves, p = [], initial_prefill
     for t, d in sorted(net.items()):
         if d:

@@ -39,8 +39,8 @@ class SwitchHost(Protocol):
 class SwitchEvent:
     t: float
     node_id: str
-    from_phase: str
-    to_phase: str
+    from_phase: Phase
+    to_phase: Phase
     drain_s: float = 0.0
     migrate_s: float = 0.0
     total_s: float = 0.0
@@ -64,7 +64,7 @@ class Switcher:
         node.set_status(NodeStatus.DRAINING)
         node.draining_to = to
         self.last_switch_t = now
-        ev = SwitchEvent(now, node_id, node.phase.value, to.value)
+        ev = SwitchEvent(now, node_id, node.phase, to)
         self.events.append(ev)
         if node.phase is Phase.PREFILL:
             for sr in node.prefill.take_unstarted():

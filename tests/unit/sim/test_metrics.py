@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from core import Phase
 from sim.metrics import RunLog, count_flaps, split_moves
 from sim.switching import SwitchEvent
 
 
 def Ev(t: float, to_phase: str) -> SwitchEvent:
-    return SwitchEvent(
-        t=t, node_id="n", from_phase="decode" if to_phase == "prefill" else "prefill", to_phase=to_phase, total_s=2.0
-    )
+    to = Phase(to_phase)
+    return SwitchEvent(t=t, node_id="n", from_phase=to.other, to_phase=to, total_s=2.0)
 
 
 def test_unfinished_requests_count_at_the_horizon_and_goodput_needs_both_slos() -> None:
