@@ -113,7 +113,7 @@ class PlannerModeIn(BaseModel):
 
 class PinsOut(BaseModel):
     split: int | None = Field(description="pinned number of prefill nodes")
-    nodes: dict[str, str] = Field(description="node_id -> pinned phase")
+    nodes: dict[str, Phase] = Field(description="node_id -> pinned phase")
 
 
 class SplitPinIn(BaseModel):

@@ -61,7 +61,7 @@ class Publisher(Protocol):
 @dataclass(frozen=True)
 class Pins:
     split: int | None  # pinned number of prefill nodes
-    nodes: dict[str, str] = field(default_factory=dict)  # node_id -> pinned phase
+    nodes: dict[str, Phase] = field(default_factory=dict)  # node_id -> pinned phase
 
 
 class OverridesService:

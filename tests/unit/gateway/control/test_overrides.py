@@ -127,7 +127,7 @@ async def test_pin_node_of_an_unknown_node_is_not_found() -> None:
 
 async def test_pin_node_then_clear() -> None:
     svc, control, rec = _service()
-    assert await svc.pin_node("n0", Phase.DECODE, who="ops") == Pins(split=None, nodes={"n0": "decode"})
+    assert await svc.pin_node("n0", Phase.DECODE, who="ops") == Pins(split=None, nodes={"n0": Phase.DECODE})
     assert await svc.pin_node("n0", None, who="ops") == Pins(split=None, nodes={})
     assert rec.calls == [
         ("override", "node_pin:n0", "decode", "ops"),
