@@ -21,11 +21,14 @@ the decode node (gateway.serving.segments).
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import anthropic
 import openai
 import pytest
+from anthropic.types import MessageParam, TextBlockParam, ToolParam, ToolUseBlock
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, Field
 
 from testing.json_prefix import is_complete_json, is_json_prefix
@@ -45,9 +48,9 @@ class Person(BaseModel):
 
 # Room for a name of ten escaped characters (a random model's \uXXXX runs take ~6 tokens each),
 # greedy: the streamed and the plain run must parse the same way every time.
-PERSON_SETTINGS_ARGS = {"max_tokens": 256, "temperature": 0.0}
+PERSON_MAX_TOKENS, PERSON_TEMPERATURE = 256, 0.0
 
-PERSON_SCHEMA = {
+PERSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 10},
@@ -56,7 +59,7 @@ PERSON_SCHEMA = {
     "required": ["name", "age"],
     "additionalProperties": False,
 }
-ADD_PARAMS = {
+ADD_PARAMS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "a": {"type": "integer", "minimum": 0, "maximum": 99},
@@ -65,14 +68,19 @@ ADD_PARAMS = {
     "required": ["a", "b"],
     "additionalProperties": False,
 }
-ADD_TOOL = {
+ADD_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {"name": "add", "description": "Add two numbers.", "parameters": ADD_PARAMS},
 }
 
 
-def _messages(question: str) -> list[dict]:
+def _messages(question: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+def _lc_messages(question: str) -> list[dict[str, Any]]:
+    """`_messages` as LangChain takes them (plain dicts)."""
+    return [dict(m) for m in _messages(question)]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +104,7 @@ def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0, timeout=300)
 
 
-def _valid_add(arguments: str | dict) -> dict:
+def _valid_add(arguments: str | dict[str, Any]) -> dict[str, Any]:
     args = json.loads(arguments) if isinstance(arguments, str) else arguments
     assert is_complete_json(json.dumps(args), ADD_PARAMS), args
     return args
@@ -112,7 +120,7 @@ def test_openai_parse_gives_a_schema_valid_object(gateway):
         choice = r.choices[0]
         assert choice.finish_reason == "stop", choice
         assert isinstance(choice.message.parsed, Person)
-        assert is_complete_json(choice.message.content, Person.model_json_schema())
+        assert is_complete_json(choice.message.content or "", Person.model_json_schema())
 
 
 def test_openai_json_object_output_is_json_so_far(gateway):
@@ -139,8 +147,9 @@ async def test_openai_async_required_tool_call(gateway):
     )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls", choice
-    assert len(choice.message.tool_calls) == 1 and choice.message.tool_calls[0].function.name == "add"
-    _valid_add(choice.message.tool_calls[0].function.arguments)
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 1 and calls[0].type == "function" and calls[0].function.name == "add", calls
+    _valid_add(calls[0].function.arguments)
 
 
 def test_openai_stream_helper_with_a_named_strict_tool(gateway):
@@ -156,7 +165,9 @@ def test_openai_stream_helper_with_a_named_strict_tool(gateway):
     ) as stream:
         deltas = [e for e in stream if e.type == "tool_calls.function.arguments.delta"]
         final = stream.get_final_completion()
-    call = final.choices[0].message.tool_calls[0]
+    calls = final.choices[0].message.tool_calls
+    assert calls, final
+    call = calls[0]
     assert call.function.name == "record_person" and deltas  # arguments arrived as deltas
     assert isinstance(call.function.parsed_arguments, Person)
     assert final.choices[0].finish_reason == "stop"  # a named function: OpenAI's "stop"
@@ -169,21 +180,21 @@ def test_openai_n_choices_and_one_logprob_per_token(gateway):
     assert [c.index for c in r.choices] == [0, 1]
     total = 0
     for choice in r.choices:
+        assert choice.logprobs is not None and choice.logprobs.content is not None, choice
         entries = choice.logprobs.content
         assert all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in entries)
         total += len(entries)
-    assert total == r.usage.completion_tokens
+    assert r.usage is not None and total == r.usage.completion_tokens
 
 
 def test_openai_bad_schema_is_a_400_naming_response_format(gateway):
+    bad: ResponseFormatJSONSchema = {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "objekt"}}}
     with pytest.raises(openai.BadRequestError) as err:
         _client(gateway).chat.completions.create(
-            model=MODEL,
-            messages=_messages("x"),
-            max_tokens=4,
-            response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "objekt"}}},
+            model=MODEL, messages=_messages("x"), max_tokens=4, response_format=bad
         )
     body = err.value.body
+    assert isinstance(body, dict), body
     assert body["param"] == "response_format" and "objekt" in body["message"], body
     assert "worker" not in body["message"]
 
@@ -205,7 +216,7 @@ def agents_client(gateway):
 async def test_agents_sdk_output_type_on_the_default_model(agents_client):
     from agents import Agent, ModelSettings, Runner
 
-    settings = ModelSettings(**PERSON_SETTINGS_ARGS)
+    settings = ModelSettings(max_tokens=PERSON_MAX_TOKENS, temperature=PERSON_TEMPERATURE)
     agent = Agent(name="profiler", instructions=SYSTEM, output_type=Person, model_settings=settings)
     result = await Runner.run(agent, "Who is it?")
     assert isinstance(result.final_output, Person)
@@ -240,7 +251,7 @@ async def test_agents_sdk_required_tool_call(agents_client):
 async def test_agents_sdk_streamed_run(agents_client):
     from agents import Agent, ModelSettings, Runner
 
-    settings = ModelSettings(**PERSON_SETTINGS_ARGS)
+    settings = ModelSettings(max_tokens=PERSON_MAX_TOKENS, temperature=PERSON_TEMPERATURE)
     agent = Agent(name="streamer", instructions=SYSTEM, output_type=Person, model_settings=settings)
     run = Runner.run_streamed(agent, "Who is it?")
     kinds = {e.type async for e in run.stream_events()}
@@ -254,7 +265,7 @@ def _anthropic(url: str) -> anthropic.Anthropic:
 
 def test_anthropic_message_and_stream(gateway):
     client = _anthropic(gateway)
-    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    system: list[TextBlockParam] = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     msg = client.messages.create(
         model=MODEL,
         max_tokens=12,
@@ -280,8 +291,8 @@ def test_anthropic_message_and_stream(gateway):
 
 def test_anthropic_forced_tool_and_its_result(gateway):
     client = _anthropic(gateway)
-    tools = [{"name": "add", "description": "Add two numbers.", "input_schema": ADD_PARAMS}]
-    messages = [{"role": "user", "content": "Add 2 and 3."}]
+    tools: list[ToolParam] = [{"name": "add", "description": "Add two numbers.", "input_schema": ADD_PARAMS}]
+    messages: list[MessageParam] = [{"role": "user", "content": "Add 2 and 3."}]
     msg = client.messages.create(
         model=MODEL,
         max_tokens=96,
@@ -290,11 +301,11 @@ def test_anthropic_forced_tool_and_its_result(gateway):
         tool_choice={"type": "tool", "name": "add"},
         messages=messages,
     )
-    uses = [b for b in msg.content if b.type == "tool_use"]
+    uses = [b for b in msg.content if isinstance(b, ToolUseBlock)]
     assert msg.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "add"
     _valid_add(uses[0].input)
     messages += [
-        {"role": "assistant", "content": [u.model_dump() for u in uses]},
+        {"role": "assistant", "content": uses},  # the SDK's own blocks, sent back as its docs show
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "5"}]},
     ]
     with client.messages.stream(model=MODEL, max_tokens=8, system=SYSTEM, tools=tools, messages=messages) as stream:
@@ -332,7 +343,7 @@ def _lc_add(**kwargs):
 @pytest.mark.parametrize("choice", ["any", "add"])
 def test_langchain_bind_tools_forces_a_call(gateway, choice):
     model = _chat_model(gateway, seed=11).bind_tools([_lc_add()], tool_choice=choice, parallel_tool_calls=False)
-    reply = model.invoke(_messages("Add 2 and 3."))
+    reply = model.invoke(_lc_messages("Add 2 and 3."))
     assert len(reply.tool_calls) == 1 and reply.tool_calls[0]["name"] == "add", reply
     _valid_add(reply.tool_calls[0]["args"])
 
@@ -340,7 +351,7 @@ def test_langchain_bind_tools_forces_a_call(gateway, choice):
 @pytest.mark.parametrize("method", ["json_schema", "function_calling"])
 def test_langchain_structured_output(gateway, method):
     structured = _chat_model(gateway, seed=12).with_structured_output(Person, method=method)
-    assert isinstance(structured.invoke(_messages("Who is it?")), Person)
+    assert isinstance(structured.invoke(_lc_messages("Who is it?")), Person)
 
 
 def test_langchain_json_mode_output_is_json_so_far(gateway):
@@ -350,7 +361,7 @@ def test_langchain_json_mode_output_is_json_so_far(gateway):
         Person, method="json_mode", include_raw=True
     )
     try:
-        text = structured.invoke(_messages("Who is it? Answer in JSON."))["raw"].content
+        text = structured.invoke(_lc_messages("Who is it? Answer in JSON."))["raw"].content
     except openai.LengthFinishReasonError as exc:  # the openai client refuses to parse a cut-off answer
         text = exc.completion.choices[0].message.content
     assert text.startswith("{") and is_json_prefix(text), text
@@ -363,6 +374,7 @@ def test_langgraph_prebuilt_agent_runs_a_tool(gateway):
     add = _lc_add(return_direct=True)
     model = _chat_model(gateway, seed=14).bind_tools([add], tool_choice="any", parallel_tool_calls=False)
     agent = create_react_agent(model, [add])
-    state = agent.invoke({"messages": _messages("Add 2 and 3.")}, {"recursion_limit": 6})
+    state = agent.invoke({"messages": _lc_messages("Add 2 and 3.")}, {"recursion_limit": 6})
     results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
-    assert results and results[-1].name == "add" and int(results[-1].content) <= 198
+    assert results and results[-1].name == "add" and isinstance(results[-1].content, str), results
+    assert int(results[-1].content) <= 198
