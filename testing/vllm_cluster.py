@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-import random
-import socket
 import tempfile
 
 import httpx
 import pytest
 
 from testing.otlp_receiver import OTLPReceiver
+from testing.ports import stable_ports
 from testing.worker_process import WorkerProcess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -57,19 +56,8 @@ class Cluster:
 
 
 def free_port() -> int:
-    """A free port below the kernel's ephemeral range (32768+ here). A vLLM worker binds
-    its port a minute after it is chosen; an ephemeral port may meanwhile be taken as the
-    local end of some outgoing connection ("address already in use" seen in CI)."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-32000")
+    """A free port for a worker, which binds it a minute after it is chosen (`testing.ports`)."""
+    return stable_ports(1)[0]
 
 
 # The shared workers compute in float32. The tests compare tokens streamed

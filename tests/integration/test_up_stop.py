@@ -19,7 +19,8 @@ import pytest
 
 from cli.supervisor import port_free
 from testing.leftovers import Leftovers, left_after_stop, processes_naming
-from testing.stacks import free_port, free_ports
+from testing.ports import stable_ports
+from testing.stacks import free_ports
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEMO_MODEL = os.environ.get("EVOLVING_TEST_MODEL", str(ROOT / "data" / "tiny-model"))
@@ -80,9 +81,11 @@ def test_a_taken_port_is_a_start_error_naming_it(tmp_path: pathlib.Path) -> None
 @pytest.mark.vllm
 def test_stopping_up_stops_every_process_and_frees_every_port(tmp_path: pathlib.Path) -> None:
     data = tmp_path / "data"
-    gateway, worker, console = free_ports(3)
+    # `up` binds the gateway's port once its workers are up, a minute on: ports that no
+    # outgoing connection can take meanwhile (testing.ports).
+    gateway, worker, console = stable_ports(3)
     while {worker, worker + 1} & {gateway, console} or not port_free("127.0.0.1", worker + 1):
-        worker = free_port()
+        worker = stable_ports(1)[0]
     ports = [gateway, worker, worker + 1, console]
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
