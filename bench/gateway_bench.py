@@ -404,12 +404,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         rows, pairs = run_rounds(rig, levels, modes, traced_url)
         stages: dict[str, Any] = {}
         if args.stages and "gateway" in rig.urls:
-            wrk = {"lua": rig.lua, "body": rig.bodies["stream"], "upstream_pid": rig.up.pid, "cpu": rig.load_cpu}
-            stages = run_stages(args, rig.tmp, rig.start_gateway, rig.procs, rig.keys, wrk)
+            stages = run_stages(rig)
         tracing = tracing_result(pairs, receiver_url) if pairs and receiver_url is not None else {}
         stall: dict[str, Any] = {}
         if not args.skip_stall and "gateway" in rig.urls:
-            stall = run_stall(args, rig.urls, rig.keys, rig.start_gateway)
+            stall = run_stall(rig)
         long = run_long(rig) if rig.long_cfg is not None else {}
     out = report(args, summarize(rows), stall, notes, levels, modes)
     if stages:
@@ -485,31 +484,18 @@ def run_long(rig: _Rig) -> dict[str, Any]:
     )
 
 
-def run_stages(
-    args: argparse.Namespace,
-    tmp: pathlib.Path,
-    start_gateway: Any,
-    procs: dict[str, subprocess.Popen[bytes]],
-    keys: dict[str, str],
-    wrk: dict[str, Any],
-) -> dict[str, Any]:
+def run_stages(rig: _Rig) -> dict[str, Any]:
     """The stages case: a gateway of its own with `bench._stages` installed,
-    one streamed run at 32 (`wrk`: the body, lua script, upstream pid and load cpu)."""
-    out = tmp / "stages.json"
-    url = start_gateway(_stages.NAME, env={_stages.ENV: str(out)})
-    pid = procs[_stages.NAME].pid
-    kw: dict[str, Any] = {"pids": {"upstream": wrk["upstream_pid"], "proxy": pid}, "cpu": wrk["cpu"]}
-    kw.update(concurrency=32, duration_s=args.duration, api_key=keys[_stages.NAME])
-
-    def load() -> dict[str, Any]:
-        return run_wrk(f"{url}/v1/chat/completions", wrk["body"], wrk["lua"], **kw)
-
-    return _stages.run_case(load, pid, out)
+    one streamed run at 32."""
+    out = rig.tmp / "stages.json"
+    url = rig.start_gateway(_stages.NAME, env={_stages.ENV: str(out)})
+    return _stages.run_case(
+        lambda: rig.wrk(url, _stages.NAME, "stream", 32, rig.args.duration), rig.procs[_stages.NAME].pid, out
+    )
 
 
-def run_stall(
-    args: argparse.Namespace, urls: dict[str, str], keys: dict[str, str], start_gateway: Any
-) -> dict[str, Any]:
+def run_stall(rig: _Rig) -> dict[str, Any]:
+    args, urls, keys = rig.args, rig.urls, rig.keys
     small = chat_body(stream=True, tokens=args.tokens)
     big = chat_body(stream=True, tokens=args.tokens, content=big_prompt(int(args.big_mb * 1e6)))
     port = int(urls["gateway"].rsplit(":", 1)[1])
@@ -531,7 +517,7 @@ def run_stall(
     out["stall"] = case(port, keys["gateway"], big)
     window = out["stall"]["big"]["latency_ms"] / 1000
     out["stall_control"] = case(port, keys["gateway"], None, window_s=max(window, 1.0))
-    refusing = start_gateway("gateway-limited", max_prompt_tokens=8192)
+    refusing = rig.start_gateway("gateway-limited", max_prompt_tokens=8192)
     out["stall_refused"] = case(int(refusing.rsplit(":", 1)[1]), keys["gateway-limited"], big)
     for name in PEERS:
         if name in urls:
