@@ -25,8 +25,6 @@ def stable_ports(count: int) -> list[int]:
     ports: list[int] = []
     with contextlib.ExitStack() as stack:
         for _ in range(200 * count):
-            if len(ports) == count:
-                return ports
             s = stack.enter_context(socket.socket())
             port = rng.randrange(LOW, HIGH)
             try:
@@ -34,6 +32,6 @@ def stable_ports(count: int) -> list[int]:
             except OSError:
                 continue
             ports.append(port)
-        if len(ports) == count:
-            return ports
+            if len(ports) == count:
+                return ports
     raise RuntimeError(f"no {count} free ports in {LOW}-{HIGH}")
